@@ -1,0 +1,1 @@
+"""Pristine agent templates; shipped in the wheel as evolver.baseline."""

@@ -1,0 +1,189 @@
+"""Command line: `evolver init | eval | tasks`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from evolver import __version__
+from evolver.config import DOMAINS, Config, load_config
+from evolver.data import EvalRequest, write_json_atomic
+from evolver.errors import UsageError
+
+EPILOG = """\
+configuration: evolver.toml in the repository, then EVOLVER_<KEY> environment
+variables, then these flags (later wins). Models are litellm model strings;
+for a vLLM, Ollama or llama.cpp server use --agent-model openai/NAME --api-base URL.
+"""
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+        return value
+
+    return parse
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models (litellm model strings)")
+    g.add_argument("--agent-model", help="model of the agent being evolved")
+    g.add_argument("--user-model", help="model of tau2's user simulator (it changes scores)")
+    g.add_argument("--meta-model", help="model that proposes patches")
+    g.add_argument("--judge-model", help="tau2's NL-assertion judge (default: the user model)")
+    g.add_argument("--api-base", help="OpenAI-compatible server for every role, e.g. http://127.0.0.1:8000/v1")
+    for role in ("agent", "user", "meta"):
+        g.add_argument(f"--{role}-api-base", help=f"server for the {role} role only (wins over --api-base)")
+
+
+def _add_eval_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--domain", help=f"tau2 domain: {', '.join(DOMAINS)} (default mock)")
+    g.add_argument("--split", help="tau2 task split: train or test (mock has only base); default: all tasks")
+    g.add_argument("--task-ids", help="comma-separated task ids (default: all tasks of the split)")
+    g.add_argument("--num-tasks", type=_positive(int), help="use only the first N selected tasks")
+    g.add_argument("--trials", type=_positive(int), help="trials per task (default 1)")
+    g.add_argument("--concurrency", type=_positive(int), help="simulations run at once (default 4)")
+    g.add_argument("--seed", type=int, help="tau2 seed (default 300)")
+    g.add_argument("--max-steps", type=_positive(int), help="step limit per simulation (default 30)")
+    g.add_argument("--worker-timeout", type=_positive(float), help="wall-clock limit of the worker, seconds (default 3600)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evolver", description="Evolve a tau2-bench agent's harness, keeping only changes a statistical gate confirms.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"evolver {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("init", help="set up a repository: agent/ from the template, evolver.toml, runs/ ignored")
+    p.add_argument("dir", nargs="?", default=".", help="target directory (default: current)")
+    p.add_argument("--force", action="store_true", help="overwrite existing files")
+
+    p = sub.add_parser("eval", help="evaluate the agent in a checkout on tau2", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", nargs="?", default=".", help="repository holding agent/agent.py (default: current)")
+    _add_eval_flags(p)
+    _add_model_flags(p)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (progress goes to stderr)")
+
+    p = sub.add_parser("tasks", help="list the task ids of a domain and split")
+    p.add_argument("domain", choices=DOMAINS)
+    p.add_argument("--split", help="train, test or base")
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    keys = ["agent_model", "user_model", "meta_model", "judge_model", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
+            "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout"]
+    return {k: getattr(args, k, None) for k in keys}
+
+
+def new_run_id(kind: str) -> str:
+    return f"{kind}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def build_request(cfg: Config, checkout: Path, out_dir: Path, task_ids: list[str] | None = None, num_tasks: int | None = None) -> EvalRequest:
+    return EvalRequest(
+        checkout=str(checkout), out_dir=str(out_dir), domain=cfg.domain, split=cfg.split or None,
+        task_ids=task_ids, num_tasks=num_tasks, trials=cfg.trials, concurrency=cfg.concurrency,
+        seed=cfg.seed, max_steps=cfg.max_steps, llm_retries=cfg.llm_retries,
+        agent=cfg.role("agent"), user=cfg.role("user"), judge=cfg.role("judge"),
+    )
+
+
+def _check_repo(path: Path) -> Path:
+    path = path.resolve()
+    if not (path / "agent" / "agent.py").is_file():
+        raise UsageError(f"no agent/agent.py in {path}; run `evolver init {path}` to create one from the template")
+    return path
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from evolver.bench import check_api_base, evaluate
+    from evolver.report import eval_table, progress_bar
+
+    repo = _check_repo(Path(args.path))
+    cfg = load_config(repo, _overrides(args))
+    if cfg.domain not in DOMAINS:
+        raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
+    for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
+        check_api_base(base)
+    task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()] if args.task_ids else None
+    run_id = new_run_id("eval")
+    out = repo / "runs" / run_id
+    req = build_request(cfg, repo, out, task_ids, args.num_tasks)
+    console = Console(stderr=True)
+    try:
+        with progress_bar(console, "simulations") as update:
+            result = evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
+    except UsageError:
+        _discard(out)
+        raise
+    write_json_atomic(out / "result.json", result)
+    if args.json:
+        print(json.dumps({"run_id": run_id, "result_file": str(out / "result.json"), **result.summary.model_dump()}, indent=2))
+    else:
+        Console().print(eval_table(result))
+        Console().print(f"results: {out / 'result.json'}")
+    if result.candidate_error:
+        console.print(f"[red]candidate error:[/red] {result.candidate_error}")
+        return 1
+    if result.worker_note:
+        console.print(f"[yellow]note:[/yellow] {result.worker_note}")
+    return 0
+
+
+def _discard(out: Path) -> None:
+    """Remove a run directory that holds no result, so nothing is mistaken for one."""
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from evolver.scaffold import init_repo
+
+    written = init_repo(Path(args.dir), force=args.force)
+    print(f"initialised {Path(args.dir).resolve()}: " + ", ".join(written))
+    print("next: commit these files, then `evolver eval` (set your provider's API key, or pass --agent-model/--api-base)")
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from evolver.llm import prepare_environment
+
+    prepare_environment()
+    from tau2.run import load_task_splits, load_tasks
+
+    splits = load_task_splits(args.domain) or {}
+    if args.split and args.split not in splits:
+        raise UsageError(f"domain '{args.domain}' has no split '{args.split}'; its splits: {', '.join(sorted(splits)) or 'none'}")
+    for task in load_tasks(args.domain, args.split):
+        print(task.id)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    handler = {"eval": cmd_eval, "init": cmd_init, "tasks": cmd_tasks}[args.command]
+    try:
+        return handler(args)
+    except UsageError as exc:
+        print(f"evolver: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("evolver: interrupted", file=sys.stderr)
+        return 130

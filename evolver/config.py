@@ -1,0 +1,103 @@
+"""Configuration: `evolver.toml` in the repo, then EVOLVER_* environment variables, then CLI flags.
+
+Every key can be set in all three places; later sources win. The file is flat
+TOML (see `evolver init` for a commented example).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from evolver.data import RoleModel
+from evolver.errors import UsageError
+
+CONFIG_FILE = "evolver.toml"
+ENV_PREFIX = "EVOLVER_"
+DOMAINS = ("airline", "retail", "telecom", "mock")
+ROLES = ("agent", "user", "meta")
+
+
+@dataclass
+class Config:
+    # Models, one litellm model string per role. The user simulator changes
+    # scores, so it is recorded in every result file.
+    agent_model: str = "gpt-4.1-mini"
+    user_model: str = "gpt-4.1-mini"
+    meta_model: str = "gpt-4.1"
+    # NL-assertion judge used by tau2's evaluator on some tasks; empty = user model.
+    judge_model: str = ""
+    # Any OpenAI-compatible server (vLLM, Ollama, llama.cpp); per-role values win.
+    api_base: str = ""
+    agent_api_base: str = ""
+    user_api_base: str = ""
+    meta_api_base: str = ""
+    agent_temperature: float = 0.0
+    user_temperature: float = 0.0
+    # Evaluation.
+    domain: str = "mock"
+    split: str = ""
+    trials: int = 1
+    concurrency: int = 4
+    seed: int = 300
+    max_steps: int = 30
+    llm_retries: int = 4
+    worker_timeout: float = 3600.0
+
+    def role(self, name: str) -> RoleModel:
+        """The resolved model of one role: agent, user, meta or judge."""
+        if name == "judge":
+            return RoleModel(
+                model=self.judge_model or self.user_model,
+                api_base=self.user_api_base or self.api_base or None,
+                llm_args={"temperature": 0.0},
+            )
+        model = getattr(self, f"{name}_model")
+        api_base = getattr(self, f"{name}_api_base") or self.api_base or None
+        temperature = getattr(self, f"{name}_temperature", 0.0)
+        return RoleModel(model=model, api_base=api_base, llm_args={"temperature": temperature})
+
+
+def _coerce(name: str, raw: Any, default: Any) -> Any:
+    kind = type(default)
+    try:
+        if kind is bool:
+            return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes")
+        if kind in (int, float):
+            return kind(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise UsageError(f"config value {name}={raw!r} is not a valid {kind.__name__}; fix it in {CONFIG_FILE}, the environment or the flag") from None
+
+
+def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[dict] = None) -> Config:
+    """Merge file < environment < CLI overrides (None values in overrides are ignored)."""
+    environ = os.environ if environ is None else environ
+    cfg = Config()
+    known = {f.name: f for f in fields(Config)}
+    path = Path(repo) / CONFIG_FILE
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{path} is not valid TOML ({exc}); fix the file or remove it") from None
+        for key, value in data.items():
+            if key not in known:
+                raise UsageError(f"{path}: unknown key '{key}'; known keys: {', '.join(sorted(known))}")
+            setattr(cfg, key, _coerce(key, value, getattr(cfg, key)))
+    for key in known:
+        env_value = environ.get(ENV_PREFIX + key.upper())
+        if env_value not in (None, ""):
+            setattr(cfg, key, _coerce(ENV_PREFIX + key.upper(), env_value, getattr(cfg, key)))
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            setattr(cfg, key, _coerce("--" + key.replace("_", "-"), value, getattr(cfg, key)))
+    return cfg
+
+
+def as_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,153 @@
+"""Plain data that crosses process and module boundaries and lands on disk as JSON.
+
+This module is the bottom layer: it imports nothing from evolver, tau2 or litellm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, Field
+
+
+class RoleModel(BaseModel):
+    """One LLM role: a litellm model string plus the arguments passed with every call."""
+
+    model: str
+    api_base: Optional[str] = None
+    llm_args: dict = Field(default_factory=dict)
+
+    def litellm_args(self) -> dict:
+        args = dict(self.llm_args)
+        if self.api_base:
+            args["api_base"] = self.api_base
+        return args
+
+
+class EvalRequest(BaseModel):
+    """Everything a worker needs to evaluate one checkout; written as request.json."""
+
+    checkout: str
+    out_dir: str
+    domain: str
+    split: Optional[str] = None
+    task_ids: Optional[list[str]] = None
+    num_tasks: Optional[int] = None
+    trials: int = 1
+    concurrency: int = 4
+    seed: int = 300
+    max_steps: int = 30
+    max_errors: int = 10
+    llm_retries: int = 4
+    agent: RoleModel
+    user: RoleModel
+    judge: RoleModel
+
+
+class RoleUsage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+    def add(self, other: "RoleUsage") -> "RoleUsage":
+        return RoleUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost=self.cost + other.cost,
+        )
+
+
+Outcome = Literal["ok", "failed", "infra_error"]
+
+
+class SimRecord(BaseModel):
+    """One simulation (task x trial).
+
+    outcome "ok": the simulation ran and was scored.
+    outcome "failed": the candidate broke it (exception in its code, invalid
+    message, evaluator error caused by the agent); reward is 0.
+    outcome "infra_error": a fault outside the candidate (provider error after
+    retries, worker stopped by the controller); reward is None, never 0.
+    """
+
+    task_id: str
+    trial: int
+    seed: Optional[int] = None
+    outcome: Outcome
+    reward: Optional[float] = None
+    reward_breakdown: dict = Field(default_factory=dict)
+    termination_reason: Optional[str] = None
+    steps: int = 0
+    duration: float = 0.0
+    usage: dict[str, RoleUsage] = Field(default_factory=dict)
+    error: Optional[str] = None
+    trajectory_file: Optional[str] = None
+
+
+class EvalSummary(BaseModel):
+    num_tasks: int
+    num_trials: int
+    num_simulations: int
+    scored: int
+    failed: int
+    infra_errors: int
+    avg_reward: Optional[float]
+    pass_hat_k: dict[str, float]
+    usage: dict[str, RoleUsage]
+    duration: float
+
+
+class EvalResult(BaseModel):
+    """What an evaluation produced; written as result.json in the run directory."""
+
+    run_id: str
+    checkout: str
+    domain: str
+    split: Optional[str]
+    task_ids: list[str]
+    trials: int
+    seed: int
+    max_steps: int
+    models: dict[str, RoleModel]
+    harness: dict = Field(default_factory=dict)
+    candidate_error: Optional[str] = None
+    worker_note: Optional[str] = None
+    summary: EvalSummary
+    simulations: list[SimRecord]
+
+
+def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
+    """Write JSON so a reader never sees a half-written file (rename is atomic)."""
+    path = Path(path)
+    text = (
+        data.model_dump_json(indent=2)
+        if isinstance(data, BaseModel)
+        else json.dumps(data, indent=2)
+    )
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_sim_records(path: Path) -> list[SimRecord]:
+    """Read sims.jsonl; a torn last line (worker killed mid-write) is ignored."""
+    records = []
+    if not Path(path).exists():
+        return records
+    for line in Path(path).read_text().splitlines():
+        try:
+            records.append(SimRecord.model_validate_json(line))
+        except ValueError:
+            continue
+    return records

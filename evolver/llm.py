@@ -1,0 +1,77 @@
+"""LLM plumbing shared by the controller (meta-LLM) and the worker (agent, user, judge).
+
+litellm is imported lazily: the controller's start-up stays fast and the
+environment is prepared before litellm's import-time side effects run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from evolver.data import RoleModel
+
+
+class ProviderError(RuntimeError):
+    """An LLM call failed after retries for reasons outside the candidate (an infrastructure error)."""
+
+
+def prepare_environment() -> None:
+    """Set what litellm reads at import time. Must run before the first `import litellm`."""
+    # Without this, every import of litellm fetches a price list from the network.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_LOG", "ERROR")
+
+
+def _error_classes():
+    import litellm
+
+    transient = (
+        litellm.RateLimitError,
+        litellm.APIConnectionError,  # includes timeouts
+        litellm.ServiceUnavailableError,
+        litellm.InternalServerError,
+        litellm.BadGatewayError,
+    )
+    # Not the candidate's doing, and retrying will not help.
+    fatal = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
+    return transient, fatal
+
+
+def retrying(fn: Callable, attempts: int) -> Callable:
+    """Wrap a litellm completion function: back off and retry transient provider errors,
+    then raise ProviderError so the caller can count the simulation as an infrastructure error."""
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+    transient, fatal = _error_classes()
+    first_wait = float(os.environ.get("EVOLVER_RETRY_WAIT", "1.0"))
+
+    def call(*args, **kwargs):
+        kwargs.pop("num_retries", None)  # retries happen here, with backoff, not inside litellm
+        try:
+            for attempt in Retrying(
+                retry=retry_if_exception_type(transient),
+                stop=stop_after_attempt(max(1, attempts)),
+                wait=wait_exponential_jitter(initial=first_wait, max=30, jitter=first_wait),
+                reraise=True,
+            ):
+                with attempt:
+                    return fn(*args, **kwargs)
+        except transient + fatal as exc:
+            raise ProviderError(f"{type(exc).__name__} after {attempts} attempt(s): {exc}") from exc
+
+    return call
+
+
+def missing_api_key(role: RoleModel) -> str | None:
+    """Name the environment variable a role's provider needs and lacks, or None."""
+    if role.api_base or role.model.startswith("scripted/"):
+        return None  # a local server or the test provider: no key needed
+    import litellm
+
+    try:
+        check = litellm.validate_environment(model=role.model)
+    except Exception:  # unknown provider: litellm itself will report it at the first call
+        return None
+    missing = check.get("missing_keys") or []
+    return ", ".join(missing) if missing else None

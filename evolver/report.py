@@ -1,0 +1,47 @@
+"""Terminal rendering of evaluation results (rich)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from evolver.data import EvalResult
+
+
+def eval_table(result: EvalResult) -> Table:
+    s = result.summary
+    table = Table(title=f"evolver eval {result.run_id}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    where = f"{result.domain}" + (f"/{result.split}" if result.split else "")
+    table.add_row("tasks x trials", f"{s.num_tasks} x {s.num_trials} on {where}")
+    table.add_row("agent / user model", f"{result.models['agent'].model} / {result.models['user'].model}")
+    table.add_row("average reward", "n/a" if s.avg_reward is None else f"{s.avg_reward:.3f}  ({s.scored} scored)")
+    for k, v in s.pass_hat_k.items():
+        table.add_row(f"pass^{k}", f"{v:.3f}")
+    table.add_row("failed by the agent", str(s.failed))
+    table.add_row("infrastructure errors", f"[red]{s.infra_errors}[/red]" if s.infra_errors else "0")
+    for role, u in sorted(s.usage.items()):
+        table.add_row(f"{role} tokens (in/out)", f"{u.prompt_tokens:,} / {u.completion_tokens:,}   ${u.cost:.4f}")
+    table.add_row("duration", f"{s.duration:.1f} s")
+    if result.harness:
+        table.add_row("harness layers", ", ".join(f"{k}={v}" for k, v in result.harness.items()))
+    return table
+
+
+@contextmanager
+def progress_bar(console: Console, label: str):
+    """Yields a callback (done, total) that drives a progress bar on the console."""
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:
+        task = progress.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total or None)
+
+        yield update

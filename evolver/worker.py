@@ -1,0 +1,232 @@
+"""Worker: evaluates one checkout's agent on tau2, in its own process.
+
+    python -m evolver.worker OUT_DIR/request.json
+
+The candidate's code (an LLM wrote it) is imported only here, never in the
+controller. The whole task x trial grid runs through tau2's own `run_tasks`
+in one call; each simulation is written to sims.jsonl the moment it ends, so
+a worker that dies loses only the simulations still running.
+
+Exit codes: 0 done; 2 bad input (status.json says what); 3 candidate failed to import.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import threading
+import traceback
+from collections import defaultdict
+from pathlib import Path
+
+from evolver.data import EvalRequest, RoleUsage, SimRecord, write_json_atomic
+from evolver.llm import ProviderError, missing_api_key, prepare_environment
+
+AGENT_NAME = "evolver_harness"
+EXIT_USAGE = 2
+EXIT_CANDIDATE = 3
+
+
+class Stop(Exception):
+    def __init__(self, state: str, message: str, code: int):
+        super().__init__(message)
+        self.state, self.message, self.code = state, message, code
+
+
+def _status(out: Path, state: str, **extra) -> None:
+    write_json_atomic(out / "status.json", {"state": state, **extra})
+
+
+def resolve_tasks(req: EvalRequest) -> list:
+    """Load the requested tasks through tau2's registry; bad names become one-line errors."""
+    from tau2.registry import registry
+    from tau2.run import load_task_splits, load_tasks
+
+    if req.domain not in registry.get_domains():
+        raise Stop("usage_error", f"unknown domain '{req.domain}'; choose one of: {', '.join(sorted(registry.get_domains()))}", EXIT_USAGE)
+    if req.split:
+        splits = load_task_splits(req.domain) or {}
+        if req.split not in splits:
+            names = ", ".join(sorted(splits)) or "none (omit --split)"
+            raise Stop("usage_error", f"domain '{req.domain}' has no split '{req.split}'; its splits: {names}", EXIT_USAGE)
+    tasks = load_tasks(req.domain, req.split or None)
+    if req.task_ids:
+        by_id = {t.id: t for t in tasks}
+        unknown = [t for t in req.task_ids if t not in by_id]
+        if unknown:
+            where = f"{req.domain}/{req.split}" if req.split else req.domain
+            raise Stop("usage_error", f"unknown task id(s) in {where}: {', '.join(unknown)}; list them with `evolver tasks {req.domain}`", EXIT_USAGE)
+        tasks = [by_id[t] for t in req.task_ids]
+    if req.num_tasks:
+        tasks = tasks[: req.num_tasks]
+    if not tasks:
+        raise Stop("usage_error", "no tasks selected; check --split, --task-ids and --num-tasks", EXIT_USAGE)
+    return tasks
+
+
+def import_candidate(checkout: Path):
+    """Import agent/agent.py from the checkout; any failure is the candidate's."""
+    from tau2.agent.llm_agent import LLMAgent
+
+    sys.path.insert(0, str(checkout))
+    try:
+        import agent.agent as module  # noqa: the checkout's agent package
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt from the candidate too
+        raise Stop("candidate_error", f"agent/agent.py failed to import: {type(exc).__name__}: {exc}", EXIT_CANDIDATE) from None
+    cls = getattr(module, "HarnessAgent", None)
+    if not (isinstance(cls, type) and issubclass(cls, LLMAgent)):
+        raise Stop("candidate_error", "agent/agent.py must define HarnessAgent, a subclass of tau2's LLMAgent", EXIT_CANDIDATE)
+    return cls
+
+
+def _usage(messages, kind) -> RoleUsage:
+    total = RoleUsage()
+    for m in messages:
+        if isinstance(m, kind):
+            u = m.usage or {}
+            total = total.add(RoleUsage(prompt_tokens=u.get("prompt_tokens") or 0, completion_tokens=u.get("completion_tokens") or 0, cost=m.cost or 0.0))
+    return total
+
+
+def _is_provider_error(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ProviderError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class Recorder:
+    """Wraps tau2's run_task: classifies each outcome and writes it as soon as it ends."""
+
+    def __init__(self, req: EvalRequest, run_task):
+        self.req, self.run_task = req, run_task
+        self.out = Path(req.out_dir)
+        (self.out / "trajectories").mkdir(parents=True, exist_ok=True)
+        self.lock = threading.Lock()
+        # tau2 gives run_task the trial's seed, not its number; rebuild the mapping
+        # exactly as tau2's run_tasks draws the seeds.
+        random.seed(req.seed)
+        self.trials_by_seed = defaultdict(list)
+        for trial in range(req.trials):
+            self.trials_by_seed[random.randint(0, 1000000)].append(trial)
+        self.claimed: dict[tuple, int] = defaultdict(int)
+
+    def _trial(self, task_id: str, seed: int) -> int:
+        with self.lock:
+            n = self.claimed[(task_id, seed)]
+            self.claimed[(task_id, seed)] += 1
+        trials = self.trials_by_seed.get(seed) or [0]
+        return trials[min(n, len(trials) - 1)]
+
+    def __call__(self, *args, **kwargs):
+        from tau2.data_model.message import AssistantMessage, UserMessage
+        from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
+
+        task, seed = kwargs["task"], kwargs.get("seed")
+        trial = self._trial(task.id, seed)
+        try:
+            sim = self.run_task(*args, **kwargs)
+        except Exception as exc:
+            infra = _is_provider_error(exc)
+            record = SimRecord(
+                task_id=task.id, trial=trial, seed=seed,
+                outcome="infra_error" if infra else "failed",
+                reward=None if infra else 0.0,
+                termination_reason="infra_error" if infra else "agent_error",
+                error=f"{type(exc).__name__}: {exc}" + ("" if infra else "\n" + "".join(traceback.format_exception(exc)[-3:])),
+            )
+            self._write(record, None)
+            # tau2 needs a SimulationRun back; the record above is what evolver reads.
+            return SimulationRun(
+                id=f"{task.id}_{trial}_error", task_id=task.id, start_time="", end_time="", duration=0.0,
+                termination_reason=TerminationReason.AGENT_ERROR, messages=[], trial=trial, seed=seed,
+                reward_info=RewardInfo(reward=0.0), skipped=True,
+            )
+        sim.trial = trial
+        info = sim.reward_info
+        record = SimRecord(
+            task_id=task.id, trial=trial, seed=seed, outcome="ok",
+            reward=info.reward if info else 0.0,
+            reward_breakdown=info.model_dump(mode="json", exclude_none=True) if info else {},
+            termination_reason=str(getattr(sim.termination_reason, "value", sim.termination_reason)),
+            steps=len(sim.messages), duration=sim.duration,
+            usage={"agent": _usage(sim.messages, AssistantMessage), "user": _usage(sim.messages, UserMessage)},
+        )
+        self._write(record, sim)
+        return sim
+
+    def _write(self, record: SimRecord, sim) -> None:
+        if sim is not None:
+            name = f"{record.task_id}__trial{record.trial}.json"
+            write_json_atomic(self.out / "trajectories" / name, sim)
+            record.trajectory_file = f"trajectories/{name}"
+        line = record.model_dump_json() + "\n"
+        with self.lock, open(self.out / "sims.jsonl", "a") as fh:
+            fh.write(line)
+            fh.flush()
+
+
+def run(req: EvalRequest) -> None:
+    out = Path(req.out_dir)
+    prepare_environment()
+    import litellm  # noqa: F401  (after prepare_environment)
+    import tau2.evaluator.evaluator_nl_assertions as nl
+    import tau2.run
+    import tau2.utils.llm_utils as llm_utils
+    from loguru import logger
+    from tau2.registry import registry
+
+    from evolver.llm import retrying
+
+    logger.remove()
+    logger.add(sys.stderr, level="ERROR")
+    if any(r.model.startswith("scripted/") for r in (req.agent, req.user, req.judge)):
+        from evolver import scripted
+
+        scripted.register()
+    llm_utils.completion = retrying(litellm.completion, req.llm_retries)
+    # tau2 hard-codes its NL-assertion judge model; use the configured one.
+    nl.DEFAULT_LLM_NL_ASSERTIONS = req.judge.model
+    nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS = req.judge.litellm_args()
+
+    tasks = resolve_tasks(req)
+    for role_name, role in (("agent", req.agent), ("user", req.user)):
+        missing = missing_api_key(role)
+        if missing:
+            raise Stop("usage_error", f"the {role_name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{role_name}-model (any OpenAI-compatible server works with --api-base)", EXIT_USAGE)
+    _status(out, "importing", tasks=[t.id for t in tasks])
+    agent_cls = import_candidate(Path(req.checkout))
+    registry.register_agent(agent_cls, AGENT_NAME)
+    _status(out, "running", tasks=[t.id for t in tasks])
+
+    tau2.run.run_task = Recorder(req, tau2.run.run_task)
+    tau2.run.run_tasks(
+        domain=req.domain, tasks=tasks, agent=AGENT_NAME, user="user_simulator",
+        llm_agent=req.agent.model, llm_args_agent=req.agent.litellm_args(),
+        llm_user=req.user.model, llm_args_user=req.user.litellm_args(),
+        num_trials=req.trials, max_steps=req.max_steps, max_errors=req.max_errors,
+        save_to=None, console_display=False, max_concurrency=req.concurrency,
+        seed=req.seed, log_level="ERROR",
+    )
+    _status(out, "done", tasks=[t.id for t in tasks])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    req = EvalRequest.model_validate_json(Path(argv[0]).read_text())
+    try:
+        run(req)
+    except Stop as stop:
+        status_path = Path(req.out_dir) / "status.json"
+        tasks = json.loads(status_path.read_text()).get("tasks", []) if status_path.exists() else []
+        _status(Path(req.out_dir), stop.state, message=stop.message, tasks=tasks)
+        return stop.code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
