@@ -162,9 +162,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from evolver.llm import prepare_environment
 
     prepare_environment()
-    from tau2.run import load_task_splits, load_tasks
+    from tau2.run import load_tasks
 
-    splits = load_task_splits(args.domain) or {}
+    from evolver.worker import available_splits
+
+    splits = available_splits(args.domain)
     if args.split and args.split not in splits:
         raise UsageError(f"domain '{args.domain}' has no split '{args.split}'; its splits: {', '.join(sorted(splits)) or 'none'}")
     for task in load_tasks(args.domain, args.split):

@@ -34,7 +34,13 @@ def eval_table(result: EvalResult) -> Table:
 
 @contextmanager
 def progress_bar(console: Console, label: str):
-    """Yields a callback (done, total) that drives a progress bar on the console."""
+    """Yields a callback (done, total) that drives a progress bar on the console.
+
+    Off when the console is not a terminal: piped output stays clean.
+    """
+    if not console.is_terminal:
+        yield lambda done, total: None
+        return
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console, transient=True,

@@ -1,0 +1,58 @@
+"""Shared fixtures: scripted LLMs, fresh target repositories, running the CLI.
+
+LLMs are scripted (evolver.scripted); tau2, git and subprocesses are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTED_MODELS = ["--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge", "--meta-model", "scripted/meta"]
+
+
+@pytest.fixture(autouse=True)
+def offline_env(monkeypatch):
+    """No test may reach a provider: drop real keys, make retries fast, find test scripts."""
+    for key in list(os.environ):
+        if key.endswith("_API_KEY") or key.startswith("EVOLVER_"):
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("EVOLVER_RETRY_WAIT", "0.01")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository set up by `evolver init`, with one commit."""
+    path = tmp_path / "target"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "test@example.invalid")
+    git(path, "config", "user.name", "test")
+    run_cli(["init", str(path)])
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "init")
+    return path
+
+
+def run_cli(args: list[str], cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `python -m evolver ...` as a user would, in a subprocess."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "evolver", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return proc
+
+
+def eval_json(repo: Path, *extra: str, env: dict | None = None) -> dict:
+    proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, *extra], env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

@@ -1,0 +1,146 @@
+"""`evolver eval` end to end: real tau2 mock simulations in a real worker subprocess, scripted LLMs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SCRIPTED_MODELS, eval_json, run_cli
+
+
+def _result(summary: dict) -> dict:
+    return json.loads(Path(summary["result_file"]).read_text())
+
+
+def test_scripted_agent_that_solves_a_task_gets_reward_1(repo):
+    summary = eval_json(repo, "--task-ids", "create_task_1,update_task_1", "--trials", "2")
+    assert summary["avg_reward"] == 1.0
+    assert summary["pass_hat_k"] == {"1": 1.0, "2": 1.0}
+    result = _result(summary)
+    assert result["models"]["user"]["model"] == "scripted/user"  # the user simulator is always stated
+    sims = result["simulations"]
+    assert {(s["task_id"], s["trial"]) for s in sims} == {("create_task_1", 0), ("create_task_1", 1), ("update_task_1", 0), ("update_task_1", 1)}
+    for sim in sims:
+        assert sim["outcome"] == "ok" and sim["termination_reason"] == "user_stop"
+        assert sim["usage"]["agent"]["prompt_tokens"] > 0 and sim["usage"]["user"]["completion_tokens"] > 0
+        assert sim["reward_breakdown"]["reward_breakdown"]  # which checks passed, for the digest
+        trajectory = json.loads((Path(summary["result_file"]).parent / sim["trajectory_file"]).read_text())
+        assert any(m.get("tool_calls") for m in trajectory["messages"])
+
+
+def test_agent_that_does_the_wrong_thing_gets_reward_0(repo):
+    models = [a if a != "scripted/agent" else "scripted/wrong" for a in SCRIPTED_MODELS]
+    proc = run_cli(["eval", str(repo), "--json", *models, "--task-ids", "create_task_1"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["avg_reward"] == 0.0 and summary["failed"] == 0 and summary["infra_errors"] == 0
+    db_check = _result(summary)["simulations"][0]["reward_breakdown"]["db_check"]
+    assert db_check["db_match"] is False
+
+
+def test_json_output_matches_result_file(repo):
+    summary = eval_json(repo, "--num-tasks", "3")
+    result = _result(summary)
+    for key in ("avg_reward", "pass_hat_k", "num_simulations", "infra_errors", "failed", "usage"):
+        assert summary[key] == result["summary"][key]
+    assert summary["num_simulations"] == 3 == len(result["simulations"])
+
+
+def test_provider_outage_is_an_infra_error_not_a_zero(repo):
+    summary = eval_json(repo, "--task-ids", "create_task_1,impossible_task_1", env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:flaky_provider"})
+    sims = {s["task_id"]: s for s in _result(summary)["simulations"]}
+    assert sims["impossible_task_1"]["outcome"] == "infra_error"
+    assert sims["impossible_task_1"]["reward"] is None
+    assert "ServiceUnavailableError" in sims["impossible_task_1"]["error"]
+    assert sims["create_task_1"]["reward"] == 1.0
+    # the outage is left out of the score instead of dragging it to 0.5
+    assert summary["infra_errors"] == 1 and summary["avg_reward"] == 1.0
+
+
+def _write_agent(repo: Path, code: str) -> None:
+    (repo / "agent" / "agent.py").write_text(code)
+
+
+def test_candidate_that_raises_at_import_gives_a_clear_error(repo):
+    _write_agent(repo, "raise RuntimeError('broken candidate')\n")
+    proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1"])
+    assert proc.returncode == 1
+    assert "agent/agent.py failed to import: RuntimeError: broken candidate" in proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["failed"] == 1 and summary["avg_reward"] == 0.0 and summary["infra_errors"] == 0
+
+
+def test_exception_inside_the_agent_fails_that_simulation_only(repo):
+    template = (repo / "agent" / "agent.py").read_text()
+    broken = template.replace(
+        "        reply = generate(",
+        "        if 'delete' in str(message.content).lower():\n            raise ValueError('candidate bug')\n        reply = generate(",
+    )
+    assert broken != template
+    _write_agent(repo, broken)
+    summary = eval_json(repo, "--task-ids", "create_task_1,impossible_task_1")
+    sims = {s["task_id"]: s for s in _result(summary)["simulations"]}
+    assert sims["impossible_task_1"]["outcome"] == "failed" and sims["impossible_task_1"]["reward"] == 0.0
+    assert "candidate bug" in sims["impossible_task_1"]["error"]
+    assert sims["create_task_1"]["reward"] == 1.0
+    assert summary["avg_reward"] == 0.5
+
+
+def test_hanging_candidate_is_stopped_and_the_controller_survives(repo):
+    template = (repo / "agent" / "agent.py").read_text()
+    _write_agent(repo, template.replace("        reply = generate(", "        import time\n        time.sleep(3600)\n        reply = generate("))
+    proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1", "--worker-timeout", "25"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["infra_errors"] == 1 and summary["avg_reward"] is None
+    assert "wall-clock limit of 25 s" in proc.stderr
+
+
+def test_candidate_hanging_at_import_is_a_candidate_error(repo):
+    _write_agent(repo, "import time\ntime.sleep(3600)\n")
+    proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1", "--worker-timeout", "20"])
+    assert proc.returncode == 1
+    assert "did not finish importing within 20 s" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--domain", "nosuch"], "unknown domain 'nosuch'"),
+        (["--split", "train"], "domain 'mock' has no split 'train'; its splits: base"),
+        (["--task-ids", "create_task_1,no_such_task"], "unknown task id(s) in mock: no_such_task"),
+        (["--trials", "0"], "--trials: must be at least 1"),
+        (["--api-base", "http://127.0.0.1:9/v1"], "cannot reach the API base http://127.0.0.1:9/v1"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(repo, args, message):
+    proc = run_cli(["eval", str(repo), *SCRIPTED_MODELS, *args])
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not any((repo / "runs").iterdir())  # nothing that could pass for a result
+
+
+def test_missing_api_key_is_bad_input(repo):
+    proc = run_cli(["eval", str(repo), "--agent-model", "gpt-4.1-mini", "--user-model", "scripted/user"])
+    assert proc.returncode == 2
+    assert "needs OPENAI_API_KEY" in proc.stderr and "Traceback" not in proc.stderr
+    assert not any((repo / "runs").iterdir())
+
+
+def test_path_without_agent_suggests_init(tmp_path):
+    proc = run_cli(["eval", str(tmp_path), *SCRIPTED_MODELS])
+    assert proc.returncode == 2
+    assert "no agent/agent.py" in proc.stderr and "evolver init" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_init_refuses_to_overwrite_without_force(repo):
+    (repo / "agent" / "agent.py").write_text("# my edits\n")
+    proc = run_cli(["init", str(repo)])
+    assert proc.returncode == 2 and "--force" in proc.stderr
+    assert (repo / "agent" / "agent.py").read_text() == "# my edits\n"
+    assert run_cli(["init", str(repo), "--force"]).returncode == 0
+    assert "class HarnessAgent" in (repo / "agent" / "agent.py").read_text()
