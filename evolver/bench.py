@@ -57,16 +57,12 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def evaluate(
-    req: EvalRequest,
-    run_id: str,
-    *,
-    timeout: float,
-    on_progress: Optional[Progress] = None,
-) -> EvalResult:
+def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[], None]] = None) -> tuple[dict, Optional[str], int]:
+    """Run one worker to the end or the time limit. Returns (status.json, why it was stopped, exit code)."""
     out = Path(req.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "request.json", req)
+    (out / "status.json").unlink(missing_ok=True)  # a resumed evaluation must not read the last worker's verdict
     started = time.monotonic()
     note = None
     with open(out / "worker.log", "ab") as log:
@@ -81,22 +77,48 @@ def evaluate(
                     note = f"the worker was stopped at the wall-clock limit of {timeout:g} s"
                     _stop(proc)
                     break
-                if on_progress:
-                    tasks = _read_status(out).get("tasks") or []
-                    on_progress(_count_lines(out / "sims.jsonl"), len(tasks) * req.trials)
+                if on_tick:
+                    on_tick()
                 time.sleep(0.2)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C or the controller dying: leave no worker behind
             _stop(proc)
             raise
     status = _read_status(out)
-    state = status.get("state")
-    if state == "usage_error":
+    if status.get("state") == "usage_error":
         raise UsageError(status["message"])
+    return status, note, proc.returncode
+
+
+def list_tasks(req: EvalRequest, timeout: float = 600) -> tuple[list[str], dict[str, list[str]]]:
+    """The task ids a request selects, and the domain's splits (resolved by tau2 in a worker)."""
+    status, note, code = _run_worker(req.model_copy(update={"list_only": True}), timeout)
+    if status.get("state") != "listed":
+        raise RuntimeError(note or f"listing tasks failed (worker exit code {code}); see {Path(req.out_dir) / 'worker.log'}")
+    return status["tasks"], status.get("splits") or {}
+
+
+def evaluate(
+    req: EvalRequest,
+    run_id: str,
+    *,
+    timeout: float,
+    on_progress: Optional[Progress] = None,
+) -> EvalResult:
+    """Evaluate; simulations already on disk in req.out_dir are kept, not run again."""
+    out = Path(req.out_dir)
+    started = time.monotonic()
+
+    def tick() -> None:
+        if on_progress:
+            on_progress(_count_lines(out / "sims.jsonl"), len(_read_status(out).get("tasks") or []) * req.trials)
+
+    status, note, code = _run_worker(req, timeout, tick)
+    state = status.get("state")
     candidate_error = status.get("message") if state == "candidate_error" else None
     if state == "importing" and note:
         candidate_error = f"agent/agent.py did not finish importing within {timeout:g} s"
     if state not in ("done", "candidate_error", "importing") and not note:
-        note = f"the worker exited with code {proc.returncode} before finishing; see {out / 'worker.log'}"
+        note = f"the worker exited with code {code} before finishing; see {out / 'worker.log'}"
     task_ids = status.get("tasks") or []
     records = _complete(read_sim_records(out / "sims.jsonl"), task_ids, req.trials, candidate_error, note)
     if on_progress:

@@ -47,13 +47,17 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{role}-api-base", help=f"server for the {role} role only (wins over --api-base)")
 
 
-def _add_eval_flags(p: argparse.ArgumentParser) -> None:
+def _add_eval_flags(p: argparse.ArgumentParser, for_run: bool = False) -> None:
     g = p.add_argument_group("evaluation")
     g.add_argument("--domain", help=f"tau2 domain: {', '.join(DOMAINS)} (default mock)")
-    g.add_argument("--split", help="tau2 task split: train or test (mock has only base); default: all tasks")
-    g.add_argument("--task-ids", help="comma-separated task ids (default: all tasks of the split)")
-    g.add_argument("--num-tasks", type=_positive(int), help="use only the first N selected tasks")
-    g.add_argument("--trials", type=_positive(int), help="trials per task (default 1)")
+    if for_run:
+        g.add_argument("--analysis-split", help="split whose failures the meta-LLM sees (default: train, or a seeded half)")
+        g.add_argument("--gate-split", help="split the gate decides on (default: test, or the other seeded half)")
+    else:
+        g.add_argument("--split", help="tau2 task split: train or test (mock has only base); default: all tasks")
+        g.add_argument("--task-ids", help="comma-separated task ids (default: all tasks of the split)")
+        g.add_argument("--num-tasks", type=_positive(int), help="use only the first N selected tasks")
+        g.add_argument("--trials", type=_positive(int), help="trials per task (default 1)")
     g.add_argument("--concurrency", type=_positive(int), help="simulations run at once (default 4)")
     g.add_argument("--seed", type=int, help="tau2 seed (default 300)")
     g.add_argument("--max-steps", type=_positive(int), help="step limit per simulation (default 30)")
@@ -75,6 +79,48 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (progress goes to stderr)")
 
+    p = sub.add_parser("run", help="evolve the agent: baseline, then propose -> validate -> gate -> keep or reject", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", nargs="?", default=".", help="git repository holding agent/agent.py (default: current)")
+    p.add_argument("--iterations", type=_positive(int), help="candidates to try (default 10); with --resume, the new total")
+    p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (its configuration is kept)")
+    p.add_argument("--dry-run", action="store_true", help="print the splits and the most the run can cost, then exit")
+    p.add_argument("--allow-dirty", action="store_true", help="run from HEAD although agent/ has uncommitted changes")
+    g = p.add_argument_group("stopping")
+    g.add_argument("--stall", type=int, help="stop after N consecutive candidates not kept (default 5; 0 never)")
+    g.add_argument("--budget-usd", type=float, help="stop when all roles together have cost this much")
+    g.add_argument("--budget-tokens", type=int, help="stop when all roles together have used this many tokens")
+    g.add_argument("--max-hours", type=float, help="stop at this wall-clock limit")
+    g = p.add_argument_group("gate (see docs/gate.md)")
+    g.add_argument("--holdout", dest="holdout", action="store_const", const="on", help="seal part of the analysis split as a holdout")
+    g.add_argument("--no-holdout", dest="holdout", action="store_const", const="off", help="no holdout (default: on when the analysis split has 40+ tasks)")
+    g.add_argument("--gate-alpha", type=float, help="false-accept probability per decision for a no-effect candidate (default 0.05)")
+    g.add_argument("--gate-min-effect", type=float, help="smallest mean gain worth keeping, reward units (0.05 = 5 points)")
+    g.add_argument("--gate-stages", help="cumulative candidate trials per task at each look, e.g. 1,2,3,6 (the default)")
+    _add_eval_flags(p, for_run=True)
+    _add_model_flags(p)
+
+    p = sub.add_parser("history", help="the candidates of a run: scores, verdicts, costs")
+    p.add_argument("run", nargs="?", help="run id (default: the newest)")
+    p.add_argument("--repo", default=".", help="repository (default: current)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("show", help="one candidate: rationale, diff, tasks that flipped")
+    p.add_argument("run")
+    p.add_argument("iteration", type=int)
+    p.add_argument("--repo", default=".")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("rollback", help="move a run's best branch back to an earlier kept candidate or the base")
+    p.add_argument("run")
+    p.add_argument("--to", required=True, help="iteration number of a kept candidate, or 'base'")
+    p.add_argument("--reason", required=True, help="why (recorded in the run log)")
+    p.add_argument("--repo", default=".")
+
+    p = sub.add_parser("status", help="what a running or finished run is doing")
+    p.add_argument("run", nargs="?", help="run id (default: the newest)")
+    p.add_argument("--repo", default=".")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("tasks", help="list the task ids of a domain and split")
     p.add_argument("domain", choices=DOMAINS)
     p.add_argument("--split", help="train, test or base")
@@ -83,8 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> dict:
     keys = ["agent_model", "user_model", "meta_model", "judge_model", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
-            "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout"]
+            "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout",
+            "analysis_split", "gate_split", "iterations", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages"]
     return {k: getattr(args, k, None) for k in keys}
+
+
+def out_console() -> Console:
+    """Stdout; wide when piped, so tables are not folded into 80 columns."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
 
 
 def new_run_id(kind: str) -> str:
@@ -95,7 +148,7 @@ def build_request(cfg: Config, checkout: Path, out_dir: Path, task_ids: list[str
     return EvalRequest(
         checkout=str(checkout), out_dir=str(out_dir), domain=cfg.domain, split=cfg.split or None,
         task_ids=task_ids, num_tasks=num_tasks, trials=cfg.trials, concurrency=cfg.concurrency,
-        seed=cfg.seed, max_steps=cfg.max_steps, llm_retries=cfg.llm_retries,
+        seed=cfg.seed, max_steps=cfg.max_steps, llm_retries=cfg.llm_retries, plugins=cfg.plugins,
         agent=cfg.role("agent"), user=cfg.role("user"), judge=cfg.role("judge"),
     )
 
@@ -132,8 +185,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"run_id": run_id, "result_file": str(out / "result.json"), **result.summary.model_dump()}, indent=2))
     else:
-        Console().print(eval_table(result))
-        Console().print(f"results: {out / 'result.json'}")
+        out_console().print(eval_table(result))
+        out_console().print(f"results: {out / 'result.json'}")
     if result.candidate_error:
         console.print(f"[red]candidate error:[/red] {result.candidate_error}")
         return 1
@@ -174,13 +227,94 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from evolver.history import history_rows
+    from evolver.report import history_table
+    from evolver.runstate import find_run
+    from evolver.start import new_run, resume_run
+
+    console = Console(stderr=True)
+    repo = Path(args.path).resolve()
+    if args.resume:
+        run = find_run(repo, args.resume)
+        loop = resume_run(run, args.iterations, console)
+    else:
+        cfg = load_config(repo, _overrides(args))
+        if cfg.domain not in DOMAINS and not cfg.plugins:
+            raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
+        loop = new_run(repo, cfg, new_run_id("run"), allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console)
+        if loop is None:
+            return 0
+        run = loop.run
+    console.print(f"run {run.run_id}: {run.path}")
+    with run.lock():
+        loop.drive()
+    out_console().print(history_table(run.run_id, history_rows(run)))
+    state = run.state()
+    out_console().print(f"best: evolver/{run.run_id}/best ({'base' if state.incumbent == 0 else f'iteration {state.incumbent}'}); "
+                    f"adopt it with `git merge evolver/{run.run_id}/best`")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from evolver.history import history_rows
+    from evolver.report import history_table
+    from evolver.runstate import find_run
+
+    run = find_run(Path(args.repo).resolve(), args.run)
+    rows = history_rows(run)
+    if args.json:
+        print(json.dumps({"run_id": run.run_id, "candidates": rows}, indent=2))
+    else:
+        out_console().print(history_table(run.run_id, rows))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from evolver.history import show
+    from evolver.report import show_candidate
+    from evolver.runstate import find_run
+
+    info = show(find_run(Path(args.repo).resolve(), args.run), args.iteration)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        show_candidate(out_console(), info)
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from evolver.history import rollback
+    from evolver.runstate import find_run
+
+    run = find_run(Path(args.repo).resolve(), args.run)
+    change = rollback(run, args.to, args.reason)
+    target = "the base" if change.iteration == 0 else f"iteration {change.iteration}"
+    print(f"evolver/{run.run_id}/best now points at {target} ({change.commit[:10]}); recorded in {run.path / 'log.jsonl'}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from evolver.history import status
+    from evolver.runstate import find_run
+
+    info = status(find_run(Path(args.repo).resolve(), args.run))
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        for key in ("run_id", "status", "step", "stop_reason", "iterations_done", "iterations_target", "best", "decisions", "expected_false_keeps", "cost", "elapsed_seconds", "split_note", "models"):
+            print(f"{key}: {info[key]}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 2
-    handler = {"eval": cmd_eval, "init": cmd_init, "tasks": cmd_tasks}[args.command]
+    handler = {"eval": cmd_eval, "init": cmd_init, "tasks": cmd_tasks, "run": cmd_run, "history": cmd_history,
+               "show": cmd_show, "rollback": cmd_rollback, "status": cmd_status}[args.command]
     try:
         return handler(args)
     except UsageError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -47,6 +47,25 @@ class Config:
     max_steps: int = 30
     llm_retries: int = 4
     worker_timeout: float = 3600.0
+    # Modules the worker imports first, e.g. to register an extra tau2 domain.
+    plugins: list = field(default_factory=list)
+    # The loop (`evolver run`).
+    iterations: int = 10
+    analysis_split: str = ""  # default: train, or a seeded split for domains without one
+    gate_split: str = ""  # default: test (the test gate), or the seeded rest
+    analysis_trials: int = 1
+    holdout: str = "auto"  # auto: on when the analysis split has 40 or more tasks; on; off
+    holdout_trials: int = 2
+    stall: int = 5  # stop after this many consecutive candidates not kept (0: never)
+    budget_usd: float = 0.0  # 0: no limit; counts every role
+    budget_tokens: int = 0
+    max_hours: float = 0.0
+    digest_chars: int = 8000
+    meta_context_tokens: int = 32000
+    # The gate (see docs/gate.md).
+    gate_alpha: float = 0.05
+    gate_min_effect: float = 0.0
+    gate_stages: list = field(default_factory=lambda: ["1", "2", "3", "6"])
 
     def role(self, name: str) -> RoleModel:
         """The resolved model of one role: agent, user, meta or judge."""
@@ -65,6 +84,8 @@ class Config:
 def _coerce(name: str, raw: Any, default: Any) -> Any:
     kind = type(default)
     try:
+        if kind is list:
+            return [str(x) for x in raw] if isinstance(raw, list) else [x.strip() for x in str(raw).split(",") if x.strip()]
         if kind is bool:
             return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes")
         if kind in (int, float):
@@ -97,6 +118,19 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
         if value is not None:
             setattr(cfg, key, _coerce("--" + key.replace("_", "-"), value, getattr(cfg, key)))
     return cfg
+
+
+def gate_config(cfg: Config):
+    """The gate's parameters from the configuration (defaults tuned in benchmarks/gate_power.py)."""
+    from evolver.gate import GateConfig
+
+    stages = tuple(int(x) for x in cfg.gate_stages)
+    default = GateConfig()
+    futility = default.futility if len(stages) == len(default.stages) else tuple(0.0 for _ in stages[1:])
+    try:
+        return GateConfig(alpha=cfg.gate_alpha, min_effect=cfg.gate_min_effect, stages=stages, futility=futility)
+    except ValueError as exc:
+        raise UsageError(f"gate settings: {exc}") from None
 
 
 def as_dict(cfg: Config) -> dict:

@@ -43,6 +43,10 @@ class EvalRequest(BaseModel):
     max_steps: int = 30
     max_errors: int = 10
     llm_retries: int = 4
+    # Modules imported before tasks are resolved, e.g. to register a domain with tau2's registry.
+    plugins: list[str] = Field(default_factory=list)
+    # Only resolve the tasks and report them (and the domain's splits) in status.json.
+    list_only: bool = False
     agent: RoleModel
     user: RoleModel
     judge: RoleModel
@@ -141,13 +145,15 @@ def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
 
 
 def read_sim_records(path: Path) -> list[SimRecord]:
-    """Read sims.jsonl; a torn last line (worker killed mid-write) is ignored."""
-    records = []
+    """Read sims.jsonl; a torn last line (worker killed mid-write) is ignored, and a
+    later record of the same task and trial (a retried infra error) replaces an earlier one."""
+    records: dict[tuple[str, int], SimRecord] = {}
     if not Path(path).exists():
-        return records
+        return []
     for line in Path(path).read_text().splitlines():
         try:
-            records.append(SimRecord.model_validate_json(line))
+            record = SimRecord.model_validate_json(line)
         except ValueError:
             continue
-    return records
+        records[(record.task_id, record.trial)] = record
+    return list(records.values())

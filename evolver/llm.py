@@ -23,6 +23,15 @@ def prepare_environment() -> None:
     os.environ.setdefault("LITELLM_LOG", "ERROR")
 
 
+def register_providers(models) -> None:
+    """Register the custom litellm providers that these model strings need."""
+    prepare_environment()
+    if any(m.startswith("scripted/") for m in models):
+        from evolver import scripted
+
+        scripted.register()
+
+
 def _error_classes():
     import litellm
 

@@ -51,3 +51,37 @@ def progress_bar(console: Console, label: str):
             progress.update(task, completed=done, total=total or None)
 
         yield update
+
+
+def _score(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def history_table(run_id: str, rows: list[dict]) -> Table:
+    table = Table(title=f"evolver history {run_id}", title_justify="left")
+    for col in ("iter", "branch", "parent", "title", "analysis", "gate (inc -> cand)", "delta", "verdict", "reason", "cost"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        colour = {"accepted": "green", "rejected": "red"}.get(r["verdict"], "yellow")
+        delta = "-" if r["gate_delta"] is None else f"{r['gate_delta']:+.3f}"
+        table.add_row(
+            f"{r['iteration']}{' *' if r['is_best'] else ''}", r["branch"] or "-", str(r["parent"]), r["title"] or "-",
+            _score(r["analysis"]), f"{_score(r['gate_incumbent'])} -> {_score(r['gate_candidate'])}", delta,
+            f"[{colour}]{r['verdict']}[/{colour}]", r["reason"], f"${r['cost']:.4f}",
+        )
+    return table
+
+
+def show_candidate(console: Console, info: dict) -> None:
+    console.print(f"[bold]iteration {info['iteration']}[/bold]: {info['title'] or '(no patch)'}  [{info['status']}]")
+    console.print(f"branch {info['branch'] or '-'}  commit {info['commit'] or '-'}  parent {'base' if info['parent'] == 0 else info['parent']}")
+    console.print(f"verdict: {info['reason']}")
+    if info["rationale"]:
+        console.print("\n[bold]rationale[/bold]\n" + info["rationale"])
+    if info["diff"]:
+        console.print("\n[bold]diff[/bold]")
+        console.print(info["diff"], markup=False, highlight=False)
+    if info["flips"]:
+        console.print("\n[bold]gate tasks whose pass rate changed[/bold]")
+        for f in info["flips"]:
+            console.print(f"  {f['task']}: {f['incumbent']:.2f} -> {f['candidate']:.2f}")

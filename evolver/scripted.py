@@ -141,7 +141,8 @@ def _last_user_request(messages: list[dict]) -> str:
 
 
 def mock_agent(messages: list[dict], careless: bool = False) -> Reply:
-    last = messages[-1]
+    # Harness notes may follow the conversation as system messages: answer the last real turn.
+    last = next((m for m in reversed(messages) if m.get("role") != "system"), messages[-1])
     if last.get("role") == "tool":
         if "error" in _text(last).lower():
             return Reply("Sorry, that did not work.")

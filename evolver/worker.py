@@ -21,8 +21,8 @@ import traceback
 from collections import defaultdict
 from pathlib import Path
 
-from evolver.data import EvalRequest, RoleUsage, SimRecord, write_json_atomic
-from evolver.llm import ProviderError, missing_api_key, prepare_environment
+from evolver.data import EvalRequest, RoleUsage, SimRecord, read_sim_records, write_json_atomic
+from evolver.llm import ProviderError, missing_api_key, prepare_environment, register_providers
 
 AGENT_NAME = "evolver_harness"
 EXIT_USAGE = 2
@@ -128,6 +128,8 @@ class Recorder:
         for trial in range(req.trials):
             self.trials_by_seed[random.randint(0, 1000000)].append(trial)
         self.claimed: dict[tuple, int] = defaultdict(int)
+        # Resume: simulations already scored on disk are not run again; infra errors are retried.
+        self.done = {(r.task_id, r.trial) for r in read_sim_records(self.out / "sims.jsonl") if r.outcome != "infra_error"}
 
     def _trial(self, task_id: str, seed: int) -> int:
         with self.lock:
@@ -138,10 +140,11 @@ class Recorder:
 
     def __call__(self, *args, **kwargs):
         from tau2.data_model.message import AssistantMessage, UserMessage
-        from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
 
         task, seed = kwargs["task"], kwargs.get("seed")
         trial = self._trial(task.id, seed)
+        if (task.id, trial) in self.done:
+            return self._placeholder(task.id, trial, seed)
         try:
             sim = self.run_task(*args, **kwargs)
         except Exception as exc:
@@ -154,12 +157,7 @@ class Recorder:
                 error=f"{type(exc).__name__}: {exc}" + ("" if infra else "\n" + "".join(traceback.format_exception(exc)[-3:])),
             )
             self._write(record, None)
-            # tau2 needs a SimulationRun back; the record above is what evolver reads.
-            return SimulationRun(
-                id=f"{task.id}_{trial}_error", task_id=task.id, start_time="", end_time="", duration=0.0,
-                termination_reason=TerminationReason.AGENT_ERROR, messages=[], trial=trial, seed=seed,
-                reward_info=RewardInfo(reward=0.0), skipped=True,
-            )
+            return self._placeholder(task.id, trial, seed)
         sim.trial = trial
         info = sim.reward_info
         record = SimRecord(
@@ -172,6 +170,17 @@ class Recorder:
         )
         self._write(record, sim)
         return sim
+
+    @staticmethod
+    def _placeholder(task_id: str, trial: int, seed):
+        """tau2 needs a SimulationRun back; evolver reads sims.jsonl, not this."""
+        from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
+
+        return SimulationRun(
+            id=f"{task_id}_{trial}_recorded", task_id=task_id, start_time="", end_time="", duration=0.0,
+            termination_reason=TerminationReason.AGENT_ERROR, messages=[], trial=trial, seed=seed,
+            reward_info=RewardInfo(reward=0.0), skipped=True,
+        )
 
     def _write(self, record: SimRecord, sim) -> None:
         if sim is not None:
@@ -198,16 +207,21 @@ def run(req: EvalRequest) -> None:
 
     logger.remove()
     logger.add(sys.stderr, level="ERROR")
-    if any(r.model.startswith("scripted/") for r in (req.agent, req.user, req.judge)):
-        from evolver import scripted
-
-        scripted.register()
+    register_providers([req.agent.model, req.user.model, req.judge.model])
     llm_utils.completion = retrying(litellm.completion, req.llm_retries)
     # tau2 hard-codes its NL-assertion judge model; use the configured one.
     nl.DEFAULT_LLM_NL_ASSERTIONS = req.judge.model
     nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS = req.judge.litellm_args()
 
+    for plugin in req.plugins:
+        try:
+            importlib.import_module(plugin)
+        except ImportError as exc:
+            raise Stop("usage_error", f"cannot import plugin '{plugin}' ({exc}); fix the plugins setting", EXIT_USAGE) from None
     tasks = resolve_tasks(req)
+    if req.list_only:
+        _status(out, "listed", tasks=[t.id for t in tasks], splits=available_splits(req.domain))
+        return
     for role_name, role in (("agent", req.agent), ("user", req.user)):
         missing = missing_api_key(role)
         if missing:

@@ -1,0 +1,122 @@
+"""Git lineage of a run: one branch and one commit per candidate, a `best` branch, notes.
+
+The user's checked-out branch and working tree are never touched: candidates
+are built in `git worktree`s, branches are created without checkout, and
+scores/verdicts go into git notes (refs/notes/commits, so `git log` shows them).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import git
+
+from evolver.errors import UsageError
+
+
+def open_repo(path: Path) -> git.Repo:
+    try:
+        return git.Repo(path, search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UsageError(f"{path} is not a git repository; run `git init` there (evolver keeps candidates as git branches)") from None
+
+
+class Lineage:
+    def __init__(self, repo_path: Path, run_id: str):
+        self.repo = open_repo(repo_path)
+        self.run_id = run_id
+        self.prefix = f"evolver/{run_id}"
+
+    # -- names -------------------------------------------------------------
+    @property
+    def best_branch(self) -> str:
+        return f"{self.prefix}/best"
+
+    def candidate_branch(self, iteration: int) -> str:
+        return f"{self.prefix}/iter-{iteration:03d}"
+
+    # -- reading -----------------------------------------------------------
+    def commit_of(self, ref: str) -> Optional[str]:
+        try:
+            return self.repo.commit(ref).hexsha
+        except (git.BadName, ValueError):
+            return None
+
+    def tree_of(self, ref: str) -> str:
+        return self.repo.commit(ref).tree.hexsha
+
+    def diff(self, parent: str, child: str) -> str:
+        return self.repo.git.diff(parent, child, "--", "agent")
+
+    def is_dirty(self, path: str = "agent") -> bool:
+        return bool(self.repo.git.status("--porcelain", "--", path).strip())
+
+    # -- writing -----------------------------------------------------------
+    def _env(self) -> dict:
+        """An author identity for candidate commits when the repo has none configured."""
+        reader = self.repo.config_reader()
+        if reader.has_option("user", "name") and reader.has_option("user", "email"):
+            return {}
+        return {"GIT_AUTHOR_NAME": "evolver", "GIT_AUTHOR_EMAIL": "evolver@localhost",
+                "GIT_COMMITTER_NAME": "evolver", "GIT_COMMITTER_EMAIL": "evolver@localhost"}
+
+    def set_branch(self, name: str, commit: str) -> None:
+        """Create or move a branch without checking anything out."""
+        self.repo.git.branch("-f", name, commit)
+
+    def open_worktree(self, path: Path, commit: str) -> Path:
+        """A detached worktree at `commit` (re-created if a crash left it half-made)."""
+        path = Path(path)
+        if path.exists():
+            self.remove_worktree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.repo.git.worktree("add", "--detach", "--force", str(path), commit)
+        return path
+
+    def remove_worktree(self, path: Path) -> None:
+        if Path(path).exists():
+            try:
+                self.repo.git.worktree("remove", "--force", str(path))
+            except git.GitCommandError:
+                shutil.rmtree(path, ignore_errors=True)
+        self.repo.git.worktree("prune")
+
+    def commit_candidate(self, worktree: Path, branch: str, message: str) -> str:
+        """Commit everything changed under agent/ in the worktree and point `branch` at it."""
+        wt = git.Repo(worktree)
+        wt.git.add("-A", "--", "agent")
+        with wt.git.custom_environment(**self._env()):
+            wt.git.commit("--no-verify", "--allow-empty", "-m", message)
+        sha = wt.head.commit.hexsha
+        self.set_branch(branch, sha)
+        return sha
+
+    def add_note(self, commit: str, text: str) -> None:
+        with self.repo.git.custom_environment(**self._env()):
+            self.repo.git.notes("add", "-f", "-m", text, commit)
+
+    def note(self, commit: str) -> str:
+        try:
+            return self.repo.git.notes("show", commit)
+        except git.GitCommandError:
+            return ""
+
+
+def exclude_runs_dir(repo_path: Path) -> None:
+    """Keep runs/ out of `git status` in repos not set up by `evolver init`."""
+    repo = open_repo(repo_path)
+    info = Path(repo.git_dir) / "info"
+    info.mkdir(exist_ok=True)
+    exclude = info / "exclude"
+    lines = exclude.read_text().splitlines() if exclude.exists() else []
+    if "runs/" not in lines and "/runs/" not in lines:
+        exclude.write_text("\n".join(lines + ["/runs/"]) + "\n")
+
+
+def commit_message(title: str, rationale: str, trailers: dict[str, str]) -> str:
+    body = rationale.strip()
+    trailer_text = "\n".join(f"{k}: {v}" for k, v in trailers.items())
+    return f"{title.strip()}\n\n{body}\n\n{trailer_text}\n" if body else f"{title.strip()}\n\n{trailer_text}\n"
+

@@ -1,0 +1,333 @@
+"""The evolution loop: one iteration = one candidate.
+
+    measure the baseline -> repeat: digest -> propose -> validate -> commit -> smoke
+    -> staged gate -> keep or reject -> (end) holdout and report
+
+Every step writes its result to the run directory before the next starts, and
+every step first looks there for its own result, so a run killed at any point
+resumes where it stopped without redoing finished simulations or duplicating
+candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+
+from evolver import gate as gatelib
+from evolver.bench import evaluate
+from evolver.config import Config
+from evolver.data import EvalRequest, EvalResult, RoleUsage, write_json_atomic
+from evolver.digest import build_digest
+from evolver.lineage import Lineage, commit_message
+from evolver.metrics import rewards_by_task
+from evolver.patch import Edit, PatchRejected, apply_edits
+from evolver.propose import agent_files_text, build_messages, propose
+from evolver.report import progress_bar
+from evolver.runstate import FINAL_STATUSES, IterationRecord, Manifest, RunDir, RunState
+
+SMOKE_TIMEOUT = 600.0
+
+
+class StopRun(Exception):
+    """A stop condition was met; the reason is recorded in state.json."""
+
+
+@dataclasses.dataclass
+class Loop:
+    run: RunDir
+    manifest: Manifest
+    state: RunState
+    cfg: Config
+    gate: gatelib.GateConfig
+    lineage: Lineage
+    prompts_dir: Path
+    guide: str
+    console: Console
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    # ------------------------------------------------------------------ the loop
+    def drive(self) -> None:
+        try:
+            self.measure_baseline()
+            while True:
+                self.check_stop()
+                self.iterate(self.state.next_iteration)
+            # not reached: check_stop raises
+        except StopRun as stop:
+            self.state.stop_reason = str(stop)
+            self.state.status = "finished"
+            self.save_state()
+            self.run.log("stopped", reason=str(stop))
+            self.console.print(f"[bold]stopped:[/bold] {stop}")
+            self.holdout()
+        except KeyboardInterrupt:
+            self.state.status = "interrupted"
+            self.save_state()
+            self.run.log("interrupted")
+            self.console.print(f"[yellow]interrupted[/yellow]: resume with `evolver run --resume {self.run.run_id}`")
+            raise
+
+    def iterate(self, n: int) -> None:
+        record = self.run.iteration(n) or IterationRecord(
+            iteration=n, parent=self.state.incumbent, parent_commit=self.state.incumbent_commit, generation=self.state.generation,
+        )
+        self.run.save_iteration(record)
+        if record.status not in FINAL_STATUSES:
+            self.step(f"iteration {n}: proposing")
+            if record.status == "proposing":
+                self.propose(record)
+            if record.status == "evaluating":
+                self.validate_and_gate(record)
+        self.finish_iteration(record)
+
+    # ------------------------------------------------------------------ steps
+    def measure_baseline(self) -> None:
+        self.step("measuring the baseline")
+        analysis = self.analysis_result()
+        reference = self.reference_table()
+        self.console.print(f"baseline: analysis reward {_fmt(analysis.summary.avg_reward)}, gate reward {_fmt(_mean(reference))}")
+        floor = gatelib.noise_floor(reference, self.gate)
+        self.console.print(
+            f"noise floor: with {len(self.manifest.gate_tasks)} gate tasks and {self.gate.stages[-1]} trials the gate resolves "
+            f"effects of about {floor * 100:.1f} points (80% power)"
+        )
+        if self.gate.min_effect < floor:
+            self.console.print(f"[yellow]warning:[/yellow] the minimum effect ({self.gate.min_effect * 100:.1f} points) is below the noise floor; smaller gains will usually be rejected")
+
+    def propose(self, record: IterationRecord) -> None:
+        parent_tree = self.checkout("parent", record.parent_commit)
+        digest = build_digest(self.analysis_result(), self.run.eval_dir(f"analysis-g{record.generation}"), max_chars=self.cfg.digest_chars)
+        self.run.digest_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
+        self.run.digest_file(record.iteration).write_text(digest)
+        messages = build_messages(self.prompts_dir, self.guide, agent_files_text(parent_tree), digest, self.learnings(), self.cfg.meta_context_tokens)
+        outcome = propose(self.cfg.role("meta"), messages, parent_tree, prompts_dir=self.prompts_dir, llm_retries=self.cfg.llm_retries)
+        self.add_usage(record, "meta", outcome.usage)
+        record.responses, record.errors = outcome.responses, outcome.errors
+        if outcome.proposal is None:
+            record.status, record.reason = "no_patch", f"no valid patch after {len(outcome.responses)} answer(s): {outcome.errors[-1] if outcome.errors else 'empty'}"
+        else:
+            p = outcome.proposal
+            record.title, record.rationale = p.title, p.rationale
+            record.edits = [dataclasses.asdict(e) for e in p.edits]
+            if outcome.refused:
+                record.status, record.reason = "refused", outcome.refused
+            else:
+                record.status = "evaluating"
+        self.run.save_iteration(record)
+        self.run.log("proposed", iteration=record.iteration, status=record.status, title=record.title)
+        self.lineage.remove_worktree(parent_tree)
+
+    def validate_and_gate(self, record: IterationRecord) -> None:
+        n = record.iteration
+        wt = self.candidate_worktree(record)
+        if record.status != "evaluating":
+            return
+        self.step(f"iteration {n}: smoke test")
+        smoke = self.measure(f"iter-{n:03d}-smoke", wt, self.manifest.analysis_tasks[:1], 1, self.seed(record.generation), timeout=SMOKE_TIMEOUT, record=record)
+        broken = smoke.candidate_error or next((s.error.splitlines()[0] for s in smoke.simulations if s.outcome == "failed" and s.error), None)
+        if broken:
+            record.status, record.reason = "invalid", f"smoke test failed: {broken}"
+            return
+        reference = self.reference_table()
+        record.gate_incumbent = _mean(reference)
+        record.verdicts = []
+        previous = 0
+        for stage, trials in enumerate(self.gate.stages):
+            self.step(f"iteration {n}: gate stage {stage + 1}/{len(self.gate.stages)} ({trials} trial(s) per task)")
+            result = self.measure(f"iter-{n:03d}-gate", wt, self.manifest.gate_tasks, trials, self.seed(record.generation), record=record, new_from_trial=previous)
+            previous = trials
+            table = rewards_by_task(result.simulations)
+            record.gate_candidate = _mean(table)
+            if result.summary.infra_errors > result.summary.num_simulations / 2:
+                record.status, record.reason = "undecided", f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations hit infrastructure errors"
+                return
+            verdict = gatelib.decide(reference, table, self.gate, stage=stage)
+            record.verdicts.append(dataclasses.asdict(verdict))
+            record.reason = verdict.reason
+            self.run.save_iteration(record)
+            if verdict.decision != "continue":
+                record.status = "accepted" if verdict.decision == "accept" else "rejected"
+                return
+
+    def finish_iteration(self, record: IterationRecord) -> None:
+        """Record the outcome in git and state; idempotent, so a resume can repeat it."""
+        n = record.iteration
+        self.run.save_iteration(record)
+        if record.commit:
+            note = (f"evolver {record.status}: {record.reason}\n"
+                    f"iteration {n}, parent {'base' if record.parent == 0 else record.parent}, "
+                    f"gate {_fmt(record.gate_candidate)} vs incumbent {_fmt(record.gate_incumbent)}")
+            self.lineage.add_note(record.commit, note)
+        if record.status == "accepted" and self.state.incumbent != n and self.state.next_iteration == n:
+            self.state.incumbent, self.state.incumbent_commit = n, record.commit
+            self.state.generation += 1
+            self.lineage.set_branch(self.lineage.best_branch, record.commit)
+            self.state.best_history.append(_best(n, record.commit, record.reason))
+        if self.state.next_iteration == n:
+            if record.status in ("accepted", "rejected"):
+                self.state.decisions += 1
+            self.state.consecutive_rejections = 0 if record.status in ("accepted", "undecided") else self.state.consecutive_rejections + 1
+            self.state.next_iteration = n + 1
+            for name, usage in record.usage.items():
+                self.state.usage[name] = self.state.usage.get(name, RoleUsage()).add(usage)
+        self.save_state()
+        self.lineage.remove_worktree(self.run.worktree(f"iter-{n:03d}"))
+        self.run.log("decided", iteration=n, status=record.status, reason=record.reason)
+        colour = {"accepted": "green", "rejected": "red"}.get(record.status, "yellow")
+        self.console.print(f"iteration {n}: [{colour}]{record.status}[/{colour}] {record.title or ''} - {record.reason}")
+
+    def holdout(self) -> None:
+        """Evaluate the base and the kept lineage on the sealed holdout (never used for a decision)."""
+        if not self.manifest.holdout_tasks:
+            return
+        self.step("holdout")
+        results = {}
+        for label, commit in (("base", self.manifest.base_commit), ("best", self.state.incumbent_commit)):
+            wt = self.checkout(f"holdout-{label}", commit)
+            res = self.measure(f"holdout-{label}", wt, self.manifest.holdout_tasks, self.cfg.holdout_trials, self.seed(0) + 7)
+            results[label] = res.summary.avg_reward
+            self.lineage.remove_worktree(wt)
+        write_json_atomic(self.run.path / "holdout.json", results)
+        self.console.print(f"holdout: base {_fmt(results['base'])}, best {_fmt(results['best'])} (never used for any decision)")
+
+    # ------------------------------------------------------------------ helpers
+    def check_stop(self) -> None:
+        s = self.state
+        if s.next_iteration > s.iterations_target:
+            raise StopRun(f"completed {s.iterations_target} iteration(s)")
+        if self.cfg.stall and s.consecutive_rejections >= self.cfg.stall:
+            raise StopRun(f"{s.consecutive_rejections} consecutive candidates were not kept (stall limit {self.cfg.stall})")
+        cost = sum(u.cost for u in s.usage.values())
+        tokens = sum(u.prompt_tokens + u.completion_tokens for u in s.usage.values())
+        if self.cfg.budget_usd and cost >= self.cfg.budget_usd:
+            raise StopRun(f"budget reached: ${cost:.2f} of ${self.cfg.budget_usd:.2f}")
+        if self.cfg.budget_tokens and tokens >= self.cfg.budget_tokens:
+            raise StopRun(f"token budget reached: {tokens:,} of {self.cfg.budget_tokens:,}")
+        if self.cfg.max_hours and self.elapsed() >= self.cfg.max_hours * 3600:
+            raise StopRun(f"wall-clock limit of {self.cfg.max_hours:g} h reached")
+
+    def analysis_result(self) -> EvalResult:
+        """The incumbent's results on the analysis set (the only results the digest sees)."""
+        g = self.state.generation
+        wt = self.checkout(f"incumbent-g{g}", self.state.incumbent_commit)
+        result = self.measure(f"analysis-g{g}", wt, self.manifest.analysis_tasks, self.cfg.analysis_trials, self.seed(g))
+        self.lineage.remove_worktree(wt)
+        kept = self.run.iteration(self.state.incumbent) if self.state.incumbent else None
+        if kept and kept.analysis is None:  # the history shows a kept candidate's analysis score
+            kept.analysis = result.summary.avg_reward
+            self.run.save_iteration(kept)
+        return result
+
+    def reference_table(self) -> dict:
+        """The incumbent's gate results. Reused while the incumbent is unchanged; measured afresh,
+        with new seeds, for each new incumbent, so the trials that selected it never set its bar."""
+        g = self.state.generation
+        wt = self.checkout(f"incumbent-g{g}", self.state.incumbent_commit)
+        result = self.measure(f"reference-g{g}", wt, self.manifest.gate_tasks, self.gate.stages[-1], self.seed(g))
+        self.lineage.remove_worktree(wt)
+        return rewards_by_task(result.simulations)
+
+    def measure(self, name: str, checkout: Path, tasks: list[str], trials: int, seed: int, *, timeout: Optional[float] = None,
+                record: Optional[IterationRecord] = None, new_from_trial: int = 0) -> EvalResult:
+        """Evaluate, reusing a finished result and finished simulations on disk.
+
+        Gate stages grow one evaluation directory trial by trial: only trials from
+        new_from_trial on are charged, so no simulation's usage is counted twice."""
+        out = self.run.eval_dir(name)
+        done = out / f"result-{trials}.json"
+        if done.exists():
+            return EvalResult.model_validate_json(done.read_text())
+        req = EvalRequest(
+            checkout=str(checkout), out_dir=str(out), domain=self.cfg.domain, split=None, task_ids=tasks,
+            trials=trials, concurrency=self.cfg.concurrency, seed=seed, max_steps=self.cfg.max_steps,
+            llm_retries=self.cfg.llm_retries, plugins=self.cfg.plugins,
+            agent=self.cfg.role("agent"), user=self.cfg.role("user"), judge=self.cfg.role("judge"),
+        )
+        with progress_bar(self.console, name) as update:
+            result = evaluate(req, self.run.run_id, timeout=timeout or self.cfg.worker_timeout, on_progress=update)
+        if not result.worker_note:  # a stopped worker's result is incomplete: measure again next time
+            write_json_atomic(done, result)
+        for sim in result.simulations:
+            if sim.trial < new_from_trial:
+                continue
+            for role, usage in sim.usage.items():
+                if record is not None:
+                    self.add_usage(record, role, usage, save=False)
+                else:
+                    self.state.usage[role] = self.state.usage.get(role, RoleUsage()).add(usage)
+        if record is None:
+            self.save_state()
+        return result
+
+    def candidate_worktree(self, record: IterationRecord) -> Path:
+        """The candidate's worktree; its branch and commit are made once and reused on resume."""
+        n = record.iteration
+        branch = self.lineage.candidate_branch(n)
+        existing = self.lineage.commit_of(branch)
+        if existing:
+            record.branch, record.commit = branch, existing
+            return self.checkout(f"iter-{n:03d}", existing)
+        wt = self.checkout(f"iter-{n:03d}", record.parent_commit)
+        try:
+            apply_edits(wt, [Edit(**e) for e in record.edits])
+        except PatchRejected as exc:
+            record.status, record.reason = "invalid", str(exc)
+            return wt
+        message = commit_message(record.title, record.rationale, {
+            "Evolver-Run": self.run.run_id, "Evolver-Iteration": str(n),
+            "Evolver-Parent": "base" if record.parent == 0 else str(record.parent),
+        })
+        record.branch, record.commit = branch, self.lineage.commit_candidate(wt, branch, message)
+        self.run.save_iteration(record)
+        return wt
+
+    def checkout(self, name: str, commit: str) -> Path:
+        return self.lineage.open_worktree(self.run.worktree(name), commit)
+
+    def seed(self, generation: int) -> int:
+        return self.cfg.seed + 1000 * generation
+
+    def learnings(self) -> list[str]:
+        lines = []
+        for r in self.run.iterations():
+            if r.status not in FINAL_STATUSES:
+                continue
+            delta = "" if r.gate_candidate is None or r.gate_incumbent is None else f", gate {r.gate_incumbent:.3f} -> {r.gate_candidate:.3f}"
+            lines.append(f"- Iteration {r.iteration}: \"{r.title or '(no patch)'}\" -> {r.status}{delta}. {r.reason}")
+        return lines
+
+    def add_usage(self, record: IterationRecord, role: str, usage: RoleUsage, save: bool = True) -> None:
+        record.usage[role] = record.usage.get(role, RoleUsage()).add(usage)
+        if save:
+            self.run.save_iteration(record)
+
+    def step(self, text: str) -> None:
+        self.state.current_step = text
+        self.save_state()
+
+    def elapsed(self) -> float:
+        return self.state.elapsed + time.monotonic() - self.started
+
+    def save_state(self) -> None:
+        snapshot = self.state.model_copy(update={"elapsed": self.elapsed()})
+        self.run.save_state(snapshot)
+
+
+def _best(iteration: int, commit: str, reason: str):
+    from evolver.runstate import BestChange
+
+    return BestChange(iteration=iteration, commit=commit, reason=reason, at=time.time())
+
+
+def _mean(table: dict) -> Optional[float]:
+    values = [r for rewards in table.values() for r in rewards if r is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.3f}"

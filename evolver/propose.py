@@ -1,0 +1,130 @@
+"""Ask the meta-LLM for a patch: build the prompt from prompts/, call it, parse, retry on bad output."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from evolver.data import RoleModel, RoleUsage
+from evolver.errors import UsageError
+from evolver.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
+
+CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
+ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
+
+
+@dataclass
+class ProposeOutcome:
+    proposal: Optional[Proposal]
+    refused: Optional[str] = None  # why a well-formed proposal may not be applied (e.g. an edit outside agent/)
+    responses: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    usage: RoleUsage = field(default_factory=RoleUsage)
+    prompt_chars: int = 0
+
+
+def load_template(prompts_dir: Path, name: str) -> string.Template:
+    path = Path(prompts_dir) / name
+    if not path.exists():
+        raise UsageError(f"prompt template {path} is missing; restore it from the evolver repository")
+    return string.Template(path.read_text())
+
+
+def agent_files_text(checkout: Path) -> str:
+    """The evolvable agent files (not the pristine templates) as fenced blocks."""
+    parts = []
+    for path in sorted((checkout / "agent").rglob("*")):
+        rel = path.relative_to(checkout).as_posix()
+        if path.is_file() and not rel.startswith("agent/templates/") and "__pycache__" not in rel and path.suffix in (".py", ".toml", ".md"):
+            parts.append(f"## FILE: {rel}\n```\n{path.read_text()}\n```")
+    return "\n\n".join(parts)
+
+
+def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str, history: list[str], context_tokens: int) -> list[dict]:
+    """The meta prompt, shrunk to fit: older history entries go first, then the digest is cut."""
+    system = load_template(prompts_dir, "system.md").safe_substitute(harness_guide=guide)
+    user_t = load_template(prompts_dir, "propose.md")
+    budget = (context_tokens - ANSWER_TOKENS) * CHARS_PER_TOKEN - len(system)
+    history = list(history)
+
+    def render(d: str, h: list[str]) -> str:
+        return user_t.safe_substitute(agent_files=agent_files, digest=d, history="\n".join(h) or "None yet: this is the first attempt.")
+
+    text = render(digest, history)
+    while len(text) > budget and history:
+        history.pop(0)
+        text = render(digest, ["(older attempts omitted to fit the context)", *history])
+    if len(text) > budget:
+        room = len(digest) - (len(text) - budget)
+        if room < 600:
+            raise UsageError(
+                f"the meta prompt needs about {(len(system) + len(text)) // CHARS_PER_TOKEN + ANSWER_TOKENS} tokens but meta_context_tokens is {context_tokens}; "
+                "raise meta_context_tokens or use a meta model with a larger context"
+            )
+        text = render(digest[:room] + "\n... (digest cut to fit the context)", history)
+    return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+
+
+def _complete(role: RoleModel, messages: list[dict], retries: int) -> tuple[str, RoleUsage]:
+    from evolver.llm import register_providers, retrying
+
+    register_providers([role.model])
+    import litellm
+
+    response = retrying(litellm.completion, retries)(model=role.model, messages=messages, **role.litellm_args())
+    text = response.choices[0].message.content or ""
+    usage = getattr(response, "usage", None)
+    try:
+        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+    except Exception:  # models without a price entry (local servers, the test provider)
+        cost = 0.0
+    return text, RoleUsage(
+        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        cost=cost,
+    )
+
+
+def propose(
+    role: RoleModel,
+    messages: list[dict],
+    checkout: Path,
+    *,
+    prompts_dir: Path,
+    max_attempts: int = 3,
+    llm_retries: int = 4,
+) -> ProposeOutcome:
+    """Ask for a patch; a malformed answer, or one whose SEARCH text does not match, is sent
+    back with the error up to max_attempts times; proposal None means no valid patch."""
+    outcome = ProposeOutcome(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
+    conversation = list(messages)
+    repair = load_template(prompts_dir, "repair.md")
+    for _ in range(max_attempts):
+        text, usage = _complete(role, conversation, llm_retries)
+        outcome.responses.append(text)
+        outcome.usage = outcome.usage.add(usage)
+        try:
+            proposal = parse_proposal(text)
+            _dry_run(checkout, proposal)
+        except (ParseError, PatchRejected) as exc:
+            outcome.errors.append(str(exc))
+            if isinstance(exc, PatchRejected) and not exc.retryable:
+                outcome.proposal, outcome.refused = proposal, str(exc)  # a verdict on the patch, not a format slip
+                return outcome
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=str(exc))}]
+            continue
+        outcome.proposal = proposal
+        return outcome
+    return outcome
+
+
+def _dry_run(checkout: Path, proposal: Proposal) -> None:
+    """Apply the edits to a throwaway copy of agent/ to catch SEARCH mismatches early."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(checkout / "agent", Path(tmp) / "agent", ignore=shutil.ignore_patterns("__pycache__"))
+        apply_edits(Path(tmp), proposal.edits, check_syntax=False)

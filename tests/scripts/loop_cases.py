@@ -1,0 +1,49 @@
+"""Scripted LLMs for the loop tests: an agent whose quality depends on its instruction text,
+and a meta-LLM that proposes, in turn, four patches chosen from the prompt's history section."""
+
+import re
+
+from evolver.scripted import Reply, mock_agent, mock_script
+
+EXACT = "Use the exact title the user gives."
+TRANSFER = "Always transfer the user to a human agent."
+
+
+def agent(messages):
+    system = str(messages[0].get("content") or "")
+    if TRANSFER in system:
+        return Reply(tool_calls=[("transfer_to_human_agents", {"summary": "transfer"})]) if messages[-1].get("role") == "user" else Reply("You are being transferred.")
+    request = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    number = re.search(r"(\d+)'", request)
+    # Without the rule, the agent garbles every title that ends in an odd number.
+    careless = EXACT not in system and number is not None and int(number.group(1)) % 2 == 1
+    return mock_agent(messages, careless=careless)
+
+
+def _anchor_edit(extra_line):
+    return (
+        "FILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = \"\"\"\n=======\n"
+        f"AGENT_INSTRUCTION = \"\"\"\n{extra_line}\n>>>>>>> REPLACE\n"
+    )
+
+
+PROPOSALS = [
+    "TITLE: Break the state class\nRATIONALE: a patch with a syntax error\nFILE: agent/agent.py\n<<<<<<< SEARCH\nclass HarnessState(BaseModel):\n=======\nclass HarnessState(BaseModel)\n>>>>>>> REPLACE\n",
+    "TITLE: Edit the optimizer\nRATIONALE: a patch outside agent/\nFILE: evolver/cli.py\n<<<<<<< SEARCH\n=======\nprint('hi')\n>>>>>>> REPLACE\n",
+    "TITLE: Transfer everyone\nRATIONALE: humans solve everything (this makes the agent worse)\n" + _anchor_edit(TRANSFER),
+    "TITLE: Keep the user's exact title\nRATIONALE: Pattern 1: create_task got a garbled title\n" + _anchor_edit(EXACT),
+]
+
+
+def meta(messages):
+    prompt = str(messages[1].get("content") or "")
+    attempts = len(re.findall(r"^- Iteration \d+:", prompt, re.M))
+    return Reply(PROPOSALS[min(attempts, len(PROPOSALS) - 1)])
+
+
+def script(name, messages, tools):
+    if name == "agent":
+        return agent(messages)
+    if name == "meta":
+        return meta(messages)
+    return mock_script(name, messages, tools)
