@@ -237,6 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     repo = Path(args.path).resolve()
     if args.resume:
         run = find_run(repo, args.resume)
+        lock = run.lock()  # before anything is read or written: one driver per run
         loop = resume_run(run, args.iterations, console)
     else:
         cfg = load_config(repo, _overrides(args))
@@ -246,9 +247,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if loop is None:
             return 0
         run = loop.run
+        lock = run.lock()
     console.print(f"run {run.run_id}: {run.path}")
-    with run.lock():
+    try:
         loop.drive()
+    finally:
+        lock.close()
     out_console().print(history_table(run.run_id, history_rows(run)))
     state = run.state()
     out_console().print(f"best: evolver/{run.run_id}/best ({'base' if state.incumbent == 0 else f'iteration {state.incumbent}'}); "

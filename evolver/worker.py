@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import random
 import sys
+import time
 import threading
 import traceback
 from collections import defaultdict
@@ -27,6 +29,7 @@ from evolver.llm import ProviderError, missing_api_key, prepare_environment, reg
 AGENT_NAME = "evolver_harness"
 EXIT_USAGE = 2
 EXIT_CANDIDATE = 3
+EXIT_ORPHANED = 4
 
 
 class Stop(Exception):
@@ -243,8 +246,23 @@ def run(req: EvalRequest) -> None:
     _status(out, "done", tasks=[t.id for t in tasks])
 
 
+def _exit_with_parent() -> None:
+    """The controller normally stops us; if it is killed outright, leave no orphan behind
+    to keep writing into a run directory that a resumed controller will use."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _exit_with_parent()
     req = EvalRequest.model_validate_json(Path(argv[0]).read_text())
     try:
         run(req)

@@ -17,14 +17,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED_MODELS = ["--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge", "--meta-model", "scripted/meta"]
 
 
-@pytest.fixture(autouse=True)
-def offline_env(monkeypatch):
-    """No test may reach a provider: drop real keys, make retries fast, find test scripts."""
-    for key in list(os.environ):
-        if key.endswith("_API_KEY") or key.startswith("EVOLVER_"):
-            monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("EVOLVER_RETRY_WAIT", "0.01")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+@pytest.fixture(autouse=True, scope="session")
+def offline_env():
+    """No test may reach a provider: drop real keys, make retries fast, find test scripts.
+    Session-wide, so module-scoped fixtures that run whole loops see it too."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key in list(os.environ):
+            if key.endswith("_API_KEY") or key.startswith("EVOLVER_"):
+                mp.delenv(key, raising=False)
+        mp.setenv("EVOLVER_RETRY_WAIT", "0.01")
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        yield
 
 
 def git(repo: Path, *args: str) -> str:

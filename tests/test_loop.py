@@ -1,0 +1,209 @@
+"""`evolver run` end to end: scripted meta-LLM and agent, real tau2, real git, real subprocesses.
+
+The scripted meta-LLM proposes in turn: a patch with a syntax error, a patch
+outside agent/, a patch that makes the agent worse, and a patch that fixes a
+failure. The test domain (tests/scripts/gen_domain.py) has 40 gate tasks, so
+the gate's default settings can accept the fix honestly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SCRIPTED_MODELS, git, run_cli
+
+LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
+RUN_ARGS = ["--iterations", "4", "--concurrency", "8", *SCRIPTED_MODELS]
+EXPECTED = [("Break the state class", "invalid"), ("Edit the optimizer", "refused"), ("Transfer everyone", "rejected"), ("Keep the user's exact title", "accepted")]
+
+
+def make_target(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "test@example.invalid")
+    git(path, "config", "user.name", "test")
+    assert run_cli(["init", str(path)]).returncode == 0
+    config = (path / "evolver.toml").read_text().replace('domain = "mock"', 'domain = "evolver_gen"\nplugins = ["tests.scripts.gen_domain"]')
+    (path / "evolver.toml").write_text(config)
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "init")
+    return path
+
+
+def run_id_of(repo: Path) -> str:
+    runs = [p.name for p in (repo / "runs").glob("run-*")]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def final_state(repo: Path, run_id: str) -> dict:
+    """What must match between an uninterrupted run and a killed-and-resumed one."""
+    history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"], env=LOOP_ENV).stdout)
+    prefix = f"evolver/{run_id}/"
+    branches = sorted(b.strip().removeprefix(prefix) for b in git(repo, "branch", "--list", f"{prefix}*", "--format=%(refname:short)").split())
+    trees = {b: git(repo, "rev-parse", f"{prefix}{b}^{{tree}}").strip() for b in branches}
+    return {
+        "candidates": [(c["title"], c["verdict"], c["gate_candidate"], c["gate_incumbent"]) for c in history["candidates"]],
+        "branches": branches,
+        "trees": trees,
+    }
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    repo = make_target(tmp_path_factory.mktemp("loop") / "target")
+    head_before = git(repo, "rev-parse", "HEAD")
+    proc = run_cli(["run", str(repo), *RUN_ARGS], env=LOOP_ENV, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return repo, run_id_of(repo), head_before, proc
+
+
+def test_verdicts_branches_and_best(finished_run):
+    repo, run_id, _, proc = finished_run
+    state = final_state(repo, run_id)
+    assert [(t, v) for t, v, _, _ in state["candidates"]] == EXPECTED
+    # invalid and refused patches cost no evaluation and get no branch
+    assert state["branches"] == ["best", "iter-003", "iter-004"]
+    assert git(repo, "rev-parse", f"evolver/{run_id}/best").strip() == git(repo, "rev-parse", f"evolver/{run_id}/iter-004").strip()
+    worse, fix = state["candidates"][2], state["candidates"][3]
+    assert worse[2] == 0.0 and fix[2] == 1.0 and fix[3] == 0.5
+    assert "does not parse" in json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"][0]["reason"]
+    assert "adopt it with `git merge" in proc.stdout
+
+
+def test_git_log_tells_the_story(finished_run):
+    repo, run_id, _, _ = finished_run
+    log = git(repo, "log", "-1", f"evolver/{run_id}/iter-004")
+    assert "Keep the user's exact title" in log and "Pattern 1: create_task got a garbled title" in log
+    assert f"Evolver-Run: {run_id}" in log and "Evolver-Iteration: 4" in log and "Evolver-Parent: base" in log
+    assert "evolver accepted: Accepted: +50.0 points" in log  # the verdict, as a git note
+    assert "evolver rejected: Rejected early" in git(repo, "log", "-1", f"evolver/{run_id}/iter-003")
+    diff = git(repo, "diff", f"evolver/{run_id}/iter-004~1", f"evolver/{run_id}/iter-004", "--stat")
+    assert "agent/agent.py" in diff and "1 file changed" in diff
+
+
+def test_users_branch_and_working_tree_are_untouched(finished_run):
+    repo, run_id, head_before, _ = finished_run
+    assert git(repo, "rev-parse", "HEAD") == head_before
+    assert git(repo, "branch", "--show-current").strip() == "main"
+    assert git(repo, "status", "--porcelain") == ""  # runs/ is ignored, no stray files
+    assert "Use the exact title" not in (repo / "agent" / "agent.py").read_text()
+    assert git(repo, "worktree", "list").count("\n") == 1  # finished candidates' worktrees are gone
+
+
+def test_history_table_show_and_status(finished_run):
+    repo, run_id, _, _ = finished_run
+    table = run_cli(["history", run_id, "--repo", str(repo)])
+    assert table.returncode == 0
+    for title, verdict in EXPECTED:
+        assert title in table.stdout and verdict in table.stdout
+    shown = json.loads(run_cli(["show", run_id, "4", "--repo", str(repo), "--json"]).stdout)
+    assert "+Use the exact title the user gives." in shown["diff"]
+    assert len(shown["flips"]) == 20 and all(f["incumbent"] == 0.0 and f["candidate"] == 1.0 for f in shown["flips"])
+    status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
+    assert status["status"] == "finished" and status["best"]["iteration"] == 4
+    assert status["decisions"] == 2 and status["expected_false_keeps"] == pytest.approx(0.1)
+    digest = (repo / "runs" / run_id / "digests" / "001.md").read_text()
+    assert "create_task(user_id, title)" in digest and "Code Audit" not in digest  # procedures, not data
+
+
+def test_rollback_moves_best_and_is_recorded(finished_run, tmp_path):
+    repo, run_id, _, _ = finished_run
+    proc = run_cli(["rollback", run_id, "--to", "base", "--reason", "regressed in production", "--repo", str(repo)])
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "rev-parse", f"evolver/{run_id}/best") == git(repo, "rev-parse", "HEAD")
+    assert git(repo, "rev-parse", f"evolver/{run_id}/iter-004")  # nothing deleted
+    events = [json.loads(line) for line in (repo / "runs" / run_id / "log.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "rollback" and events[-1]["reason"] == "regressed in production"
+    back = run_cli(["rollback", run_id, "--to", "4", "--reason", "fixed upstream", "--repo", str(repo)])
+    assert back.returncode == 0
+    assert git(repo, "rev-parse", f"evolver/{run_id}/best") == git(repo, "rev-parse", f"evolver/{run_id}/iter-004")
+    bad = run_cli(["rollback", run_id, "--to", "3", "--reason", "x", "--repo", str(repo)])
+    assert bad.returncode == 2 and "not a kept candidate" in bad.stderr
+
+
+def test_killed_run_resumes_to_the_same_final_state(finished_run, tmp_path):
+    repo = make_target(tmp_path / "target")
+    cmd = [sys.executable, "-m", "evolver", "run", str(repo), *RUN_ARGS]
+    controller = subprocess.Popen(cmd, env={**os.environ, **LOOP_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 900
+    gate_sims = None
+    while time.monotonic() < deadline and controller.poll() is None:
+        found = list((repo / "runs").glob("run-*/evals/iter-004-gate/sims.jsonl"))
+        if found and found[0].read_text().count("\n") >= 60:  # mid-way through the fix's gate stages
+            gate_sims = found[0]
+            break
+        time.sleep(0.2)
+    assert gate_sims is not None and controller.poll() is None, "the run ended before it could be killed"
+    run_id = run_id_of(repo)
+    second = run_cli(["run", str(repo), "--resume", run_id], env=LOOP_ENV)
+    assert second.returncode == 2 and "is being driven by" in second.stderr  # the lock
+    controller.send_signal(signal.SIGKILL)
+    controller.wait()
+    time.sleep(2)  # the worker notices its parent is gone and exits
+    done_before = gate_sims.read_text().count("\n")
+    time.sleep(1.5)
+    assert gate_sims.read_text().count("\n") == done_before  # no orphan worker still writing
+    resumed = run_cli(["run", str(repo), "--resume", run_id], env=LOOP_ENV, timeout=1200)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # finished simulations were not run again: every task and trial appears once
+    records = [json.loads(line) for line in gate_sims.read_text().splitlines() if line.strip()]
+    keys = [(r["task_id"], r["trial"]) for r in records]
+    assert len(keys) == len(set(keys)) == 240
+    original_repo, original_id, _, _ = finished_run
+    got, want = final_state(repo, run_id), final_state(original_repo, original_id)
+    assert got["candidates"] == want["candidates"] and got["branches"] == want["branches"]
+    assert got["trees"]["iter-003"] == want["trees"]["iter-003"] and got["trees"]["iter-004"] == want["trees"]["iter-004"]
+    assert got["trees"]["best"] == got["trees"]["iter-004"]
+
+
+@pytest.mark.parametrize(
+    "setup, args, message",
+    [
+        ("nogit", [], "is not a git repository"),
+        ("noagent", [], "no agent/agent.py"),
+        ("dirty", [], "agent/ has uncommitted changes"),
+        ("ok", ["--iterations", "0"], "--iterations: must be at least 1"),
+        ("ok", ["--resume", "run-nope"], "unknown run id 'run-nope'"),
+    ],
+)
+def test_bad_input_for_run(tmp_path, setup, args, message):
+    repo = tmp_path / "target"
+    if setup == "nogit":
+        repo.mkdir()
+        run_cli(["init", str(repo)])
+    elif setup == "noagent":
+        repo.mkdir()
+        git(repo, "init", "-q")
+    else:
+        make_target(repo)
+        if setup == "dirty":
+            (repo / "agent" / "agent.py").write_text((repo / "agent" / "agent.py").read_text() + "\n# local edit\n")
+    proc = run_cli(["run", str(repo), *RUN_ARGS[2:], *args], env=LOOP_ENV)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not list((repo / "runs").glob("run-*")) if (repo / "runs").exists() else True
+
+
+@pytest.mark.parametrize("command", [["history", "run-nope"], ["show", "run-nope", "1"], ["rollback", "run-nope", "--to", "base", "--reason", "x"]])
+def test_unknown_run_id(tmp_path, command):
+    proc = run_cli([*command, "--repo", str(tmp_path)])
+    assert proc.returncode == 2 and "unknown run id 'run-nope'" in proc.stderr
+
+
+def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
+    repo = make_target(tmp_path / "target")
+    proc = run_cli(["run", str(repo), "--dry-run", *RUN_ARGS], env=LOOP_ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "analysis on tau2's train split, gate on its test split" in proc.stderr
+    # baseline 8 + 240, then 4 x (1 smoke + 2 x 240 + 8)
+    assert "at most 2,204 simulations" in proc.stderr
+    assert not list((repo / "runs").glob("run-*"))
