@@ -61,7 +61,7 @@ def retrying(fn: Callable, attempts: int) -> Callable:
             for attempt in Retrying(
                 retry=retry_if_exception_type(transient),
                 stop=stop_after_attempt(max(1, attempts)),
-                wait=wait_exponential_jitter(initial=first_wait, max=30, jitter=first_wait),
+                wait=wait_exponential_jitter(multiplier=first_wait, max=30, jitter=first_wait),
                 reraise=True,
             ):
                 with attempt:

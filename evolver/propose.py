@@ -13,6 +13,8 @@ from evolver.patch import ParseError, PatchRejected, Proposal, apply_edits, pars
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
+KEEP_RECENT = 5  # learnings kept before the digest is cut
+MIN_DIGEST = 600  # characters of digest below which a proposal is not worth asking for
 
 
 @dataclass
@@ -52,18 +54,21 @@ def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str,
     def render(d: str, h: list[str]) -> str:
         return user_t.safe_substitute(agent_files=agent_files, digest=d, history="\n".join(h) or "None yet: this is the first attempt.")
 
-    text = render(digest, history)
-    while len(text) > budget and history:
+    shown = history
+    text = render(digest, shown)
+    while len(text) > budget and len(history) > KEEP_RECENT:  # oldest learnings go first
         history.pop(0)
-        text = render(digest, ["(older attempts omitted to fit the context)", *history])
-    if len(text) > budget:
-        room = len(digest) - (len(text) - budget)
-        if room < 600:
+        shown = ["(older attempts omitted to fit the context)", *history]
+        text = render(digest, shown)
+    if len(text) > budget:  # then the digest is cut, down to a useful minimum
+        cut_note = "\n... (digest cut to fit the context)"
+        room = len(digest) - (len(text) - budget) - len(cut_note)
+        if room < MIN_DIGEST:
             raise UsageError(
                 f"the meta prompt needs about {(len(system) + len(text)) // CHARS_PER_TOKEN + ANSWER_TOKENS} tokens but meta_context_tokens is {context_tokens}; "
                 "raise meta_context_tokens or use a meta model with a larger context"
             )
-        text = render(digest[:room] + "\n... (digest cut to fit the context)", history)
+        text = render(digest[:room] + cut_note, shown)
     return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 

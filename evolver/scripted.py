@@ -45,14 +45,13 @@ def register() -> None:
 
     if any(item.get("provider") == PROVIDER for item in litellm.custom_provider_map):
         return
-    script = load_script()
-    latency = float(os.environ.get("EVOLVER_SCRIPTED_LATENCY", "0") or 0)
 
     class ScriptedLLM(CustomLLM):
         def completion(self, model, messages, *args, optional_params=None, **kwargs):
             name = model.split("/", 1)[-1]
             tools = (optional_params or {}).get("tools") or kwargs.get("tools")
-            reply = script(name, messages, tools)
+            reply = load_script()(name, messages, tools)  # read per call: tests switch scripts
+            latency = float(os.environ.get("EVOLVER_SCRIPTED_LATENCY", "0") or 0)
             if latency:
                 time.sleep(latency)
             return _to_model_response(ModelResponse, model, messages, reply)

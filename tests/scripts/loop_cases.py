@@ -47,3 +47,14 @@ def script(name, messages, tools):
     if name == "meta":
         return meta(messages)
     return mock_script(name, messages, tools)
+
+
+def sloppy_meta(name, messages, tools):
+    """Answers in prose first; follows the format once told what was wrong."""
+    if "could not be used" in str(messages[-1].get("content")):
+        return Reply(PROPOSALS[3])
+    return Reply("I think the agent should keep titles exactly as given.")
+
+
+def prose_meta(name, messages, tools):
+    return Reply("No patch today.")
