@@ -16,6 +16,7 @@ from evolver.config import Config, gate_config
 from evolver.data import EvalRequest
 from evolver.errors import UsageError
 from evolver.lineage import Lineage, exclude_runs_dir, open_repo
+from evolver.llm import missing_api_key, prepare_environment
 from evolver.loop import Loop
 from evolver.runstate import Manifest, RunDir, RunState
 
@@ -76,6 +77,7 @@ def _versions() -> dict[str, str]:
 
 
 def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run: bool, console: Console) -> Loop | None:
+    prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
     if not (repo / "agent" / "agent.py").is_file():
@@ -94,6 +96,9 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
         base = cfg.role(role).api_base
         if base:
             check_api_base(base)
+    missing = missing_api_key(cfg.role("meta"))  # agent and user keys are checked by the worker
+    if missing:
+        raise UsageError(f"the meta model '{cfg.meta_model}' needs {missing} in the environment; set it, or choose another model with --meta-model")
     run = RunDir(repo, run_id)
     probe = EvalRequest(
         checkout=str(repo), out_dir=str(run.path / "evals" / "tasks"), domain=cfg.domain, plugins=cfg.plugins,
