@@ -1,14 +1,16 @@
-"""Evaluate a checkout on tau2 through a worker subprocess (the controller side).
+"""Evaluate a checkout on tau2 through worker subprocesses (the controller side).
 
-The controller never imports the candidate's code: it writes request.json,
-starts `python -m evolver.worker`, watches sims.jsonl for progress, enforces
-the wall-clock limit, and turns what the worker left on disk into an EvalResult.
+The controller never imports the candidate's code: it writes the request,
+has the zygote (evolver.zygote) fork workers, watches sims.jsonl for progress,
+enforces the wall-clock limit, and turns what the workers left on disk into an
+EvalResult.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -21,6 +23,11 @@ from typing import Callable, Optional
 from evolver.data import EvalRequest, EvalResult, SimRecord, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
 from evolver.metrics import summarize
+from evolver.worker import status_file
+
+# Workers per evaluation: tau2's simulations are partly CPU-bound under one GIL,
+# so two processes use both cores of a small machine.
+WORKER_PROCESSES = min(2, os.cpu_count() or 1)
 
 Progress = Callable[[int, int], None]  # (finished simulations, total simulations)
 
@@ -36,57 +43,139 @@ def check_api_base(url: str) -> None:
         raise UsageError(f"cannot reach the API base {url} ({reason}); start the server or fix --api-base") from None
 
 
-def _read_status(out: Path) -> dict:
+class Zygote:
+    """Controller side of evolver.zygote: one warm process per controller, started on first use."""
+
+    _instance: Optional["Zygote"] = None
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "evolver.zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        self.exits: dict[int, int] = {}
+        self.pids: list[int] = []
+        self._buffer = b""
+        self._expect("ready")
+
+    @classmethod
+    def get(cls) -> "Zygote":
+        if cls._instance is None or cls._instance.proc.poll() is not None:
+            cls._instance = cls()
+        return cls._instance
+
+    def _read(self, timeout: float) -> None:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return
+        chunk = os.read(self.proc.stdout.fileno(), 65536)
+        if not chunk:
+            raise RuntimeError("the worker zygote exited; see the worker logs")
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            msg = json.loads(line)
+            if "exit" in msg:
+                self.exits[msg["exit"]] = msg["code"]
+            elif "pid" in msg:
+                self.pids.append(msg["pid"])
+            elif msg.get("ready"):
+                self.pids.append(-1)
+
+    def _expect(self, what: str) -> int:
+        deadline = time.monotonic() + 300
+        while not self.pids:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"the worker zygote did not answer ({what})")
+            self._read(0.5)
+        return self.pids.pop(0)
+
+    def spawn(self, request: Path, log: Path, cwd: str) -> int:
+        line = json.dumps({"request": str(request), "log": str(log), "cwd": cwd, "env": dict(os.environ)}) + "\n"
+        self.proc.stdin.write(line.encode())
+        self.proc.stdin.flush()
+        return self._expect("spawn")
+
+    def exit_code(self, pid: int) -> Optional[int]:
+        self._read(0)
+        return self.exits.get(pid)
+
+
+def _read_status(path: Path) -> dict:
     try:
-        return json.loads((out / "status.json").read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop the worker and everything it started (it leads its own process group)."""
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+def _stop(zygote: Zygote, pid: int) -> None:
+    """Stop a worker and everything it started (it leads its own process group)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(pid, sig)
         except ProcessLookupError:
             return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if zygote.exit_code(pid) is not None:
+                return
+            time.sleep(0.05)
+
+
+def _merge(statuses: list[dict]) -> dict:
+    """One status for the shards of an evaluation: the worst state wins."""
+    states = [s.get("state") for s in statuses]
+    for state in ("usage_error", "candidate_error", "importing", None, "running", "listed", "done"):
+        if state in states:
+            first = statuses[states.index(state)]
+            break
+    tasks = [t for s in statuses for t in s.get("tasks") or []]
+    return {**first, "state": first.get("state"), "tasks": tasks}
+
+
+def _shards(req: EvalRequest) -> list[EvalRequest]:
+    """Split the grid over the cores: each worker runs every n-th task, in one tau2 call."""
+    n = 1 if req.list_only or req.task_ids and len(req.task_ids) < 2 else max(1, min(WORKER_PROCESSES, req.concurrency))
+    per = -(-req.concurrency // n)
+    return [req.model_copy(update={"shard": i, "shards": n, "concurrency": per}) for i in range(n)]
 
 
 def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[], None]] = None) -> tuple[dict, Optional[str], int]:
-    """Run one worker to the end or the time limit. Returns (status.json, why it was stopped, exit code)."""
+    """Run the workers of one evaluation to the end or the time limit.
+    Returns (merged status, why they were stopped, worst exit code)."""
     out = Path(req.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "request.json", req)
-    (out / "status.json").unlink(missing_ok=True)  # a resumed evaluation must not read the last worker's verdict
+    for old in out.glob("status-*.json"):  # a resumed evaluation must not read the last workers' verdict
+        old.unlink()
+    zygote = Zygote.get()
+    shards = _shards(req)
+    pids = []
+    for shard in shards:
+        path = out / f"request-{shard.shard}.json"
+        write_json_atomic(path, shard)
+        pids.append(zygote.spawn(path, out / "worker.log", req.checkout))
     started = time.monotonic()
     note = None
-    with open(out / "worker.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "evolver.worker", str(out / "request.json")],
-            cwd=req.checkout, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            while proc.poll() is None:
-                if time.monotonic() - started > timeout:
-                    note = f"the worker was stopped at the wall-clock limit of {timeout:g} s"
-                    _stop(proc)
-                    break
-                if on_tick:
-                    on_tick()
-                time.sleep(0.2)
-        except BaseException:  # Ctrl-C or the controller dying: leave no worker behind
-            _stop(proc)
-            raise
-    status = _read_status(out)
+    try:
+        while any(zygote.exit_code(pid) is None for pid in pids):
+            if time.monotonic() - started > timeout:
+                note = f"the worker was stopped at the wall-clock limit of {timeout:g} s"
+                for pid in pids:
+                    _stop(zygote, pid)
+                break
+            if on_tick:
+                on_tick()
+            time.sleep(0.2)
+    except BaseException:  # Ctrl-C or the controller failing: leave no worker behind
+        for pid in pids:
+            _stop(zygote, pid)
+        raise
+    status = _merge([_read_status(status_file(out, s.shard)) for s in shards])
     if status.get("state") == "usage_error":
         raise UsageError(status["message"])
-    return status, note, proc.returncode
+    codes = [zygote.exit_code(pid) for pid in pids]
+    return status, note, max((c for c in codes if c is not None), default=-1)
 
 
 def list_tasks(req: EvalRequest, timeout: float = 600) -> tuple[list[str], dict[str, list[str]]]:
@@ -110,7 +199,8 @@ def evaluate(
 
     def tick() -> None:
         if on_progress:
-            on_progress(_count_lines(out / "sims.jsonl"), len(_read_status(out).get("tasks") or []) * req.trials)
+            tasks = sum(len(_read_status(p).get("tasks") or []) for p in out.glob("status-*.json"))
+            on_progress(_count_lines(out / "sims.jsonl"), tasks * req.trials)
 
     status, note, code = _run_worker(req, timeout, tick)
     state = status.get("state")

@@ -45,8 +45,11 @@ class EvalRequest(BaseModel):
     llm_retries: int = 4
     # Modules imported before tasks are resolved, e.g. to register a domain with tau2's registry.
     plugins: list[str] = Field(default_factory=list)
-    # Only resolve the tasks and report them (and the domain's splits) in status.json.
+    # Only resolve the tasks and report them (and the domain's splits) in the status file.
     list_only: bool = False
+    # This worker runs tasks[shard::shards]; several workers use both cores.
+    shard: int = 0
+    shards: int = 1
     agent: RoleModel
     user: RoleModel
     judge: RoleModel

@@ -7,7 +7,8 @@ controller. The whole task x trial grid runs through tau2's own `run_tasks`
 in one call; each simulation is written to sims.jsonl the moment it ends, so
 a worker that dies loses only the simulations still running.
 
-Exit codes: 0 done; 2 bad input (status.json says what); 3 candidate failed to import.
+Exit codes: 0 done; 2 bad input (the status file says what); 3 candidate failed to import;
+4 the controller died.
 """
 
 from __future__ import annotations
@@ -38,8 +39,21 @@ class Stop(Exception):
         self.state, self.message, self.code = state, message, code
 
 
-def _status(out: Path, state: str, **extra) -> None:
-    write_json_atomic(out / "status.json", {"state": state, **extra})
+def status_file(out: Path, shard: int) -> Path:
+    return out / f"status-{shard}.json"
+
+
+def _status(req: EvalRequest, state: str, **extra) -> None:
+    write_json_atomic(status_file(Path(req.out_dir), req.shard), {"state": state, **extra})
+
+
+def preload() -> None:
+    """Import what every worker needs (the zygote does this once, before forking)."""
+    prepare_environment()
+    import litellm  # noqa: F401
+    import loguru  # noqa: F401
+    import tau2.evaluator.evaluator_nl_assertions  # noqa: F401
+    import tau2.run  # noqa: F401
 
 
 def available_splits(domain: str) -> dict[str, list[str]]:
@@ -79,7 +93,7 @@ def resolve_tasks(req: EvalRequest) -> list:
         tasks = tasks[: req.num_tasks]
     if not tasks:
         raise Stop("usage_error", "no tasks selected; check --split, --task-ids and --num-tasks", EXIT_USAGE)
-    return tasks
+    return tasks[req.shard :: req.shards]
 
 
 def import_candidate(checkout: Path):
@@ -190,16 +204,18 @@ class Recorder:
             name = f"{record.task_id}__trial{record.trial}.json"
             write_json_atomic(self.out / "trajectories" / name, sim)
             record.trajectory_file = f"trajectories/{name}"
-        line = record.model_dump_json() + "\n"
-        with self.lock, open(self.out / "sims.jsonl", "a") as fh:
-            fh.write(line)
-            fh.flush()
+        # One write() of the whole line: workers of other shards append to the same file.
+        line = (record.model_dump_json() + "\n").encode()
+        fd = os.open(self.out / "sims.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
 
 def run(req: EvalRequest) -> None:
-    out = Path(req.out_dir)
-    prepare_environment()
-    import litellm  # noqa: F401  (after prepare_environment)
+    preload()
+    import litellm
     import tau2.evaluator.evaluator_nl_assertions as nl
     import tau2.run
     import tau2.utils.llm_utils as llm_utils
@@ -223,16 +239,16 @@ def run(req: EvalRequest) -> None:
             raise Stop("usage_error", f"cannot import plugin '{plugin}' ({exc}); fix the plugins setting", EXIT_USAGE) from None
     tasks = resolve_tasks(req)
     if req.list_only:
-        _status(out, "listed", tasks=[t.id for t in tasks], splits=available_splits(req.domain))
+        _status(req, "listed", tasks=[t.id for t in tasks], splits=available_splits(req.domain))
         return
     for role_name, role in (("agent", req.agent), ("user", req.user)):
         missing = missing_api_key(role)
         if missing:
             raise Stop("usage_error", f"the {role_name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{role_name}-model (any OpenAI-compatible server works with --api-base)", EXIT_USAGE)
-    _status(out, "importing", tasks=[t.id for t in tasks])
+    _status(req, "importing", tasks=[t.id for t in tasks])
     agent_cls = import_candidate(Path(req.checkout))
     registry.register_agent(agent_cls, AGENT_NAME)
-    _status(out, "running", tasks=[t.id for t in tasks])
+    _status(req, "running", tasks=[t.id for t in tasks])
 
     tau2.run.run_task = Recorder(req, tau2.run.run_task)
     tau2.run.run_tasks(
@@ -243,7 +259,7 @@ def run(req: EvalRequest) -> None:
         save_to=None, console_display=False, max_concurrency=req.concurrency,
         seed=req.seed, log_level="ERROR",
     )
-    _status(out, "done", tasks=[t.id for t in tasks])
+    _status(req, "done", tasks=[t.id for t in tasks])
 
 
 def _exit_with_parent() -> None:
@@ -267,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(req)
     except Stop as stop:
-        status_path = Path(req.out_dir) / "status.json"
-        tasks = json.loads(status_path.read_text()).get("tasks", []) if status_path.exists() else []
-        _status(Path(req.out_dir), stop.state, message=stop.message, tasks=tasks)
+        path = status_file(Path(req.out_dir), req.shard)
+        tasks = json.loads(path.read_text()).get("tasks", []) if path.exists() else []
+        _status(req, stop.state, message=stop.message, tasks=tasks)
         return stop.code
     return 0
 

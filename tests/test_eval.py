@@ -63,6 +63,16 @@ def _write_agent(repo: Path, code: str) -> None:
     (repo / "agent" / "agent.py").write_text(code)
 
 
+TURN = "    ) -> tuple[AssistantMessage, HarnessState]:\n"
+
+
+def _inject_into_turn(repo: Path, code: str) -> None:
+    """Put `code` at the start of HarnessAgent.generate_next_message."""
+    template = (repo / "agent" / "agent.py").read_text()
+    assert template.count(TURN) == 1
+    _write_agent(repo, template.replace(TURN, TURN + "".join(f"        {line}\n" for line in code.splitlines())))
+
+
 def test_candidate_that_raises_at_import_gives_a_clear_error(repo):
     _write_agent(repo, "raise RuntimeError('broken candidate')\n")
     proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1"])
@@ -73,13 +83,7 @@ def test_candidate_that_raises_at_import_gives_a_clear_error(repo):
 
 
 def test_exception_inside_the_agent_fails_that_simulation_only(repo):
-    template = (repo / "agent" / "agent.py").read_text()
-    broken = template.replace(
-        "        reply = generate(",
-        "        if 'delete' in str(message.content).lower():\n            raise ValueError('candidate bug')\n        reply = generate(",
-    )
-    assert broken != template
-    _write_agent(repo, broken)
+    _inject_into_turn(repo, "if 'delete' in str(message.content).lower():\n    raise ValueError('candidate bug')")
     summary = eval_json(repo, "--task-ids", "create_task_1,impossible_task_1")
     sims = {s["task_id"]: s for s in _result(summary)["simulations"]}
     assert sims["impossible_task_1"]["outcome"] == "failed" and sims["impossible_task_1"]["reward"] == 0.0
@@ -89,8 +93,7 @@ def test_exception_inside_the_agent_fails_that_simulation_only(repo):
 
 
 def test_hanging_candidate_is_stopped_and_the_controller_survives(repo):
-    template = (repo / "agent" / "agent.py").read_text()
-    _write_agent(repo, template.replace("        reply = generate(", "        import time\n        time.sleep(3600)\n        reply = generate("))
+    _inject_into_turn(repo, "import time\ntime.sleep(3600)")
     proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1", "--worker-timeout", "25"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
