@@ -248,7 +248,8 @@ def run(req: EvalRequest) -> None:
     _status(req, "importing", tasks=[t.id for t in tasks])
     agent_cls = import_candidate(Path(req.checkout))
     registry.register_agent(agent_cls, AGENT_NAME)
-    _status(req, "running", tasks=[t.id for t in tasks])
+    running_at = time.time()
+    _status(req, "running", tasks=[t.id for t in tasks], running_at=running_at)
 
     tau2.run.run_task = Recorder(req, tau2.run.run_task)
     tau2.run.run_tasks(
@@ -259,7 +260,8 @@ def run(req: EvalRequest) -> None:
         save_to=None, console_display=False, max_concurrency=req.concurrency,
         seed=req.seed, log_level="ERROR",
     )
-    _status(req, "done", tasks=[t.id for t in tasks])
+    # The simulation window, so benchmarks can tell simulation time from overhead.
+    _status(req, "done", tasks=[t.id for t in tasks], running_at=running_at, done_at=time.time())
 
 
 def _exit_with_parent() -> None:
