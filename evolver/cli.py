@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate the agent in a checkout on tau2", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", nargs="?", default=".", help="repository holding agent/agent.py (default: current)")
+    p.add_argument("--ref", help="evaluate this git commit or branch (e.g. evolver/RUN/best) instead of the working tree")
     _add_eval_flags(p)
     _add_model_flags(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (progress goes to stderr)")
@@ -162,25 +163,42 @@ def _check_repo(path: Path) -> Path:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.bench import check_api_base, evaluate
+    from evolver.lineage import Lineage, exclude_runs_dir
     from evolver.report import eval_table, progress_bar
 
-    repo = _check_repo(Path(args.path))
+    repo = Path(args.path).resolve()
+    if not args.ref:
+        _check_repo(repo)
     cfg = load_config(repo, _overrides(args))
-    if cfg.domain not in DOMAINS:
+    if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
     for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
         check_api_base(base)
     task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()] if args.task_ids else None
     run_id = new_run_id("eval")
     out = repo / "runs" / run_id
-    req = build_request(cfg, repo, out, task_ids, args.num_tasks)
+    checkout, lineage = repo, None
+    if args.ref:  # a commit is evaluated in its own worktree; the working tree is not touched
+        lineage = Lineage(repo, run_id)
+        commit = lineage.commit_of(args.ref)
+        if commit is None:
+            raise UsageError(f"unknown git ref '{args.ref}' in {repo}; see `git branch --list 'evolver/*'`")
+        checkout = lineage.open_worktree(out / "checkout", commit)
+        exclude_runs_dir(repo)
+    req = build_request(cfg, checkout, out, task_ids, args.num_tasks)
     console = Console(stderr=True)
     try:
+        if args.ref and not (checkout / "agent" / "agent.py").is_file():
+            raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
         with progress_bar(console, "simulations") as update:
             result = evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
+        if lineage:
+            lineage.remove_worktree(checkout)
         _discard(out)
         raise
+    if lineage:
+        lineage.remove_worktree(checkout)
     write_json_atomic(out / "result.json", result)
     if args.json:
         print(json.dumps({"run_id": run_id, "result_file": str(out / "result.json"), **result.summary.model_dump()}, indent=2))
@@ -255,6 +273,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         lock.close()
     out_console().print(history_table(run.run_id, history_rows(run)))
     state = run.state()
+    alpha = run.manifest().gate["alpha"]
+    out_console().print(f"{state.decisions} gate decision(s) at a false-accept rate of {alpha:g} each: "
+                        f"expected false keeps {state.decisions * alpha:.2f}")
     out_console().print(f"best: evolver/{run.run_id}/best ({'base' if state.incumbent == 0 else f'iteration {state.incumbent}'}); "
                     f"adopt it with `git merge evolver/{run.run_id}/best`")
     return 0

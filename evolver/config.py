@@ -60,6 +60,7 @@ class Config:
     budget_usd: float = 0.0  # 0: no limit; counts every role
     budget_tokens: int = 0
     max_hours: float = 0.0
+    reference_max_hours: float = 24.0  # re-measure the incumbent's gate results when older (0: never)
     digest_chars: int = 8000
     meta_context_tokens: int = 32000
     # The gate (see docs/gate.md).

@@ -56,6 +56,7 @@ class Loop:
             self.measure_baseline()
             while True:
                 self.check_stop()
+                self.refresh_stale_reference()
                 self.iterate(self.state.next_iteration)
             # not reached: check_stop raises
         except StopRun as stop:
@@ -98,6 +99,31 @@ class Loop:
         )
         if self.gate.min_effect < floor:
             self.console.print(f"[yellow]warning:[/yellow] the minimum effect ({self.gate.min_effect * 100:.1f} points) is below the noise floor; smaller gains will usually be rejected")
+        self.print_estimate(analysis)
+
+    def print_estimate(self, analysis: EvalResult) -> None:
+        """What the rest of the run can cost at most, priced by the baseline's own simulations."""
+        sims = analysis.summary.num_simulations + len(self.manifest.gate_tasks) * self.gate.stages[-1]
+        cost = sum(u.cost for u in self.state.usage.values())
+        remaining = max_simulations(
+            self.cfg, len(self.manifest.analysis_tasks), len(self.manifest.gate_tasks), len(self.manifest.holdout_tasks),
+            iterations=self.state.iterations_target - self.state.next_iteration + 1, baseline=False,
+        )
+        self.console.print(
+            f"estimate from the baseline: ${cost / max(1, sims):.4f} per simulation; the remaining run takes at most "
+            f"{remaining:,} simulations, about ${remaining * cost / max(1, sims):.2f} and {remaining * analysis.summary.duration / max(1, analysis.summary.num_simulations) / 3600:.1f} h"
+        )
+
+    def refresh_stale_reference(self) -> None:
+        """A reference older than reference_max_hours is measured again, with fresh seeds,
+        before the next candidate is compared with it (never in the middle of a comparison)."""
+        if self.run.iteration(self.state.next_iteration) is not None or not self.cfg.reference_max_hours:
+            return
+        files = list(self.run.eval_dir(f"reference-g{self.state.generation}").glob("result-*.json"))
+        if files and time.time() - max(f.stat().st_mtime for f in files) > self.cfg.reference_max_hours * 3600:
+            self.state.generation += 1
+            self.run.log("reference_stale", generation=self.state.generation)
+            self.save_state()
 
     def propose(self, record: IterationRecord) -> None:
         parent_tree = self.checkout("parent", record.parent_commit)
@@ -316,6 +342,15 @@ class Loop:
     def save_state(self) -> None:
         snapshot = self.state.model_copy(update={"elapsed": self.elapsed()})
         self.run.save_state(snapshot)
+
+
+def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True) -> int:
+    """The most simulations a run can take: per iteration a smoke test, the candidate's full gate,
+    a fresh reference and analysis for a new incumbent; plus the baseline and the holdout."""
+    full = int(cfg.gate_stages[-1])
+    per_iteration = 1 + 2 * n_gate * full + n_analysis * cfg.analysis_trials
+    start = n_analysis * cfg.analysis_trials + n_gate * full if baseline else 0
+    return start + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials
 
 
 def _best(iteration: int, commit: str, reason: str):

@@ -17,7 +17,7 @@ from evolver.data import EvalRequest
 from evolver.errors import UsageError
 from evolver.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.llm import missing_api_key, prepare_environment
-from evolver.loop import Loop
+from evolver.loop import Loop, max_simulations
 from evolver.runstate import Manifest, RunDir, RunState
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
@@ -60,9 +60,7 @@ def choose_splits(cfg: Config, all_tasks: list[str], splits: dict[str, list[str]
 
 def estimate(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int) -> tuple[int, float]:
     """The most simulations the run can take, and the time that is at ASSUMED_SIM_SECONDS each."""
-    full = int(cfg.gate_stages[-1])
-    per_iteration = 1 + 2 * n_gate * full + n_analysis * cfg.analysis_trials  # smoke, candidate, new reference, new analysis
-    sims = n_analysis * cfg.analysis_trials + n_gate * full + cfg.iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials
+    sims = max_simulations(cfg, n_analysis, n_gate, n_holdout, iterations=cfg.iterations)
     return sims, sims * ASSUMED_SIM_SECONDS / max(1, cfg.concurrency)
 
 

@@ -207,3 +207,16 @@ def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     # baseline 8 + 240, then 4 x (1 smoke + 2 x 240 + 8)
     assert "at most 2,204 simulations" in proc.stderr
     assert not list((repo / "runs").glob("run-*"))
+
+
+def test_eval_ref_evaluates_a_candidate_without_touching_the_tree(finished_run):
+    repo, run_id, _, _ = finished_run
+    args = ["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "gen_09,gen_11,gen_12,gen_13"]
+    kept = run_cli([*args, "--ref", f"evolver/{run_id}/iter-004"], env=LOOP_ENV)
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["avg_reward"] == 1.0
+    base = run_cli(args, env=LOOP_ENV)
+    assert json.loads(base.stdout)["avg_reward"] == 0.25  # the baseline garbles the odd-numbered titles
+    assert git(repo, "status", "--porcelain") == "" and git(repo, "worktree", "list").count("\n") == 1
+    bad = run_cli([*args, "--ref", "no-such-branch"], env=LOOP_ENV)
+    assert bad.returncode == 2 and "unknown git ref 'no-such-branch'" in bad.stderr
