@@ -220,3 +220,28 @@ def test_eval_ref_evaluates_a_candidate_without_touching_the_tree(finished_run):
     assert git(repo, "status", "--porcelain") == "" and git(repo, "worktree", "list").count("\n") == 1
     bad = run_cli([*args, "--ref", "no-such-branch"], env=LOOP_ENV)
     assert bad.returncode == 2 and "unknown git ref 'no-such-branch'" in bad.stderr
+
+
+def test_ctrl_c_stops_cleanly_and_leaves_a_resumable_run(tmp_path):
+    repo = make_target(tmp_path / "target")
+    controller = subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *RUN_ARGS],
+                                  env={**os.environ, **LOOP_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    sims = None
+    while time.monotonic() < deadline and sims is None:
+        found = list((repo / "runs").glob("run-*/evals/reference-g0/sims.jsonl"))
+        sims = found[0] if found and found[0].read_text().count("\n") >= 20 else None
+        time.sleep(0.1)
+    assert sims is not None
+    controller.send_signal(signal.SIGINT)
+    _, err = controller.communicate(timeout=60)
+    assert controller.returncode == 130, err
+    run_id = run_id_of(repo)
+    assert f"resume with `evolver run --resume {run_id}`" in err
+    state = json.loads((repo / "runs" / run_id / "state.json").read_text())
+    assert state["status"] == "interrupted"
+    count = sims.read_text().count("\n")
+    time.sleep(2)
+    assert sims.read_text().count("\n") == count  # the workers were stopped with it
+    status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
+    assert status["status"] == "interrupted" and status["iterations_done"] == 0
