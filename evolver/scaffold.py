@@ -33,14 +33,24 @@ max_steps = 30
 
 
 def _template_files() -> dict[str, str]:
+    """The baseline agent, its layer switches and skills: once pristine under
+    agent/templates/, once as the working copy under agent/ that evolution edits."""
     base = resources.files("evolver.baseline")
     agent = (base / "tau_bench.py").read_text()
-    return {
+    harness = (base / "harness.toml").read_text()
+    skills = {f"skills/{p.name}": p.read_text() for p in sorted(base.joinpath("skills").iterdir(), key=lambda p: p.name) if p.name.endswith(".md")}
+    files = {
         "agent/templates/tau_bench.py": agent,
         "agent/templates/__init__.py": (base / "__init__.py").read_text(),
+        "agent/templates/harness.toml": harness,
         "agent/agent.py": agent,
+        "agent/harness.toml": harness,
         "evolver.toml": CONFIG_TEMPLATE,
     }
+    for rel, text in skills.items():
+        files[f"agent/templates/{rel}"] = text
+        files[f"agent/{rel}"] = text
+    return files
 
 
 def init_repo(target: Path, force: bool = False) -> list[str]:

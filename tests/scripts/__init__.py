@@ -1,0 +1,1 @@
+"""Scripted LLM behaviours used by tests and benchmarks (EVOLVER_SCRIPT=tests.scripts.<module>:<function>)."""
