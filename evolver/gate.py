@@ -1,0 +1,328 @@
+"""Statistical acceptance gate: keep a candidate harness only on real evidence.
+
+Pure and stdlib-only, so it imports without tau2. Rewards are per task, per
+trial, floats in [0, 1]; ``None`` marks an infrastructure error (a missing
+result, never a failure).
+
+API::
+
+    RewardTable = Mapping[str, Sequence[float | None]]   # task id -> rewards per trial
+
+    GateConfig(alpha=0.05, min_effect=0.0, stages=(1, 2, 3, 6),
+               futility=(-0.25, 0.5, 0.5), suite_threshold=0.9,
+               suite_min_trials=2, regression_drop=0.5, max_regressions=0,
+               permutations=5000)
+
+    decide(incumbent, candidate, config, *, stage) -> Verdict
+        One look: candidate results so far (``config.stages[stage]`` trials per
+        task) against the incumbent's reference results. A non-final look
+        returns "reject" or "continue"; only the final look may "accept".
+    evaluate(incumbent, run_candidate, config) -> list[Verdict]
+        The staged loop: ``run_candidate(n)`` must return the candidate's table
+        with ``n`` trials per task (cumulative, so earlier trials are reused);
+        stops at the first "reject"/"accept"; the last verdict is the decision.
+    noise_floor(incumbent, config, *, power=0.8) -> float
+        Smallest mean effect (reward units) the final test detects with
+        ``power``, from the per-task noise in the incumbent's results.
+
+The controller loop by hand, to persist each look::
+
+    for stage, trials in enumerate(config.stages):
+        verdict = decide(incumbent, run(trials), config, stage=stage)
+        save(dataclasses.asdict(verdict))      # JSON-serialisable
+        if verdict.decision != "continue":
+            break
+
+Statistics (docs/gate.md explains them in plain words):
+
+* Paired by task. A task takes part when both sides have at least one valid
+  trial; its delta is candidate mean minus incumbent mean over valid trials.
+  ``effect`` is the mean delta over tasks.
+* Acceptance test (final look only): an exact permutation test. Under "no
+  effect" the candidate's and incumbent's trials of a task are exchangeable,
+  so the p-value is the probability that relabelling trials within each task
+  gives a total delta at least as large as observed. It is exact for any trial
+  counts (the incumbent may have more trials than the candidate) and computed
+  exactly for 0/1 rewards; with fractional rewards it is a Monte-Carlo
+  estimate whose seed is derived from the data, so verdicts are reproducible.
+* Accept only if p <= alpha, effect > 0 and effect >= min_effect. min_effect is
+  a floor on the estimate, not the null hypothesis: the false-accept rate for
+  a no-effect candidate stays <= alpha, and a candidate whose true gain equals
+  min_effect passes about half the time once the gate has the power for it.
+  Testing against min_effect instead would need far more trials for the same
+  power and permutation tests have no exact form for a shifted null.
+* Futility at non-final looks: reject when effect / stderr < futility[stage].
+  Stopping early can only remove chances to accept, so the final test keeps
+  its full alpha (measured in benchmarks/gate_power.py and the tests).
+* Regression suite: tasks the incumbent passes at rate >= suite_threshold over
+  >= suite_min_trials valid trials. Such a task is broken when the candidate's
+  pass rate on it, over >= suite_min_trials valid trials, is more than
+  regression_drop below the incumbent's (default 0.75: 6/6 -> 1/6 or 0/6).
+  More than max_regressions broken tasks reject the candidate. Judged at the
+  final look only: a few trials cannot tell a broken task from bad luck, and
+  selecting tasks on a perfect incumbent record already flatters them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass
+from statistics import NormalDist, fmean, variance
+from typing import Callable, Literal, Mapping, Sequence
+
+RewardTable = Mapping[str, Sequence["float | None"]]
+Decision = Literal["accept", "reject", "continue"]
+
+# Per-task weights 1/k + 1/m are exact integers on a grid of lcm(trial counts)
+# when that is at most 120 (any mix of 1-6 and 8 trials). Otherwise they are
+# rounded to this grid: the test stays exact, since the weights do not depend
+# on outcomes, and the statistic moves by under 1%; a finer grid costs seconds.
+_MAX_GRID = 120
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Gate parameters. Defaults are tuned by benchmarks/gate_power.py for a
+    40-task gate with tau2-like noise and an incumbent with 6 reference trials
+    per task: false-accept <= 0.05, +10 points accepted >= 80%, and about half
+    the simulations of a fixed-size test with the same error rates."""
+
+    alpha: float = 0.05  # false-accept probability for a no-effect candidate
+    min_effect: float = 0.0  # smallest mean gain worth keeping (0.05 = 5 points)
+    stages: tuple[int, ...] = (1, 2, 3, 6)  # cumulative candidate trials per task
+    futility: tuple[float, ...] = (-0.25, 0.5, 0.5)  # z boundary per non-final look
+    suite_threshold: float = 0.9  # incumbent pass rate that counts as reliable
+    suite_min_trials: int = 2  # valid trials needed on each side to judge a task
+    regression_drop: float = 0.75  # rate drop (strictly more) that breaks a task
+    max_regressions: int = 0  # broken suite tasks tolerated
+    permutations: int = 5000  # Monte-Carlo relabellings, fractional rewards only
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise ValueError("alpha must be in (0, 1)")
+        if not self.stages or any(b <= a for a, b in zip(self.stages, self.stages[1:])):
+            raise ValueError("stages must be a non-empty increasing tuple")
+        if self.stages[0] < 1:
+            raise ValueError("stages count trials per task, starting at 1 or more")
+        if len(self.futility) != len(self.stages) - 1:
+            raise ValueError("futility needs one boundary per non-final stage")
+
+
+@dataclass(frozen=True)
+class Regression:
+    task: str
+    incumbent_rate: float
+    candidate_rate: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    reason: str  # one readable sentence
+    effect: float  # mean per-task delta (candidate - incumbent), reward units
+    stderr: float | None  # of effect; None with fewer than 2 paired tasks
+    ci_low: float | None  # one-sided (1 - alpha) lower bound, t approximation
+    p_value: float | None  # exact permutation test; final look only
+    n_tasks: int  # paired tasks compared
+    n_dropped: int  # candidate tasks without a valid trial on both sides
+    n_candidate_sims: int  # candidate trials run so far, errors included
+    stage: int
+    final: bool
+    suite_size: int  # reliably passed incumbent tasks checked (final look only)
+    regressions: tuple[Regression, ...]
+
+
+def decide(
+    incumbent: RewardTable, candidate: RewardTable, config: GateConfig, *, stage: int
+) -> Verdict:
+    """Judge the candidate's results so far; see the module docstring."""
+    if not 0 <= stage < len(config.stages):
+        raise ValueError(f"stage {stage} outside config.stages")
+    final = stage == len(config.stages) - 1
+    pairs = _paired(incumbent, candidate)
+    deltas = [fmean(c) - fmean(i) for c, i in pairs.values()]
+    n = len(deltas)
+    effect = fmean(deltas) if deltas else 0.0
+    stderr = math.sqrt(sum((d - effect) ** 2 for d in deltas) / (n - 1) / n) if n >= 2 else None
+    ci_low = None if stderr is None else effect - _t_quantile(1 - config.alpha, n - 1) * stderr
+    suite, broken = _regressions(incumbent, candidate, config) if final else (0, [])
+    p_value = _p_value(pairs, config.permutations) if final and n >= 2 else None
+
+    def verdict(decision: Decision, reason: str) -> Verdict:
+        return Verdict(
+            decision=decision, reason=reason, effect=effect, stderr=stderr,
+            ci_low=ci_low, p_value=p_value, n_tasks=n,
+            n_dropped=len(candidate) - n,
+            n_candidate_sims=sum(len(trials) for trials in candidate.values()),
+            stage=stage, final=final, suite_size=suite, regressions=tuple(broken),
+        )
+
+    summary = f"{_points(effect)} over {n} tasks"
+    if len(broken) > config.max_regressions:
+        names = ", ".join(r.task for r in broken)
+        return verdict("reject", f"Rejected: broke {len(broken)} of {suite} reliably passed tasks ({names}).")
+    if not final:
+        z = _z(effect, stderr)
+        if z is not None and z < config.futility[stage]:
+            return verdict("reject", f"Rejected early: {summary} (z={z:.2f}) cannot plausibly pass.")
+        return verdict("continue", f"Continue: {summary} after {config.stages[stage]} trial(s) per task.")
+    if p_value is None:
+        return verdict("reject", f"Rejected: only {n} paired task(s), too few to compare.")
+    if effect <= 0:
+        return verdict("reject", f"Rejected: no improvement ({summary}).")
+    if p_value > config.alpha:
+        return verdict("reject", f"Rejected: {summary} is within noise ({_p(p_value)} > {config.alpha}).")
+    if effect < config.min_effect:
+        return verdict("reject", f"Rejected: {summary} is below the minimum effect {_points(config.min_effect)}.")
+    return verdict("accept", f"Accepted: {summary}, {_p(p_value)}, lower bound {_points(ci_low)}.")
+
+
+def evaluate(
+    incumbent: RewardTable, run_candidate: Callable[[int], RewardTable], config: GateConfig
+) -> list[Verdict]:
+    """Run the staged procedure; the last verdict is "accept" or "reject"."""
+    verdicts = []
+    for stage, trials in enumerate(config.stages):
+        verdicts.append(decide(incumbent, run_candidate(trials), config, stage=stage))
+        if verdicts[-1].decision != "continue":
+            break
+    return verdicts
+
+
+def noise_floor(incumbent: RewardTable, config: GateConfig, *, power: float = 0.8) -> float:
+    """Smallest mean effect the final test detects with probability ``power``.
+
+    Normal approximation for the candidate's final trial count against the
+    incumbent's valid trials, with per-task variances estimated from the
+    incumbent (unbiased with >= 2 trials; a task with one trial gets the
+    worst case p(1-p) at the overall mean rate). It ignores futility stops, so
+    it is slightly optimistic; the benchmark prints how close it is.
+    """
+    tasks = [[r for r in rewards if r is not None] for rewards in incumbent.values()]
+    tasks = [valid for valid in tasks if valid]
+    if not tasks:
+        raise ValueError("the incumbent has no valid results")
+    overall = fmean(r for valid in tasks for r in valid)
+    k = config.stages[-1]
+    total = sum(
+        (variance(valid) if len(valid) >= 2 else overall * (1 - overall)) * (1 / k + 1 / len(valid))
+        for valid in tasks
+    )
+    z = NormalDist().inv_cdf(1 - config.alpha) + NormalDist().inv_cdf(power)
+    return z * math.sqrt(total) / len(tasks)
+
+
+def _paired(incumbent: RewardTable, candidate: RewardTable) -> dict[str, tuple[list[float], list[float]]]:
+    """Valid (candidate, incumbent) trials of each task present on both sides, sorted by task."""
+    pairs = {}
+    for task in sorted(candidate.keys() & incumbent.keys()):
+        cand = [float(r) for r in candidate[task] if r is not None]
+        inc = [float(r) for r in incumbent[task] if r is not None]
+        if cand and inc:
+            pairs[task] = (cand, inc)
+    return pairs
+
+
+def _regressions(
+    incumbent: RewardTable, candidate: RewardTable, config: GateConfig
+) -> tuple[int, list[Regression]]:
+    """Size of the regression suite and its tasks the candidate broke."""
+    suite, broken = 0, []
+    for task in sorted(candidate.keys() & incumbent.keys()):
+        inc = [r for r in incumbent[task] if r is not None]
+        if len(inc) < config.suite_min_trials or fmean(inc) < config.suite_threshold:
+            continue
+        suite += 1
+        cand = [r for r in candidate[task] if r is not None]
+        if len(cand) >= config.suite_min_trials and fmean(cand) < fmean(inc) - config.regression_drop:
+            broken.append(Regression(task, fmean(inc), fmean(cand)))
+    return suite, broken
+
+
+def _p_value(pairs: dict[str, tuple[list[float], list[float]]], permutations: int) -> float:
+    binary = all(r in (0.0, 1.0) for c, i in pairs.values() for r in (*c, *i))
+    if binary:
+        return _exact_p_value(list(pairs.values()))
+    return _monte_carlo_p_value(pairs, permutations)
+
+
+def _exact_p_value(pairs: list[tuple[list[float], list[float]]]) -> float:
+    """P(relabelled total delta >= observed), exact, for 0/1 rewards.
+
+    Per task with k candidate and m incumbent trials and s successes in all,
+    delta = X (1/k + 1/m) - s/m where X, the candidate's successes, is
+    hypergeometric under relabelling. So the total delta is sum(w X) plus a
+    constant, with integer weights w proportional to 1/k + 1/m. Its exact
+    distribution is the product of one counting polynomial per task; Python's
+    big integers multiply those fast when each coefficient is packed into a
+    B-bit digit (Kronecker substitution).
+    """
+    counts = [n for c, i in pairs for n in (len(c), len(i))]
+    grid = math.lcm(*counts)
+    grid = grid if grid <= _MAX_GRID else _MAX_GRID
+    tasks = []  # (weight, pooled trials, pooled successes, candidate trials, observed X)
+    for cand, inc in pairs:
+        k, n, s = len(cand), len(cand) + len(inc), int(sum(cand) + sum(inc))
+        if 0 < s < n:  # a task with all-equal trials cannot change under relabelling
+            tasks.append((round(grid * (1 / k + 1 / len(inc))), n, s, k, int(sum(cand))))
+    if not tasks:
+        return 1.0
+    unit = math.gcd(*(w for w, *_ in tasks))
+    total = math.prod(math.comb(n, k) for _, n, _, k, _ in tasks)
+    bits = total.bit_length() + 1  # every coefficient and every tail sum fits
+    product = 1
+    for (w, n, s, k), repeat in Counter(t[:4] for t in tasks).items():
+        step = bits * (w // unit)
+        poly = sum(
+            math.comb(s, x) * math.comb(n - s, k - x) << (step * x)
+            for x in range(max(0, k - (n - s)), min(k, s) + 1)
+        )
+        product *= poly**repeat
+    observed = sum(w // unit * x for w, _, _, _, x in tasks)
+    # Digits of base 2**bits sum to the number modulo 2**bits - 1, as digits of
+    # base 10 do modulo 9; no carries since the sum is below the modulus.
+    tail = (product >> (bits * observed)) % ((1 << bits) - 1)
+    return tail / total
+
+
+def _monte_carlo_p_value(pairs: dict[str, tuple[list[float], list[float]]], permutations: int) -> float:
+    """Relabelling p-value by sampling, for fractional rewards; seeded by the data."""
+    rng = random.Random(repr(sorted(pairs.items())))
+    pools = [(c + i, len(c)) for c, i in pairs.values()]
+
+    def total_delta(pooled: list[float], k: int) -> float:
+        return sum(pooled[:k]) / k - sum(pooled[k:]) / (len(pooled) - k)
+
+    observed = sum(total_delta(pooled, k) for pooled, k in pools)
+    hits = 0
+    for _ in range(permutations):
+        total = 0.0
+        for pooled, k in pools:
+            shuffled = rng.sample(pooled, len(pooled))
+            total += total_delta(shuffled, k)
+        hits += total >= observed - 1e-12  # float sums of the same values may differ in the last bit
+    return (hits + 1) / (permutations + 1)  # counts the observed labelling: valid at any sample size
+
+
+def _z(effect: float, stderr: float | None) -> float | None:
+    if stderr is None:
+        return None
+    if stderr == 0:  # every task moved by the same amount
+        return math.copysign(math.inf, effect) if effect else 0.0
+    return effect / stderr
+
+
+def _t_quantile(q: float, df: int) -> float:
+    """Student t quantile by the Cornish-Fisher expansion (within 0.5% for df >= 5)."""
+    z = NormalDist().inv_cdf(q)
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def _points(value: float) -> str:
+    return f"{100 * value:+.1f} points"
+
+
+def _p(p_value: float) -> str:
+    return "p<0.001" if p_value < 0.001 else f"p={p_value:.3f}"

@@ -1,0 +1,217 @@
+"""Unit tests for evolver.gate on constructed reward tables (offline, deterministic)."""
+
+import dataclasses
+import itertools
+import json
+import math
+import random
+
+import pytest
+
+from evolver.gate import GateConfig, decide, evaluate, noise_floor
+
+CONFIG = GateConfig()
+FINAL = len(CONFIG.stages) - 1
+
+
+def table(passes_by_task, trials):
+    """Tasks t0, t1, ... where task i passes passes_by_task[i] of `trials` trials."""
+    return {f"t{i}": [1.0] * s + [0.0] * (trials - s) for i, s in enumerate(passes_by_task)}
+
+
+def half_passing(n_tasks=40, trials=6):
+    return table([trials // 2] * n_tasks, trials)
+
+
+def test_clear_win_is_accepted_at_the_final_stage():
+    verdict = decide(half_passing(), table([6] * 20 + [5] * 20, 6), CONFIG, stage=FINAL)
+    assert verdict.decision == "accept"
+    assert verdict.final and verdict.stage == FINAL
+    assert verdict.effect == pytest.approx((0.5 + 2 / 6) / 2)
+    assert verdict.p_value < 1e-6
+    assert 0 < verdict.ci_low < verdict.effect
+    assert verdict.n_tasks == 40 and verdict.n_candidate_sims == 240
+
+
+def test_clear_win_at_a_non_final_stage_continues():
+    verdict = decide(half_passing(), table([1] * 40, 1), CONFIG, stage=0)
+    assert verdict.decision == "continue"
+    assert not verdict.final and verdict.p_value is None
+
+
+def test_clear_loss_is_rejected_early():
+    verdict = decide(half_passing(), table([0] * 40, 1), CONFIG, stage=0)
+    assert verdict.decision == "reject"
+    assert not verdict.final
+    assert verdict.effect == pytest.approx(-0.5)
+
+
+def test_identical_results_are_rejected():
+    incumbent = table([i % 7 for i in range(40)], 6)
+    verdict = decide(incumbent, incumbent, CONFIG, stage=FINAL)
+    assert verdict.decision == "reject"
+    assert verdict.effect == 0
+
+
+def test_a_tie_is_rejected():
+    # Ten tasks gain a full point and ten lose one: the mean effect is exactly zero.
+    candidate = table([6] * 10 + [0] * 10 + [3] * 20, 6)
+    verdict = decide(half_passing(), candidate, CONFIG, stage=FINAL)
+    assert verdict.effect == 0
+    assert verdict.decision == "reject"
+
+
+def test_missing_results_are_excluded_not_counted_as_failures():
+    # The candidate passes every trial that ran; half its trials hit infrastructure errors.
+    with_errors = {t: [1.0, 1.0, 1.0, None, None, None] for t in half_passing()}
+    with_errors["t0"] = [None] * 6  # no valid trial: the task drops out
+    incumbent = half_passing()
+    incumbent["t1"] = [None, None, 0.0, 0.0, 0.0, 0.0]  # its mean is 0, not 0.5 or 0/6 of errors
+
+    verdict = decide(incumbent, with_errors, CONFIG, stage=FINAL)
+    assert verdict.decision == "accept"
+    assert verdict.n_tasks == 39 and verdict.n_dropped == 1
+    assert verdict.effect == pytest.approx((38 * 0.5 + 1.0) / 39)
+
+    as_zeros = {t: [0.0 if r is None else r for r in rewards] for t, rewards in with_errors.items()}
+    assert decide(incumbent, as_zeros, CONFIG, stage=FINAL).decision == "reject"
+
+
+def test_breaking_reliable_tasks_is_rejected_and_reported():
+    incumbent = table([3] * 30 + [6] * 10, 6)  # t30..t39 pass reliably
+    improved = [6] * 30 + [6] * 10
+    assert decide(incumbent, table(improved, 6), CONFIG, stage=FINAL).decision == "accept"
+
+    broken = improved[:30] + [0, 1] + [6] * 8  # t30 and t31 now mostly fail
+    verdict = decide(incumbent, table(broken, 6), CONFIG, stage=FINAL)
+    assert verdict.decision == "reject"
+    assert verdict.effect > 0.3  # a big overall gain does not buy off the regressions
+    assert verdict.suite_size == 10
+    assert [(r.task, r.incumbent_rate, r.candidate_rate) for r in verdict.regressions] == [
+        ("t30", 1.0, 0.0),
+        ("t31", 1.0, pytest.approx(1 / 6)),
+    ]
+    assert "t30, t31" in verdict.reason
+
+
+def test_regressions_are_judged_on_full_results_only():
+    incumbent = table([3] * 30 + [6] * 10, 6)
+    # One trial each: every reliable task failed once, which is bad luck as often as a break.
+    early = decide(incumbent, table([1] * 30 + [0] * 10, 1), CONFIG, stage=0)
+    assert early.regressions == () and early.decision == "continue"
+    # Full results: 2/6 on a 6/6 task is a drop of 0.67, within the default 0.75.
+    late = decide(incumbent, table([6] * 30 + [2] * 10, 6), CONFIG, stage=FINAL)
+    assert late.regressions == () and late.decision == "accept"
+
+
+def test_regression_tolerance_is_configurable():
+    incumbent = table([3] * 30 + [6] * 10, 6)
+    candidate = table([6] * 30 + [0] + [6] * 9, 6)
+    assert decide(incumbent, candidate, CONFIG, stage=FINAL).decision == "reject"
+    lenient = dataclasses.replace(CONFIG, max_regressions=1)
+    assert decide(incumbent, candidate, lenient, stage=FINAL).decision == "accept"
+
+
+def test_a_significant_win_below_min_effect_is_rejected():
+    incumbent = table([0] * 40, 6)
+    candidate = table([3] * 8 + [0] * 32, 6)  # +10 points, all on eight tasks
+    small_bar = decide(incumbent, candidate, dataclasses.replace(CONFIG, min_effect=0.05), stage=FINAL)
+    assert small_bar.decision == "accept"
+    high_bar = decide(incumbent, candidate, dataclasses.replace(CONFIG, min_effect=0.15), stage=FINAL)
+    assert high_bar.decision == "reject"
+    assert high_bar.p_value == small_bar.p_value < CONFIG.alpha
+    assert "minimum effect" in high_bar.reason
+
+
+def test_p_value_matches_brute_force_relabelling_with_unequal_trial_counts():
+    incumbent = {"a": [1.0, 0.0, 1.0, 0.0], "b": [0.0, 0.0, 1.0], "c": [1.0, 1.0, 0.0, 1.0, 0.0]}
+    candidate = {"a": [1.0, 1.0], "b": [1.0, 1.0, 0.0], "c": [1.0]}
+
+    def total_delta(split):
+        return sum(sum(c) / len(c) - sum(i) / len(i) for c, i in split)
+
+    per_task = []
+    for task in sorted(incumbent):
+        pooled, k = candidate[task] + incumbent[task], len(candidate[task])
+        per_task.append([
+            ([pooled[j] for j in chosen], [pooled[j] for j in range(len(pooled)) if j not in chosen])
+            for chosen in itertools.combinations(range(len(pooled)), k)
+        ])
+    observed = total_delta((candidate[t], incumbent[t]) for t in sorted(incumbent))
+    splits = list(itertools.product(*per_task))
+    expected = sum(total_delta(s) >= observed - 1e-12 for s in splits) / len(splits)
+
+    verdict = decide(incumbent, candidate, CONFIG, stage=FINAL)
+    assert verdict.p_value == pytest.approx(expected, rel=1e-12)
+
+
+def test_fractional_rewards_use_a_reproducible_monte_carlo_test():
+    incumbent = {f"t{i}": [0.5, 0.25, 0.5, 0.0, 0.5, 0.25] for i in range(40)}
+    better = {f"t{i}": [0.75, 1.0, 0.5, 0.75, 1.0, 0.75] for i in range(40)}
+    config = dataclasses.replace(CONFIG, permutations=500)
+    win = decide(incumbent, better, config, stage=FINAL)
+    assert win.decision == "accept"
+    assert win.p_value == pytest.approx(1 / 501)  # no relabelling beats the observed split
+    same = decide(incumbent, {t: list(reversed(r)) for t, r in incumbent.items()}, config, stage=FINAL)
+    assert same.decision == "reject"
+    assert same.p_value == decide(incumbent, {t: list(reversed(r)) for t, r in incumbent.items()},
+                                  config, stage=FINAL).p_value
+
+
+def test_evaluate_runs_stages_in_order_and_stops_at_the_first_decision():
+    requested = []
+
+    def run(rewards_per_trial):
+        def candidate(n):
+            requested.append(n)
+            return table([rewards_per_trial * n] * 40, n)
+        return candidate
+
+    verdicts = evaluate(half_passing(), run(1), CONFIG)
+    assert requested == list(CONFIG.stages)
+    assert [v.decision for v in verdicts] == ["continue"] * FINAL + ["accept"]
+
+    requested.clear()
+    verdicts = evaluate(half_passing(), run(0), CONFIG)
+    assert requested == [CONFIG.stages[0]]
+    assert [v.decision for v in verdicts] == ["reject"]
+
+
+def test_verdicts_are_json_serialisable():
+    incumbent = table([3] * 30 + [6] * 10, 6)
+    verdict = decide(incumbent, table([6] * 30 + [0] * 10, 6), CONFIG, stage=FINAL)
+    assert verdict.regressions
+    loaded = json.loads(json.dumps(dataclasses.asdict(verdict), allow_nan=False))
+    assert loaded["decision"] == "reject"
+    assert loaded["regressions"][0] == {"task": "t30", "incumbent_rate": 1.0, "candidate_rate": 0.0}
+
+
+def test_noise_floor_follows_the_normal_approximation():
+    config = GateConfig(stages=(2, 4), futility=(0.0,))
+    floor = noise_floor(half_passing(40, 4), config)
+    # Per-task variance 0.25 * 4/3 (unbiased), candidate 4 trials, incumbent 4 trials.
+    expected = (1.6448536 + 0.8416212) * math.sqrt(40 * 0.25 * 4 / 3 * (1 / 4 + 1 / 4)) / 40
+    assert floor == pytest.approx(expected, rel=1e-6)
+    assert noise_floor(half_passing(160, 4), config) == pytest.approx(floor / 2)
+    assert noise_floor(half_passing(40, 4), config, power=0.9) > floor
+
+
+def test_config_rejects_mismatched_futility_boundaries():
+    with pytest.raises(ValueError):
+        GateConfig(stages=(1, 2, 4), futility=(0.0,))
+
+
+def test_false_accept_rate_of_the_sequential_gate_stays_under_alpha():
+    """2,400 no-op candidates run through every stage under tau2-like noise."""
+    rng = random.Random(20240607)
+    decisions, accepted = 2400, 0
+    for _ in range(decisions):
+        rates = [rng.random() for _ in range(40)]  # uniform: a third of tasks flip between runs
+        incumbent, candidate = (
+            {f"t{i}": [float(rng.random() < p) for _ in range(CONFIG.stages[-1])] for i, p in enumerate(rates)}
+            for _ in range(2)
+        )
+        verdicts = evaluate(incumbent, lambda n: {t: r[:n] for t, r in candidate.items()}, CONFIG)
+        accepted += verdicts[-1].decision == "accept"
+    rate, se = accepted / decisions, math.sqrt(CONFIG.alpha * (1 - CONFIG.alpha) / decisions)
+    assert rate <= CONFIG.alpha + 3 * se
