@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-holdout", dest="holdout", action="store_const", const="off", help="no holdout (default: on when the analysis split has 40+ tasks)")
     g.add_argument("--gate-alpha", type=float, help="false-accept probability per decision for a no-effect candidate (default 0.05)")
     g.add_argument("--gate-min-effect", type=float, help="smallest mean gain worth keeping, reward units (0.05 = 5 points)")
-    g.add_argument("--gate-stages", help="cumulative candidate trials per task at each look, e.g. 1,2,3,6 (the default)")
+    g.add_argument("--gate-stages", help="cumulative candidate trials per task at each look (default 1,2,3,4,6)")
     _add_eval_flags(p, for_run=True)
     _add_model_flags(p)
 

@@ -66,7 +66,7 @@ class Config:
     # The gate (see docs/gate.md).
     gate_alpha: float = 0.05
     gate_min_effect: float = 0.0
-    gate_stages: list = field(default_factory=lambda: ["1", "2", "3", "6"])
+    gate_stages: list = field(default_factory=list)  # empty: the gate's tuned default (docs/gate.md)
 
     def role(self, name: str) -> RoleModel:
         """The resolved model of one role: agent, user, meta or judge."""
@@ -125,13 +125,14 @@ def gate_config(cfg: Config):
     """The gate's parameters from the configuration (defaults tuned in benchmarks/gate_power.py)."""
     from evolver.gate import GateConfig
 
-    stages = tuple(int(x) for x in cfg.gate_stages)
     default = GateConfig()
-    futility = default.futility if len(stages) == len(default.stages) else tuple(0.0 for _ in stages[1:])
     try:
+        stages = tuple(int(x) for x in cfg.gate_stages) or default.stages
+        # The tuned futility boundaries belong to the tuned stages; other stages reject only a negative estimate.
+        futility = default.futility if stages == default.stages else tuple(0.0 for _ in stages[1:])
         return GateConfig(alpha=cfg.gate_alpha, min_effect=cfg.gate_min_effect, stages=stages, futility=futility)
     except ValueError as exc:
-        raise UsageError(f"gate settings: {exc}") from None
+        raise UsageError(f"gate settings: {exc}; gate_stages are increasing trial counts such as 1,2,3,4,6") from None
 
 
 def as_dict(cfg: Config) -> dict:

@@ -8,9 +8,9 @@ API::
 
     RewardTable = Mapping[str, Sequence[float | None]]   # task id -> rewards per trial
 
-    GateConfig(alpha=0.05, min_effect=0.0, stages=(1, 2, 3, 6),
-               futility=(-0.25, 0.5, 0.5), suite_threshold=0.9,
-               suite_min_trials=2, regression_drop=0.5, max_regressions=0,
+    GateConfig(alpha=0.05, min_effect=0.0, stages=(1, 2, 3, 4, 6),
+               futility=(-0.5, 0.0, 0.5, 0.75), suite_threshold=0.9,
+               suite_min_trials=2, regression_drop=0.7, max_regressions=0,
                permutations=5000)
 
     decide(incumbent, candidate, config, *, stage) -> Verdict
@@ -21,9 +21,11 @@ API::
         The staged loop: ``run_candidate(n)`` must return the candidate's table
         with ``n`` trials per task (cumulative, so earlier trials are reused);
         stops at the first "reject"/"accept"; the last verdict is the decision.
-    noise_floor(incumbent, config, *, power=0.8) -> float
-        Smallest mean effect (reward units) the final test detects with
-        ``power``, from the per-task noise in the incumbent's results.
+    noise_floor(incumbent, config, *, power=0.8, simulations=200, seed=0) -> float
+        Smallest mean effect (reward units) the gate accepts with probability
+        ``power``, simulated at the incumbent's per-task pass rates.
+    pass_rates(table) -> dict[str, float]; shift_rates(rates, effect) -> list[float]
+        The noise and effect model behind noise_floor (shared with the benchmark).
 
 The controller loop by hand, to persist each look::
 
@@ -57,7 +59,7 @@ Statistics (docs/gate.md explains them in plain words):
 * Regression suite: tasks the incumbent passes at rate >= suite_threshold over
   >= suite_min_trials valid trials. Such a task is broken when the candidate's
   pass rate on it, over >= suite_min_trials valid trials, is more than
-  regression_drop below the incumbent's (default 0.75: 6/6 -> 1/6 or 0/6).
+  regression_drop below the incumbent's (default 0.7: 6/6 -> 1/6 or 0/6).
   More than max_regressions broken tasks reject the candidate. Judged at the
   final look only: a few trials cannot tell a broken task from bad luck, and
   selecting tasks on a perfect incumbent record already flatters them.
@@ -68,34 +70,41 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist, fmean, variance
 from typing import Callable, Literal, Mapping, Sequence
 
-RewardTable = Mapping[str, Sequence["float | None"]]
+RewardTable = Mapping[str, Sequence[float | None]]
 Decision = Literal["accept", "reject", "continue"]
 
 # Per-task weights 1/k + 1/m are exact integers on a grid of lcm(trial counts)
 # when that is at most 120 (any mix of 1-6 and 8 trials). Otherwise they are
 # rounded to this grid: the test stays exact, since the weights do not depend
-# on outcomes, and the statistic moves by under 1%; a finer grid costs seconds.
+# on outcomes, and each weight moves by under 3% up to 12 trials a side; a
+# finer grid makes the exact computation take seconds.
 _MAX_GRID = 120
+_STEADY = 0.001  # closest to 0 or 1 a simulated pass rate gets
 
 
 @dataclass(frozen=True)
 class GateConfig:
-    """Gate parameters. Defaults are tuned by benchmarks/gate_power.py for a
-    40-task gate with tau2-like noise and an incumbent with 6 reference trials
-    per task: false-accept <= 0.05, +10 points accepted >= 80%, and about half
-    the simulations of a fixed-size test with the same error rates."""
+    """Gate parameters. The defaults come from benchmarks/gate_power.py on a
+    40-task gate with tau2-like noise, the incumbent holding 6 reference trials
+    per task (an accepted candidate's own): a no-op is accepted ~4% of the
+    time, +10 points 80-83% (over several seeds), and a mix of -10/0/+5/+10
+    candidates costs ~0.63x the simulations of a fixed-size test with the same
+    alpha and power (interpolated between whole trial counts; 0.59x against
+    the 6 whole trials such a test would really need). A final stage of 8,
+    e.g. stages (1, 2, 4, 6, 8) with futility (-0.5, 0, 0.5, 1.0), buys ~89%
+    at +10 for ~27% more simulations."""
 
     alpha: float = 0.05  # false-accept probability for a no-effect candidate
     min_effect: float = 0.0  # smallest mean gain worth keeping (0.05 = 5 points)
-    stages: tuple[int, ...] = (1, 2, 3, 6)  # cumulative candidate trials per task
-    futility: tuple[float, ...] = (-0.25, 0.5, 0.5)  # z boundary per non-final look
+    stages: tuple[int, ...] = (1, 2, 3, 4, 6)  # cumulative candidate trials per task
+    futility: tuple[float, ...] = (-0.5, 0.0, 0.5, 0.75)  # z boundary per non-final look
     suite_threshold: float = 0.9  # incumbent pass rate that counts as reliable
     suite_min_trials: int = 2  # valid trials needed on each side to judge a task
-    regression_drop: float = 0.75  # rate drop (strictly more) that breaks a task
+    regression_drop: float = 0.7  # rate drop (strictly more) that breaks a task
     max_regressions: int = 0  # broken suite tasks tolerated
     permutations: int = 5000  # Monte-Carlo relabellings, fractional rewards only
 
@@ -191,27 +200,96 @@ def evaluate(
     return verdicts
 
 
-def noise_floor(incumbent: RewardTable, config: GateConfig, *, power: float = 0.8) -> float:
-    """Smallest mean effect the final test detects with probability ``power``.
+def noise_floor(
+    incumbent: RewardTable, config: GateConfig, *, power: float = 0.8, simulations: int = 200, seed: int = 0
+) -> float:
+    """Smallest mean effect the gate accepts with probability ``power``.
 
-    Normal approximation for the candidate's final trial count against the
-    incumbent's valid trials, with per-task variances estimated from the
-    incumbent (unbiased with >= 2 trials; a task with one trial gets the
-    worst case p(1-p) at the overall mean rate). It ignores futility stops, so
-    it is slightly optimistic; the benchmark prints how close it is.
+    A seeded simulation of the gate itself, futility stops and exact test
+    included: tasks pass at ``pass_rates(incumbent)``, a candidate with mean
+    effect d at ``shift_rates(rates, d)``; both sides are drawn as 0/1 trials
+    with the incumbent's valid trial counts and the gate's stages. The effect
+    is found by bisection to half a point, then interpolated; every effect
+    tried reuses the same random draws, so acceptance rises smoothly with it.
+    min_effect is ignored (the point is to compare it with this floor).
+    Returns math.inf when no possible effect reaches ``power``. Takes a few
+    seconds (about 3 s for 40 tasks at the default stages).
     """
-    tasks = [[r for r in rewards if r is not None] for rewards in incumbent.values()]
-    tasks = [valid for valid in tasks if valid]
-    if not tasks:
+    config = replace(config, min_effect=0.0)
+    rates = pass_rates(incumbent)
+    if not rates:
         raise ValueError("the incumbent has no valid results")
-    overall = fmean(r for valid in tasks for r in valid)
-    k = config.stages[-1]
-    total = sum(
-        (variance(valid) if len(valid) >= 2 else overall * (1 - overall)) * (1 / k + 1 / len(valid))
-        for valid in tasks
-    )
-    z = NormalDist().inv_cdf(1 - config.alpha) + NormalDist().inv_cdf(power)
-    return z * math.sqrt(total) / len(tasks)
+    rng = random.Random(seed)
+    worlds = []  # (incumbent table, uniform draws for the candidate's trials)
+    for _ in range(simulations):
+        table = {t: [float(rng.random() < p) for r in incumbent[t] if r is not None] for t, p in rates.items()}
+        worlds.append((table, {t: [rng.random() for _ in range(config.stages[-1])] for t in rates}))
+
+    def acceptance(effect: float) -> float:
+        shifted = dict(zip(rates, shift_rates(list(rates.values()), effect)))
+        accepted = 0
+        for table, draws in worlds:
+            trials = {t: [float(u < shifted[t]) for u in us] for t, us in draws.items()}
+            verdict = evaluate(table, lambda n: {t: r[:n] for t, r in trials.items()}, config)[-1]
+            accepted += verdict.decision == "accept"
+        return accepted / simulations
+
+    low, high = 0.0, 0.999 * (1 - fmean(rates.values()))  # the largest gain possible
+    at_low, at_high = acceptance(low), acceptance(high)
+    if at_low >= power:
+        return 0.0
+    if at_high < power:
+        return math.inf
+    while high - low > 0.005:
+        middle = (low + high) / 2
+        at_middle = acceptance(middle)
+        if at_middle < power:
+            low, at_low = middle, at_middle
+        else:
+            high, at_high = middle, at_middle
+    return low + (high - low) * (power - at_low) / (at_high - at_low)
+
+
+def pass_rates(table: RewardTable) -> dict[str, float]:
+    """Per-task pass probabilities for simulating a task with 0/1 trials.
+
+    A 0/1 trial at rate p has variance p(1-p); p is set, on the side of the
+    task's mean reward, so that this equals the unbiased estimate of the
+    variance of its rewards. The total noise is then estimated without bias:
+    a task seen at n/n adds none (plain means would call it certain, but
+    shrinking such rates towards 1/2 gives every steady task phantom noise).
+    A task with one valid trial has no variance estimate: (reward + 0.5) / 2.
+    """
+    rates = {}
+    for task in sorted(table):
+        valid = [r for r in table[task] if r is not None]
+        if len(valid) == 1:
+            rates[task] = (valid[0] + 0.5) / 2
+        elif valid:
+            spread = math.sqrt(max(0.0, 0.25 - variance(valid)))
+            rate = 0.5 + spread if fmean(valid) >= 0.5 else 0.5 - spread
+            rates[task] = min(max(rate, _STEADY), 1 - _STEADY)  # logits must stay finite
+    return rates
+
+
+def shift_rates(rates: Sequence[float], effect: float) -> list[float]:
+    """Pass rates moved by one common logit shift so that their mean rises by ``effect``.
+
+    The effect model of noise_floor and the benchmark: every task gets the same
+    push in log-odds, so tasks near 0 or 1 move less, as real tasks do. Rates
+    must lie strictly between 0 and 1.
+    """
+    logits = [math.log(p / (1 - p)) for p in rates]
+    target = math.fsum(rates) + effect * len(rates)
+
+    def moved(shift: float) -> list[float]:
+        return [1 / (1 + math.exp(-(x + shift))) for x in logits]
+
+    low, high = -40.0, 40.0
+    for _ in range(60):  # 80 / 2**60: far below any visible effect
+        middle = (low + high) / 2
+        low, high = (middle, high) if math.fsum(moved(middle)) < target else (low, middle)
+    return moved((low + high) / 2)
 
 
 def _paired(incumbent: RewardTable, candidate: RewardTable) -> dict[str, tuple[list[float], list[float]]]:

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from evolver import gate as gatelib
 from evolver.bench import evaluate
-from evolver.config import Config
+from evolver.config import Config, gate_config
 from evolver.data import EvalRequest, EvalResult, RoleUsage, write_json_atomic
 from evolver.digest import build_digest
 from evolver.lineage import Lineage, commit_message
@@ -347,7 +347,7 @@ class Loop:
 def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True) -> int:
     """The most simulations a run can take: per iteration a smoke test, the candidate's full gate,
     a fresh reference and analysis for a new incumbent; plus the baseline and the holdout."""
-    full = int(cfg.gate_stages[-1])
+    full = gate_config(cfg).stages[-1]
     per_iteration = 1 + 2 * n_gate * full + n_analysis * cfg.analysis_trials
     start = n_analysis * cfg.analysis_trials + n_gate * full if baseline else 0
     return start + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials

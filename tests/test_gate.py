@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from evolver.gate import GateConfig, decide, evaluate, noise_floor
+from evolver.gate import GateConfig, decide, evaluate, noise_floor, pass_rates, shift_rates
 
 CONFIG = GateConfig()
 FINAL = len(CONFIG.stages) - 1
@@ -51,6 +51,7 @@ def test_identical_results_are_rejected():
     verdict = decide(incumbent, incumbent, CONFIG, stage=FINAL)
     assert verdict.decision == "reject"
     assert verdict.effect == 0
+    assert "no improvement" in verdict.reason
 
 
 def test_a_tie_is_rejected():
@@ -59,6 +60,7 @@ def test_a_tie_is_rejected():
     verdict = decide(half_passing(), candidate, CONFIG, stage=FINAL)
     assert verdict.effect == 0
     assert verdict.decision == "reject"
+    assert "no improvement" in verdict.reason
 
 
 def test_missing_results_are_excluded_not_counted_as_failures():
@@ -66,7 +68,7 @@ def test_missing_results_are_excluded_not_counted_as_failures():
     with_errors = {t: [1.0, 1.0, 1.0, None, None, None] for t in half_passing()}
     with_errors["t0"] = [None] * 6  # no valid trial: the task drops out
     incumbent = half_passing()
-    incumbent["t1"] = [None, None, 0.0, 0.0, 0.0, 0.0]  # its mean is 0, not 0.5 or 0/6 of errors
+    incumbent["t1"] = [None, None, 0.0, 0.0, 0.0, 0.0]  # the incumbent's errors drop out too: 0/4
 
     verdict = decide(incumbent, with_errors, CONFIG, stage=FINAL)
     assert verdict.decision == "accept"
@@ -99,7 +101,7 @@ def test_regressions_are_judged_on_full_results_only():
     # One trial each: every reliable task failed once, which is bad luck as often as a break.
     early = decide(incumbent, table([1] * 30 + [0] * 10, 1), CONFIG, stage=0)
     assert early.regressions == () and early.decision == "continue"
-    # Full results: 2/6 on a 6/6 task is a drop of 0.67, within the default 0.75.
+    # Full results: 2/6 on a 6/6 task is a drop of 0.67, within the default 0.7.
     late = decide(incumbent, table([6] * 30 + [2] * 10, 6), CONFIG, stage=FINAL)
     assert late.regressions == () and late.decision == "accept"
 
@@ -186,14 +188,34 @@ def test_verdicts_are_json_serialisable():
     assert loaded["regressions"][0] == {"task": "t30", "incumbent_rate": 1.0, "candidate_rate": 0.0}
 
 
-def test_noise_floor_follows_the_normal_approximation():
-    config = GateConfig(stages=(2, 4), futility=(0.0,))
-    floor = noise_floor(half_passing(40, 4), config)
-    # Per-task variance 0.25 * 4/3 (unbiased), candidate 4 trials, incumbent 4 trials.
-    expected = (1.6448536 + 0.8416212) * math.sqrt(40 * 0.25 * 4 / 3 * (1 / 4 + 1 / 4)) / 40
-    assert floor == pytest.approx(expected, rel=1e-6)
-    assert noise_floor(half_passing(160, 4), config) == pytest.approx(floor / 2)
-    assert noise_floor(half_passing(40, 4), config, power=0.9) > floor
+def test_pass_rates_carry_the_observed_noise():
+    rates = pass_rates({"mixed": [1.0] * 7 + [0.0], "steady": [1.0] * 8, "one": [1.0, None], "none": [None]})
+    assert rates["mixed"] * (1 - rates["mixed"]) == pytest.approx(7 / 8 * 1 / 8 * 8 / 7)  # unbiased variance
+    assert rates["mixed"] > 0.5
+    assert rates["steady"] == pytest.approx(0.999)  # no observed noise, but logits stay finite
+    assert rates["one"] == 0.75 and "none" not in rates
+
+
+def test_shift_rates_moves_the_mean_by_the_effect_and_extremes_least():
+    rates = [0.02, 0.3, 0.5, 0.9]
+    moved = shift_rates(rates, 0.1)
+    assert sum(moved) / 4 == pytest.approx(sum(rates) / 4 + 0.1)
+    gains = [after - before for before, after in zip(rates, moved)]
+    assert gains[2] == max(gains) and gains[0] == min(gains)
+
+
+def test_noise_floor_shrinks_with_more_tasks_and_grows_with_power():
+    # A small, fast gate; no regression suite, whose false alarms grow with the task count.
+    config = GateConfig(stages=(2, 4), futility=(0.0,), max_regressions=10**6)
+    rng = random.Random(7)
+    rates = [rng.random() for _ in range(100)]
+    incumbent = {f"t{i}": [float(rng.random() < p) for _ in range(4)] for i, p in enumerate(rates)}
+    quarter = dict(list(incumbent.items())[:25])
+    floor = noise_floor(quarter, config, simulations=50)
+    assert floor == noise_floor(quarter, config, simulations=50)  # seeded
+    assert 0.1 < floor < 0.5
+    assert noise_floor(incumbent, config, simulations=50) < 0.7 * floor  # 4x the tasks: about half
+    assert noise_floor(quarter, config, simulations=50, power=0.95) > floor
 
 
 def test_config_rejects_mismatched_futility_boundaries():
