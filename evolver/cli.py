@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, Config, load_config
+from evolver.config import DOMAINS, Config, apply_default_models, load_config
 from evolver.data import EvalRequest, write_json_atomic
 from evolver.errors import UsageError
 
@@ -42,6 +42,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--user-model", help="model of tau2's user simulator (it changes scores)")
     g.add_argument("--meta-model", help="model that proposes patches")
     g.add_argument("--judge-model", help="tau2's NL-assertion judge (default: the user model)")
+    g.add_argument("--local-size", choices=["default", "small"], help="embedded model for roles set to 'local': default (1.5B) or small (0.5B, faster)")
+    g.add_argument("--local-model", metavar="PATH", help="serve this GGUF file for roles set to 'local'")
     g.add_argument("--api-base", help="OpenAI-compatible server for every role, e.g. http://127.0.0.1:8000/v1")
     for role in ("agent", "user", "meta"):
         g.add_argument(f"--{role}-api-base", help=f"server for the {role} role only (wins over --api-base)")
@@ -129,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    keys = ["agent_model", "user_model", "meta_model", "judge_model", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
+    keys = ["agent_model", "user_model", "meta_model", "judge_model", "local_size", "local_model", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
             "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout",
             "analysis_split", "gate_split", "iterations", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages"]
     return {k: getattr(args, k, None) for k in keys}
@@ -164,12 +166,17 @@ def _check_repo(path: Path) -> Path:
 def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.bench import check_api_base, evaluate
     from evolver.lineage import Lineage, exclude_runs_dir
+    from evolver.local.backend import serve_local
     from evolver.report import eval_table, progress_bar
 
     repo = Path(args.path).resolve()
     if not args.ref:
         _check_repo(repo)
     cfg = load_config(repo, _overrides(args))
+    console = Console(stderr=True)
+    note = apply_default_models(cfg)
+    if note:
+        console.print(note)
     if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
     for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
@@ -185,12 +192,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown git ref '{args.ref}' in {repo}; see `git branch --list 'evolver/*'`")
         checkout = lineage.open_worktree(out / "checkout", commit)
         exclude_runs_dir(repo)
-    req = build_request(cfg, checkout, out, task_ids, args.num_tasks)
-    console = Console(stderr=True)
     try:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
-        with progress_bar(console, "simulations") as update:
+        with serve_local(cfg, console), progress_bar(console, "simulations") as update:
+            req = build_request(cfg, checkout, out, task_ids, args.num_tasks)
             result = evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
         if lineage:
@@ -247,6 +253,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from evolver.history import history_rows
+    from evolver.local.backend import serve_local
     from evolver.report import history_table
     from evolver.runstate import find_run
     from evolver.start import new_run, resume_run
@@ -259,6 +266,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         loop = resume_run(run, args.iterations, console)
     else:
         cfg = load_config(repo, _overrides(args))
+        note = apply_default_models(cfg)
+        if note:
+            console.print(note)
         if cfg.domain not in DOMAINS and not cfg.plugins:
             raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
         loop = new_run(repo, cfg, new_run_id("run"), allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console)
@@ -268,7 +278,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         lock = run.lock()
     console.print(f"run {run.run_id}: {run.path}")
     try:
-        loop.drive()
+        with serve_local(loop.cfg, console):
+            loop.drive()
     finally:
         lock.close()
     out_console().print(history_table(run.run_id, history_rows(run)))

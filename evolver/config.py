@@ -24,11 +24,12 @@ ROLES = ("agent", "user", "meta")
 
 @dataclass
 class Config:
-    # Models, one litellm model string per role. The user simulator changes
-    # scores, so it is recorded in every result file.
-    agent_model: str = "gpt-4.1-mini"
-    user_model: str = "gpt-4.1-mini"
-    meta_model: str = "gpt-4.1"
+    # Models, one litellm model string per role, or "local" for the embedded
+    # model. Empty: see apply_default_models. The user simulator changes scores,
+    # so it is recorded in every result file.
+    agent_model: str = ""
+    user_model: str = ""
+    meta_model: str = ""
     # NL-assertion judge used by tau2's evaluator on some tasks; empty = user model.
     judge_model: str = ""
     # Any OpenAI-compatible server (vLLM, Ollama, llama.cpp); per-role values win.
@@ -36,6 +37,11 @@ class Config:
     agent_api_base: str = ""
     user_api_base: str = ""
     meta_api_base: str = ""
+    # The embedded model (role model "local"): "default" (1.5B) or "small" (0.5B),
+    # or any GGUF file; evolver serves it unless api_base names a running server.
+    local_size: str = "default"
+    local_model: str = ""
+    local_api_base: str = ""  # set at run time to the server evolver started
     agent_temperature: float = 0.0
     user_temperature: float = 0.0
     # Evaluation.
@@ -71,15 +77,40 @@ class Config:
     def role(self, name: str) -> RoleModel:
         """The resolved model of one role: agent, user, meta or judge."""
         if name == "judge":
-            return RoleModel(
-                model=self.judge_model or self.user_model,
-                api_base=self.user_api_base or self.api_base or None,
-                llm_args={"temperature": 0.0},
-            )
-        model = getattr(self, f"{name}_model")
-        api_base = getattr(self, f"{name}_api_base") or self.api_base or None
-        temperature = getattr(self, f"{name}_temperature", 0.0)
+            model, api_base, temperature = self.judge_model or self.user_model, self.user_api_base, 0.0
+        else:
+            model, api_base = getattr(self, f"{name}_model"), getattr(self, f"{name}_api_base")
+            temperature = getattr(self, f"{name}_temperature", 0.0)
+        api_base = api_base or self.api_base or None
+        if model == LOCAL:  # the local serving path, labelled by role for its counters
+            return RoleModel(model=f"local/{name}", api_base=api_base or self.local_api_base or None, llm_args={"temperature": temperature})
         return RoleModel(model=model, api_base=api_base, llm_args={"temperature": temperature})
+
+    def uses_local_server(self) -> bool:
+        """Whether evolver must serve the embedded model: a role is "local" without a server of its own."""
+        roles = ("agent", "user", "meta") + (("judge",) if self.judge_model else ())
+        return any(getattr(self, f"{r}_model") == LOCAL and not (getattr(self, f"{r}_api_base", "") or self.api_base) for r in roles)
+
+
+LOCAL = "local"
+HOSTED_DEFAULTS = {"agent_model": "gpt-4.1-mini", "user_model": "gpt-4.1-mini", "meta_model": "gpt-4.1"}
+
+
+def apply_default_models(cfg: Config, environ: Optional[dict] = None) -> Optional[str]:
+    """Fill unset models: OpenAI's when OPENAI_API_KEY is present, else the embedded local model.
+    Returns the one line to tell the user when the local model was chosen for them."""
+    environ = os.environ if environ is None else environ
+    unset = [k for k in HOSTED_DEFAULTS if not getattr(cfg, k)]
+    if not unset:
+        return None
+    hosted = bool(environ.get("OPENAI_API_KEY"))
+    for key in unset:
+        setattr(cfg, key, HOSTED_DEFAULTS[key] if hosted else LOCAL)
+    if hosted:
+        return None
+    roles = ", ".join(k.removesuffix("_model") for k in unset)
+    return (f"no model configured and no OPENAI_API_KEY: using the embedded local model ({cfg.local_size} size) for {roles}; "
+            "it is for trying the loop, real gains need a capable model (--agent-model/--user-model/--meta-model)")
 
 
 def _coerce(name: str, raw: Any, default: Any) -> Any:

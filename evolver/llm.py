@@ -26,10 +26,15 @@ def prepare_environment() -> None:
 def register_providers(models) -> None:
     """Register the custom litellm providers that these model strings need."""
     prepare_environment()
+    models = list(models)
     if any(m.startswith("scripted/") for m in models):
         from evolver import scripted
 
         scripted.register()
+    if any(m.startswith("local/") for m in models):
+        from evolver.local import serving
+
+        serving.register()
 
 
 def _error_classes():
@@ -74,7 +79,7 @@ def retrying(fn: Callable, attempts: int) -> Callable:
 
 def missing_api_key(role: RoleModel) -> str | None:
     """Name the environment variable a role's provider needs and lacks, or None."""
-    if role.api_base or role.model.startswith("scripted/"):
+    if role.api_base or role.model.startswith(("scripted/", "local/")):
         return None  # a local server or the test provider: no key needed
     import litellm
 

@@ -11,12 +11,15 @@ CONFIG_TEMPLATE = """\
 # evolver configuration. Environment variables (EVOLVER_<KEY>) override these
 # values, and command-line flags override both.
 
-# One litellm model string per role. The user simulator changes scores, so it
-# is written into every result file. For any OpenAI-compatible server (vLLM,
-# Ollama, llama.cpp) use "openai/<name>" and set api_base.
-agent_model = "gpt-4.1-mini"
-user_model = "gpt-4.1-mini"
-meta_model = "gpt-4.1"
+# One litellm model string per role, or "local" for the embedded model. Unset:
+# OpenAI's gpt-4.1-mini / gpt-4.1 when OPENAI_API_KEY is set, else "local".
+# The user simulator changes scores, so it is written into every result file.
+# For any OpenAI-compatible server (vLLM, Ollama, llama.cpp) use
+# "openai/<name>" and set api_base.
+# agent_model = "gpt-4.1-mini"
+# user_model = "gpt-4.1-mini"
+# meta_model = "gpt-4.1"
+# local_size = "default"  # the embedded model: default (1.5B) or small (0.5B)
 # judge_model = ""        # tau2's NL-assertion judge; empty means the user model
 # api_base = "http://127.0.0.1:8000/v1"
 # agent_api_base = ""     # per-role servers win over api_base

@@ -1,0 +1,31 @@
+"""Serve the embedded model for the length of a command, when a role needs it."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from rich.console import Console
+
+from evolver.config import Config
+
+
+@contextmanager
+def serve_local(cfg: Config, console: Console) -> Iterator[None]:
+    """Start the llama.cpp server if some role is "local" without a server of its own, point
+    those roles at it (cfg.local_api_base), and stop it on exit, errors and Ctrl-C alike."""
+    if not cfg.uses_local_server():
+        yield
+        return
+    from evolver.local.provision import resolve_model
+    from evolver.local.server import LocalServer
+
+    path = resolve_model(cfg.local_size, cfg.local_model or None)
+    console.print(f"starting the embedded model server ({path.name}) ...")
+    with LocalServer(path) as server:
+        cfg.local_api_base = server.api_base
+        console.print(f"embedded model ready at {server.api_base}")
+        try:
+            yield
+        finally:
+            cfg.local_api_base = ""

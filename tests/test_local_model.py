@@ -1,0 +1,287 @@
+"""The embedded local model.
+
+The last test runs it for real: the 0.5B GGUF joined from its pip chunk
+packages, served by llama.cpp (xllamacpp) in a subprocess, playing agent and
+user through one real tau2 mock simulation in a real worker. It fails (it
+does not skip) when the model cannot be provisioned or the server does not
+start; it skips only when the `local-small` extra is not installed at all and
+EVOLVER_SKIP_LOCAL_MODEL=1 says that is intended.
+
+The tests before it cover provisioning, bad input and the serving path's
+handling with small stand-ins; they need no model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from evolver.bench import evaluate
+from evolver.data import EvalRequest, RoleModel
+from evolver.errors import UsageError
+from evolver.llm import prepare_environment
+from evolver.local import provision, serving
+from evolver.local.provision import MODELS, ModelSpec, check_cpu, check_gguf, resolve_model
+from evolver.local.server import LocalServer
+
+EXTRA_INSTALLED = any(importlib.util.find_spec(m) for m in ("xllamacpp", MODELS["small"].modules[0]))
+needs_model = pytest.mark.skipif(
+    not EXTRA_INSTALLED and os.environ.get("EVOLVER_SKIP_LOCAL_MODEL") == "1",
+    reason="the local-small extra is not installed and EVOLVER_SKIP_LOCAL_MODEL=1",
+)
+CLEAN_ENDINGS = {"user_stop", "agent_stop", "judge_stop", "max_steps"}
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory) -> Path:
+    # A fresh cache: the chunks are joined and verified here, as on a new machine.
+    return resolve_model("small", cache=tmp_path_factory.mktemp("model-cache"))
+
+
+# ---- provisioning and bad input, with stand-in chunk packages ----------------
+
+
+@pytest.fixture
+def fake_model(tmp_path, monkeypatch) -> ModelSpec:
+    """Three importable chunk modules, like the real ones, holding a tiny 'GGUF'."""
+    chunks = [b"GGUF" + b"a" * 1000, b"b" * 1000, b"c" * 500]
+    pkg_root = tmp_path / "site"
+    names = []
+    for i, data in enumerate(chunks, 1):
+        name = f"evolver_fake_part{i}"
+        (pkg_root / name / "data").mkdir(parents=True)
+        (pkg_root / name / "data" / f"part{i:02d}.bin").write_bytes(data)
+        (pkg_root / name / "__init__.py").write_text(
+            "import os\ndef get_part_path():\n"
+            f"    return os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'part{i:02d}.bin')\n")
+        names.append(name)
+    monkeypatch.syspath_prepend(str(pkg_root))
+    whole = b"".join(chunks)
+    return ModelSpec(size="fake", description="test", filename="fake.gguf", modules=tuple(names),
+                     sha256=hashlib.sha256(whole).hexdigest(), nbytes=len(whole), extra="local-fake")
+
+
+def test_chunks_are_joined_verified_and_reused(fake_model, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    path = provision.provision(fake_model, cache)
+    assert path.read_bytes().startswith(b"GGUF") and path.stat().st_size == fake_model.nbytes
+    assert not list(cache.glob("*.part"))  # no temp file left behind
+    # Reuse: a stat() and the marker, no second join.
+    monkeypatch.setattr(provision, "_join", lambda *a: pytest.fail("joined again"))
+    assert provision.provision(fake_model, cache) == path
+
+
+def test_a_partial_or_corrupt_file_is_rebuilt_never_served(fake_model, tmp_path):
+    cache = tmp_path / "cache"
+    path = provision.provision(fake_model, cache)
+    good = path.read_bytes()
+    with open(path, "r+b") as fh:  # partial: cut short
+        fh.truncate(100)
+    assert provision.provision(fake_model, cache).read_bytes() == good
+    # Same size, different bytes, and no marker to vouch for it: hashed and rebuilt.
+    path.write_bytes(b"GGUF" + b"x" * (len(good) - 4))
+    (cache / "fake.gguf.verified").unlink()
+    assert provision.provision(fake_model, cache).read_bytes() == good
+
+
+def test_chunks_that_do_not_match_the_checksum_are_refused(fake_model, tmp_path):
+    bad = ModelSpec(**{**fake_model.__dict__, "sha256": "0" * 64})
+    with pytest.raises(UsageError, match="do not match the expected sha256"):
+        provision.provision(bad, tmp_path / "cache")
+    assert not (tmp_path / "cache" / "fake.gguf").exists()
+
+
+def test_missing_chunk_packages_say_what_to_install(fake_model, tmp_path):
+    missing = ModelSpec(**{**fake_model.__dict__, "modules": fake_model.modules + ("evolver_no_such_part",)})
+    with pytest.raises(UsageError, match=r"pip install 'evolver\[local-fake\]'"):
+        provision.provision(missing, tmp_path / "cache")
+
+
+def test_cache_dir_that_is_not_writable(fake_model, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(UsageError, match="is not writable.*EVOLVER_MODEL_CACHE"):
+        provision.provision(fake_model, blocker / "cache")
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert provision.cache_dir() == tmp_path / "xdg" / "evolver" / "models"
+    monkeypatch.setenv("EVOLVER_MODEL_CACHE", str(tmp_path / "mine"))
+    assert provision.cache_dir() == tmp_path / "mine"
+
+
+def test_gguf_path_is_checked(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        check_gguf(tmp_path / "nope.gguf")
+    (tmp_path / "model.bin").write_bytes(b"PK\x03\x04 not a gguf")
+    with pytest.raises(UsageError, match="is not a GGUF model file"):
+        check_gguf(tmp_path / "model.bin")
+    (tmp_path / "ok.gguf").write_bytes(b"GGUF\x03\x00\x00\x00")
+    assert check_gguf(tmp_path / "ok.gguf") == (tmp_path / "ok.gguf").resolve()
+    with pytest.raises(UsageError, match="unknown local model size 'huge'"):
+        resolve_model("huge")
+
+
+def test_cpu_without_avx2_is_refused_before_starting(tmp_path, monkeypatch):
+    monkeypatch.setattr(provision.platform, "machine", lambda: "x86_64")
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse sse2 ssse3 sse4_1 avx\n")
+    with pytest.raises(UsageError, match="lacks avx2, fma, f16c"):
+        check_cpu(info)
+    info.write_text("flags\t\t: fpu sse avx avx2 fma f16c bmi2\n")
+    check_cpu(info)
+
+
+def test_port_in_use(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        (tmp_path / "m.gguf").write_bytes(b"GGUF")
+        with pytest.raises(UsageError, match=f"port {port} is in use"):
+            LocalServer(tmp_path / "m.gguf", port=port, fix_template=False).start()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is None, reason="needs xllamacpp")
+def test_a_server_that_cannot_load_the_model_is_one_clear_error(tmp_path):
+    (tmp_path / "broken.gguf").write_bytes(b"GGUF" + b"\x00" * 64)
+    with pytest.raises(UsageError, match="exited with code .* before serving"):
+        LocalServer(tmp_path / "broken.gguf", fix_template=False, log_path=tmp_path / "server.log").start()
+
+
+# ---- the serving path's handling, with a stand-in server ----------------------
+
+
+def _reply(content=None, tool_calls=None):
+    from litellm import ModelResponse
+
+    return ModelResponse(model="local", choices=[{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": content, "tool_calls": tool_calls}}],
+        usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+
+
+TOOLS = [{"type": "function", "function": {"name": "create_task", "parameters": {"type": "object", "properties": {}}}}]
+
+
+@pytest.fixture
+def fake_server(monkeypatch, tmp_path):
+    """serving._forward answers from a list; the requests it saw are kept."""
+    prepare_environment()
+    serving.reset_stats()
+    monkeypatch.setenv(serving.STATS_ENV, str(tmp_path / "stats.json"))
+    seen, replies = [], []
+
+    def forward(name, messages, api_base, params):
+        seen.append((messages, params))
+        return replies.pop(0)
+
+    monkeypatch.setattr(serving, "_forward", forward)
+    return seen, replies
+
+
+def test_calls_written_as_text_become_tool_calls(fake_server):
+    seen, replies = fake_server
+    replies.append(_reply('Creating it now.\n```json\n{"name": "create_task", "arguments": {"title": "x"}}\n```'))
+    response = serving.complete("agent", [{"role": "user", "content": "hi"}], "http://x/v1", {"tools": TOOLS})
+    message = response.choices[0].message
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls] == [("create_task", {"title": "x"})]
+    assert message.content == "Creating it now."  # the text around the call is kept
+    assert seen[0][1]["max_tokens"] == serving.DEFAULT_MAX_TOKENS
+    assert serving.stats()["agent"] == {"requests": 1, "replies": 1, "text_tool_calls": 1}
+
+
+def test_a_genuine_text_reply_is_left_alone(fake_server):
+    _, replies = fake_server
+    replies.append(_reply('Your task {"name": "Alice"} is done.'))
+    message = serving.complete("agent", [{"role": "user", "content": "hi"}], "http://x/v1", {"tools": TOOLS}).choices[0].message
+    assert message.content == 'Your task {"name": "Alice"} is done.' and not message.tool_calls
+
+
+def test_an_empty_reply_is_re_asked_a_bounded_number_of_times(fake_server, tmp_path):
+    seen, replies = fake_server
+    replies += [_reply(""), _reply("Hello, how can I help?")]
+    message = serving.complete("user", [{"role": "user", "content": "hi"}], "http://x/v1", {"temperature": 0.0}).choices[0].message
+    assert message.content == "Hello, how can I help?"
+    assert seen[1][0][-1]["role"] == "system" and seen[1][1]["temperature"] == serving.REASK_TEMPERATURE
+    assert serving.stats()["user"] == {"requests": 1, "replies": 2, "empty": 1, "reasks": 1, "recovered": 1}
+    # A reply that stays empty is returned as it is, after REASKS re-asks, and counted.
+    replies += [_reply("   ")] * (1 + serving.REASKS)
+    serving.complete("user", [{"role": "user", "content": "hi"}], "http://x/v1", {})
+    counters = json.loads((tmp_path / "stats.json").read_text())["user"]
+    assert counters["still_empty"] == 1 and counters["reasks"] == 1 + serving.REASKS
+
+
+def test_a_call_to_a_made_up_tool_is_re_asked_with_constrained_decoding(fake_server):
+    seen, replies = fake_server
+    replies += [_reply('{"name": "delete_tasks", "arguments": {}}'), _reply('{"name": "create_task", "arguments": {}}')]
+    message = serving.complete("agent", [{"role": "user", "content": "hi"}], "http://x/v1", {"tools": TOOLS}).choices[0].message
+    assert [c.function.name for c in message.tool_calls] == ["create_task"]
+    schema = seen[1][1]["response_format"]["json_schema"]["schema"]
+    assert [o["properties"]["name"]["const"] for o in schema["anyOf"]] == ["create_task"]
+    assert serving.stats()["agent"]["constrained_tool_calls"] == 1
+
+
+def test_a_repetition_loop_yields_one_call(fake_server):
+    _, replies = fake_server
+    loop = _reply('{"name": "create_task", "arguments": {"a": 1}}\n' * 5 + '{"name": "create_task", "argu')
+    loop.choices[0].finish_reason = "length"
+    replies.append(loop)
+    message = serving.complete("agent", [{"role": "user", "content": "hi"}], "http://x/v1", {"tools": TOOLS}).choices[0].message
+    assert len(message.tool_calls) == 1
+    assert serving.stats()["agent"]["repeated_calls_dropped"] == 1
+
+
+# ---- the real model --------------------------------------------------------------
+
+
+@needs_model
+def test_one_mock_simulation_with_the_embedded_model(small_model, repo, tmp_path, monkeypatch):
+    stats_file = tmp_path / "local_stats.json"
+    monkeypatch.setenv(serving.STATS_ENV, str(stats_file))
+    with LocalServer(small_model, log_path=tmp_path / "server.log") as srv:
+
+        def role(label: str) -> RoleModel:
+            return RoleModel(model=f"local/{label}", api_base=srv.api_base, llm_args={"temperature": 0.0})
+
+        req = EvalRequest(
+            checkout=str(repo), out_dir=str(tmp_path / "run"), domain="mock", task_ids=["create_task_1"],
+            trials=1, concurrency=1, max_steps=12, plugins=["evolver.local.activate"],
+            agent=role("agent"), user=role("user"), judge=role("judge"),
+        )
+        result = evaluate(req, "local-model-ci", timeout=600)
+        # The path a vLLM or Ollama user takes: a plain OpenAI-compatible model string plus api_base.
+        prepare_environment()
+        import litellm
+
+        plain = litellm.completion(model="openai/local", api_base=srv.api_base, api_key="not-needed",
+                                   messages=[{"role": "user", "content": "Say hello."}], max_tokens=16, temperature=0.0)
+        assert plain.choices[0].message.content and plain.usage.completion_tokens > 0
+        server = srv.metrics()
+        server_pid = srv.proc.pid
+    with pytest.raises(ProcessLookupError):  # stopped, no orphan left
+        os.kill(server_pid, 0)
+
+    assert result.candidate_error is None and result.worker_note is None, (result.candidate_error, result.worker_note)
+    [sim] = result.simulations
+    assert sim.outcome == "ok", sim.error
+    assert sim.termination_reason in CLEAN_ENDINGS, sim.termination_reason
+
+    # Each role got replies from the embedded server, counted on the serving path ...
+    counters = json.loads(stats_file.read_text())
+    assert counters["agent"]["replies"] >= 1 and counters["user"]["replies"] >= 1, counters
+    # ... and the trajectory's messages of both roles carry the server's token counts,
+    # all of which the server itself says it generated.
+    trajectory = json.loads((Path(req.out_dir) / sim.trajectory_file).read_text())
+    produced = {"assistant": 0, "user": 0}
+    for m in trajectory["messages"]:
+        if m["role"] in produced and m.get("usage"):
+            produced[m["role"]] += m["usage"]["completion_tokens"]
+    assert produced["assistant"] > 0 and produced["user"] > 0, produced
+    assert server["tokens_predicted_total"] >= produced["assistant"] + produced["user"]
