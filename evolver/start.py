@@ -12,7 +12,8 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver.bench import check_api_base, list_tasks
-from evolver.config import Config, gate_config
+from evolver.config import LOCAL, Config, gate_config
+from evolver.local.server import CTX_PER_SLOT
 from evolver.data import EvalRequest
 from evolver.errors import UsageError
 from evolver.lineage import Lineage, exclude_runs_dir, open_repo
@@ -152,6 +153,9 @@ def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
 
 
 def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console) -> Loop:
+    if cfg.meta_model == LOCAL and not (cfg.meta_api_base or cfg.api_base):
+        # The meta prompt and its answer must fit one slot of the embedded server.
+        cfg.meta_context_tokens = min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096)
     if not GUIDE.exists():
         raise UsageError(f"{GUIDE} is missing; it is the guide the meta-LLM follows")
     return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate_config(cfg), lineage=lineage,
