@@ -18,10 +18,14 @@ def serve_local(cfg: Config, console: Console) -> Iterator[None]:
         yield
         return
     from evolver.local.provision import resolve_model
-    from evolver.local.server import LocalServer
+    from evolver.local.server import PARALLEL, LocalServer
 
     path = resolve_model(cfg.local_size, cfg.local_model or None)
     console.print(f"starting the embedded model server ({path.name}) ...")
+    if cfg.concurrency > PARALLEL // 2:
+        # Each simulation's agent and user keep a server slot (and its prompt cache) each.
+        console.print(f"concurrency {cfg.concurrency} -> {PARALLEL // 2}: the embedded server has {PARALLEL} slots, one per role of a simulation")
+        cfg.concurrency = PARALLEL // 2
     with LocalServer(path) as server:
         cfg.local_api_base = server.api_base
         console.print(f"embedded model ready at {server.api_base}")
