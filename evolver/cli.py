@@ -173,7 +173,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not args.ref:
         _check_repo(repo)
     cfg = load_config(repo, _overrides(args))
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     note = apply_default_models(cfg)
     if note:
         console.print(note)
@@ -258,7 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.runstate import find_run
     from evolver.start import new_run, resume_run
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()
     if args.resume:
         run = find_run(repo, args.resume)

@@ -215,7 +215,8 @@ class Loop:
         results = {}
         for label, commit in (("base", self.manifest.base_commit), ("best", self.state.incumbent_commit)):
             wt = self.checkout(f"holdout-{label}", commit)
-            res = self.measure(f"holdout-{label}", wt, self.manifest.holdout_tasks, self.cfg.holdout_trials, self.seed(0) + 7)
+            # Named by commit: a run extended later measures its new best, not the old one's file.
+            res = self.measure(f"holdout-{commit[:12]}", wt, self.manifest.holdout_tasks, self.cfg.holdout_trials, self.seed(0) + 7)
             results[label] = res.summary.avg_reward
             self.lineage.remove_worktree(wt)
         write_json_atomic(self.run.path / "holdout.json", results)

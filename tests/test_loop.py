@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
-RUN_ARGS = ["--iterations", "4", "--concurrency", "8", *SCRIPTED_MODELS]
+RUN_ARGS = ["--iterations", "4", "--concurrency", "8", "--holdout", *SCRIPTED_MODELS]
 EXPECTED = [("Break the state class", "invalid"), ("Edit the optimizer", "refused"), ("Transfer everyone", "rejected"), ("Keep the user's exact title", "accepted")]
 
 
@@ -77,6 +77,14 @@ def test_verdicts_branches_and_best(finished_run):
     assert worse[2] == 0.0 and fix[2] == 1.0 and fix[3] == 0.5
     assert "does not parse" in json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"][0]["reason"]
     assert "adopt it with `git merge" in proc.stdout
+    manifest = json.loads((repo / "runs" / run_id / "run.json").read_text())
+    holdout = manifest["holdout_tasks"]
+    assert len(holdout) == 1 and len(manifest["analysis_tasks"]) == 7  # sealed from the 8 train tasks
+    assert not set(holdout) & set(manifest["analysis_tasks"] + manifest["gate_tasks"])
+    scores = json.loads((repo / "runs" / run_id / "holdout.json").read_text())
+    assert scores["best"] == 1.0 and scores["base"] == (0.0 if int(holdout[0][-2:]) % 2 else 1.0)
+    analysed = {p.name.split("__")[0] for p in (repo / "runs" / run_id / "evals").glob("analysis-*/trajectories/*.json")}
+    assert analysed and not analysed & set(holdout)  # the meta-LLM's material never includes the holdout
 
 
 def test_git_log_tells_the_story(finished_run):
@@ -204,8 +212,9 @@ def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     proc = run_cli(["run", str(repo), "--dry-run", *RUN_ARGS], env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert "analysis on tau2's train split, gate on its test split" in proc.stderr
-    # baseline 8 + 240, then 4 x (1 smoke + 2 x 240 + 8)
-    assert "at most 2,204 simulations" in proc.stderr
+    # baseline 7 + 240, then 4 x (1 smoke + 2 x 240 + 7), then 2 x 1 holdout task x 2 trials
+    assert "at most 2,203 simulations" in proc.stderr
+    assert "1 analysis tasks sealed as a holdout" in proc.stderr
     assert not list((repo / "runs").glob("run-*"))
 
 
