@@ -128,7 +128,10 @@ class EvalResult(BaseModel):
 
 
 def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
-    """Write JSON so a reader never sees a half-written file (rename is atomic)."""
+    """Write JSON so a reader never sees a half-written file (rename is atomic).
+
+    No fsync: this guards against a killed process, not against power loss, and
+    an fsync per trajectory costs more than the simulation's own bookkeeping."""
     path = Path(path)
     text = (
         data.model_dump_json(indent=2)
@@ -139,8 +142,6 @@ def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
