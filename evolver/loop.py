@@ -12,6 +12,7 @@ candidates.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from pathlib import Path
 from typing import Optional
@@ -93,11 +94,12 @@ class Loop:
         reference = self.reference_table()
         self.console.print(f"baseline: analysis reward {_fmt(analysis.summary.avg_reward)}, gate reward {_fmt(_mean(reference))}")
         floor = gatelib.noise_floor(reference, self.gate)
-        self.console.print(
-            f"noise floor: with {len(self.manifest.gate_tasks)} gate tasks and {self.gate.stages[-1]} trials the gate resolves "
-            f"effects of about {floor * 100:.1f} points (80% power)"
-        )
-        if self.gate.min_effect < floor:
+        where = f"with {len(self.manifest.gate_tasks)} gate tasks and {self.gate.stages[-1]} trial(s) per task"
+        if math.isinf(floor):
+            self.console.print(f"[yellow]warning:[/yellow] {where} no effect reaches 80% power: only a candidate that fixes nearly every gate task can be kept; add gate tasks or trials")
+        else:
+            self.console.print(f"noise floor: {where} the gate resolves effects of about {floor * 100:.1f} points (80% power)")
+        if self.gate.min_effect < floor and not math.isinf(floor):
             self.console.print(f"[yellow]warning:[/yellow] the minimum effect ({self.gate.min_effect * 100:.1f} points) is below the noise floor; smaller gains will usually be rejected")
         self.print_estimate(analysis)
 
