@@ -156,6 +156,34 @@ def test_a_server_that_cannot_load_the_model_is_one_clear_error(tmp_path):
         LocalServer(tmp_path / "broken.gguf", fix_template=False, log_path=tmp_path / "server.log").start()
 
 
+def _gguf_with_template(path: Path, template: str) -> Path:
+    """A GGUF header with a few metadata keys (a string array among them), no tensors."""
+    import struct
+
+    def string(text: str) -> bytes:
+        data = text.encode()
+        return struct.pack("<Q", len(data)) + data
+
+    kvs = [
+        string("general.name") + struct.pack("<I", 8) + string("tiny"),
+        string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + string("a") + string("bb"),
+        string("general.alignment") + struct.pack("<II", 4, 32),
+        string("tokenizer.chat_template") + struct.pack("<I", 8) + string(template),
+    ]
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs))
+    return path
+
+
+def test_the_doubled_brace_tool_call_example_is_fixed(tmp_path):
+    from evolver.local.template import fixed_chat_template, read_chat_template
+
+    doubled = '{{- "<tool_call>\\n{{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}}\\n</tool_call>" }}'
+    path = _gguf_with_template(tmp_path / "bug.gguf", doubled)
+    assert read_chat_template(path) == doubled
+    assert fixed_chat_template(path) == doubled.replace("{{\\\"name", "{\\\"name").replace("object>}}", "object>}")
+    assert fixed_chat_template(_gguf_with_template(tmp_path / "ok.gguf", "{{ messages }}")) is None
+
+
 # ---- the serving path's handling, with a stand-in server ----------------------
 
 
@@ -252,7 +280,7 @@ def test_one_mock_simulation_with_the_embedded_model(small_model, repo, tmp_path
 
         req = EvalRequest(
             checkout=str(repo), out_dir=str(tmp_path / "run"), domain="mock", task_ids=["create_task_1"],
-            trials=1, concurrency=1, max_steps=12, plugins=["evolver.local.activate"],
+            trials=1, concurrency=1, max_steps=12,
             agent=role("agent"), user=role("user"), judge=role("judge"),
         )
         result = evaluate(req, "local-model-ci", timeout=600)

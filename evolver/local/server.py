@@ -44,8 +44,11 @@ PARALLEL = 2
 # under 4k tokens; airline/retail policies plus tools are about 8-10k, and the meta
 # prompt must fit too (see docs/local_model.md for the measured sizes).
 CTX_PER_SLOT = 16384
-# Upper bound on one reply, so a degenerate repetition loop ends in minutes, not hours.
-MAX_TOKENS = 2048
+# The reply limit of a request that sets none (llama.cpp's n_predict; a request's own
+# max_tokens wins, measured), so a plain `openai/local` client's repetition loop ends
+# in minutes, not at the end of the context. evolver.start keeps the meta prompt to
+# CTX_PER_SLOT - 4096, so a reply this long still fits the slot.
+MAX_TOKENS = 4096
 
 
 class LocalServer:

@@ -21,9 +21,11 @@ litellm's OpenAI-compatible route and then:
 llama.cpp server serves its one model whatever the name, so evolver uses
 `local/agent`, `local/user`, ... there; against another OpenAI-compatible
 server (vLLM, Ollama) use its model name, e.g. `local/qwen2.5:7b`, to get the
-same handling for a model whose server has no tool-call parser. Counters: `stats()`, and, if
-EVOLVER_LOCAL_STATS names a file, a JSON copy rewritten after every call
-(the worker runs in its own process; this is how the controller reads them).
+same handling for a model whose server has no tool-call parser.
+
+Counters: `stats()`, and, if EVOLVER_LOCAL_STATS names a file, a JSON copy
+rewritten after every call (the worker runs in its own process; this is how
+the controller reads them).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ REASKS = 2
 # minutes at a few tokens/s. Callers that need longer replies pass max_tokens.
 DEFAULT_MAX_TOKENS = 512
 REASK_TEMPERATURE = 0.7
-REASK_NOTE = "Your last reply was empty. Reply now: write your message, or call one of the tools."
+REASK_NOTE = "Your last reply was empty. Reply now: write your message"
 
 _counts: dict[str, Counter] = defaultdict(Counter)
 _lock = threading.Lock()
@@ -104,7 +106,8 @@ def _complete(label: str, messages: list, api_base: str, params: dict, tool_name
         _count(label, "empty")
         for _ in range(REASKS):
             _count(label, "reasks")
-            nudged = list(messages) + [{"role": "system", "content": REASK_NOTE}]
+            note = REASK_NOTE + (", or call one of the tools." if tool_names else ".")
+            nudged = list(messages) + [{"role": "system", "content": note}]
             retry_params = {**params, "temperature": REASK_TEMPERATURE}
             response = _forward(label, nudged, api_base, retry_params)
             _count(label, "replies")

@@ -23,8 +23,12 @@ _STRING, _ARRAY = 8, 9
 
 
 def fixed_chat_template(path: Path) -> Optional[str]:
-    """The GGUF's template with the doubled-brace example fixed, or None if it needs no fix."""
-    template = read_chat_template(path)
+    """The GGUF's template with the doubled-brace example fixed, or None if it needs
+    no fix or cannot be read (llama.cpp then reports the file itself when it loads it)."""
+    try:
+        template = read_chat_template(path)
+    except (OSError, ValueError, struct.error, UnicodeDecodeError):
+        return None
     if template and _DOUBLED in template:
         return template.replace(_DOUBLED, _SINGLE)
     return None
