@@ -6,7 +6,6 @@ TOML (see `evolver init` for a commented example).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -165,6 +164,3 @@ def gate_config(cfg: Config):
     except ValueError as exc:
         raise UsageError(f"gate settings: {exc}; gate_stages are increasing trial counts such as 1,2,3,4,6") from None
 
-
-def as_dict(cfg: Config) -> dict:
-    return dataclasses.asdict(cfg)

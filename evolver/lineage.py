@@ -44,9 +44,6 @@ class Lineage:
         except (git.BadName, ValueError):
             return None
 
-    def tree_of(self, ref: str) -> str:
-        return self.repo.commit(ref).tree.hexsha
-
     def diff(self, parent: str, child: str) -> str:
         return self.repo.git.diff(parent, child, "--", "agent")
 

@@ -59,7 +59,6 @@ class Loop:
                 self.check_stop()
                 self.refresh_stale_reference()
                 self.iterate(self.state.next_iteration)
-            # not reached: check_stop raises
         except StopRun as stop:
             self.state.stop_reason = str(stop)
             self.state.status = "finished"

@@ -141,10 +141,6 @@ class RunDir:
         with open(self.path / "log.jsonl", "a") as fh:
             fh.write(line + "\n")
 
-    def events(self) -> list[dict]:
-        path = self.path / "log.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
     # -- the lock -------------------------------------------------------------
     def lock(self):
         """Hold an exclusive lock on the run for the life of the returned file object."""

@@ -102,7 +102,7 @@ def import_candidate(checkout: Path):
 
     sys.path.insert(0, str(checkout))
     try:
-        import agent.agent as module  # noqa: the checkout's agent package
+        import agent.agent as module  # the checkout's agent package
     except BaseException as exc:  # SystemExit and KeyboardInterrupt from the candidate too
         raise Stop("candidate_error", f"agent/agent.py failed to import: {type(exc).__name__}: {exc}", EXIT_CANDIDATE) from None
     cls = getattr(module, "HarnessAgent", None)
