@@ -34,7 +34,6 @@ def main() -> None:
     from rich.console import Console
 
     import evolver.loop as loop_mod
-    from evolver import propose as propose_mod
     from evolver.config import load_config
     from evolver.scaffold import init_repo
     from evolver.start import new_run

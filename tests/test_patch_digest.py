@@ -12,7 +12,6 @@ from evolver.errors import UsageError
 from evolver.patch import Edit, ParseError, PatchRejected, apply_edits, check_path, parse_proposal
 from evolver.propose import build_messages, propose
 from evolver.start import PROMPTS_DIR
-from tests.scripts.loop_cases import PROPOSALS
 
 AGENT = 'AGENT_INSTRUCTION = """\nBe nice.\n"""\n\n\ndef f():\n    return 1\n'
 
