@@ -3,11 +3,17 @@
     python benchmarks/eval_throughput.py [--latencies 0.5,0.1] [--grids 32,128] [--concurrency 8,16]
 
 For each setting it prints simulations per second for
-  - evolver: `evolver.bench.evaluate` as the CLI runs it, worker start-up included;
+  - evolver: the `evolver eval` command in a fresh process, timed from launch to
+    exit (CLI start-up, worker start-up and writing results included); "warm"
+    when its worker daemon (evolver.zygote) is already running, as it is for
+    every command after the first within EVOLVER_ZYGOTE_IDLE; "cold" when the
+    command has to start the daemon, importing tau2 and litellm;
   - tau2 direct: tau2's `run_tasks` with its own LLMAgent, in a fresh process,
     timed from after its imports (so tau2 is not charged for start-up);
   - the limit: total injected LLM time / concurrency, the best any runner can do;
-and the ratios between them. Worker start-up is printed on its own line.
+and the ratios between them. Start-up (launch to the first simulation
+running) is printed in its own columns, warm and cold. Warm and tau2 show the
+median of --repeats runs; cold is one run per setting.
 """
 
 from __future__ import annotations
@@ -45,35 +51,30 @@ print(json.dumps({"seconds": elapsed, "with_import": time.perf_counter() - t0, "
 """
 
 
-def run_evolver(trials: int, concurrency: int, repo: Path) -> dict:
-    from evolver.bench import Zygote, evaluate
-    from evolver.cli import build_request, new_run_id
-    from evolver.config import load_config
+def run_evolver(trials: int, concurrency: int, repo: Path, cold: bool) -> dict:
+    """`evolver eval` as a user runs it: the CLI in a fresh process, timed from launch to exit.
+    Cold: no worker daemon is running, so this command starts one (tau2 and litellm imported)."""
+    from evolver import zygote_client
 
-    cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge",
-                             "trials": trials, "concurrency": concurrency}, environ={})
-    run_id = new_run_id("bench")
-    out = repo / "runs" / run_id
-    req = build_request(cfg, repo, out, TASKS)
-    first_running = {}
-
-    def progress(done: int, total: int) -> None:
-        if total and "t" not in first_running:
-            first_running["t"] = time.perf_counter()
-
-    if Zygote._instance is not None:  # a cold start, as every `evolver eval` command has
-        Zygote._instance.proc.kill()
-        Zygote._instance.proc.wait()
-        Zygote._instance = None
-    start = time.perf_counter()
-    result = evaluate(req, run_id, timeout=3600, on_progress=progress)
-    elapsed = time.perf_counter() - start
+    if cold:
+        zygote_client.stop_all()
+        while zygote_client.running() or list(zygote_client.runtime_dir().glob("*.sock")):
+            time.sleep(0.05)
+    cmd = [sys.executable, "-m", "evolver", "eval", str(repo), "--json", "--task-ids", ",".join(TASKS),
+           "--trials", str(trials), "--concurrency", str(concurrency),
+           "--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge"]
+    launched = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    elapsed = time.time() - launched
+    result_file = Path(json.loads(proc.stdout)["result_file"])
+    result = json.loads(result_file.read_text())
     calls = 0
-    for sim in result.simulations:
-        data = json.loads((out / sim.trajectory_file).read_text())
+    for sim in result["simulations"]:
+        data = json.loads((result_file.parent / sim["trajectory_file"]).read_text())
         calls += sum(1 for m in data["messages"] if m["role"] in ("assistant", "user")) - 1
-    return {"seconds": elapsed, "sims": len(result.simulations), "calls": calls,
-            "startup": first_running.get("t", start) - start, "infra": result.summary.infra_errors}
+    running_at = min(json.loads(p.read_text())["running_at"] for p in result_file.parent.glob("status-*.json"))
+    return {"seconds": elapsed, "sims": len(result["simulations"]), "calls": calls,
+            "startup": running_at - launched, "infra": result["summary"]["infra_errors"]}
 
 
 def run_tau2(trials: int, concurrency: int) -> dict:
@@ -82,34 +83,49 @@ def run_tau2(trials: int, concurrency: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def median(runs: list[dict]) -> dict:
+    """The run with the median time: a shared 2-core machine is noisy."""
+    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latencies", default="0.5,0.1")
     parser.add_argument("--grids", default="32,128", help="simulations per grid (multiples of 8 tasks)")
     parser.add_argument("--concurrency", default="8,16")
+    parser.add_argument("--repeats", type=int, default=3, help="warm and tau2 runs per setting; the median is shown (cold: one)")
     args = parser.parse_args()
     os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
+    os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")  # the benchmark's own daemon
+    from evolver import zygote_client
     from evolver.scaffold import init_repo
 
     repo = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     init_repo(repo)
-    print("evolver: cold start included. tau2: timed after its imports (tau2+imp: including them).")
-    print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'evolver/s':>9} {'tau2/s':>7} {'tau2+imp/s':>10} {'limit/s':>7} | "
-          f"{'evo/tau2':>8} {'evo/tau2+imp':>12} {'evo/lim':>7} {'tau2/lim':>8} | {'startup s':>9}")
-    for latency in [float(x) for x in args.latencies.split(",")]:
-        os.environ["EVOLVER_SCRIPTED_LATENCY"] = str(latency)
-        for grid in [int(x) for x in args.grids.split(",")]:
-            for conc in [int(x) for x in args.concurrency.split(",")]:
-                trials = grid // len(TASKS)
-                evo = run_evolver(trials, conc, repo)
-                tau = run_tau2(trials, conc)
-                # The limit: every LLM call's injected latency, spread over `conc` parallel slots.
-                limit_seconds = evo["calls"] * latency / conc
-                evo_rate, tau_rate, lim_rate = evo["sims"] / evo["seconds"], tau["sims"] / tau["seconds"], evo["sims"] / limit_seconds
-                tau_imp = tau["sims"] / tau["with_import"]
-                print(f"{latency:>7.1f} {grid:>5} {conc:>4} | {evo_rate:>9.2f} {tau_rate:>7.2f} {tau_imp:>10.2f} {lim_rate:>7.2f} | "
-                      f"{evo_rate / tau_rate:>8.2f} {evo_rate / tau_imp:>12.2f} {evo_rate / lim_rate:>7.2f} {tau_rate / lim_rate:>8.2f} | {evo['startup']:>9.1f}", flush=True)
-                assert evo["infra"] == 0, "infrastructure errors in the benchmark"
+    print("evolver: `evolver eval` CLI, launch to exit; warm: its worker daemon already running, cold: started by "
+          "the command. tau2: timed after its imports (tau2+imp: including them).")
+    print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'warm/s':>7} {'cold/s':>7} {'tau2/s':>7} {'tau2+imp/s':>10} {'limit/s':>7} | "
+          f"{'warm/tau2':>9} {'cold/tau2':>9} {'cold/tau2+imp':>13} {'warm/lim':>8} {'tau2/lim':>8} | {'start warm':>10} {'cold':>5}")
+    try:
+        for latency in [float(x) for x in args.latencies.split(",")]:
+            os.environ["EVOLVER_SCRIPTED_LATENCY"] = str(latency)
+            for grid in [int(x) for x in args.grids.split(",")]:
+                for conc in [int(x) for x in args.concurrency.split(",")]:
+                    trials = grid // len(TASKS)
+                    cold = run_evolver(trials, conc, repo, cold=True)
+                    warm = median([run_evolver(trials, conc, repo, cold=False) for _ in range(args.repeats)])
+                    tau = median([run_tau2(trials, conc) for _ in range(args.repeats)])
+                    # The limit: every LLM call's injected latency, spread over `conc` parallel slots.
+                    limit_seconds = warm["calls"] * latency / conc
+                    warm_rate, cold_rate = warm["sims"] / warm["seconds"], cold["sims"] / cold["seconds"]
+                    tau_rate, tau_imp = tau["sims"] / tau["seconds"], tau["sims"] / tau["with_import"]
+                    lim_rate = warm["sims"] / limit_seconds
+                    print(f"{latency:>7.1f} {grid:>5} {conc:>4} | {warm_rate:>7.2f} {cold_rate:>7.2f} {tau_rate:>7.2f} {tau_imp:>10.2f} {lim_rate:>7.2f} | "
+                          f"{warm_rate / tau_rate:>9.2f} {cold_rate / tau_rate:>9.2f} {cold_rate / tau_imp:>13.2f} {warm_rate / lim_rate:>8.2f} "
+                          f"{tau_rate / lim_rate:>8.2f} | {warm['startup']:>9.2f}s {cold['startup']:>4.1f}s", flush=True)
+                    assert warm["infra"] == cold["infra"] == 0, "infrastructure errors in the benchmark"
+    finally:
+        zygote_client.stop_all()
 
 
 if __name__ == "__main__":

@@ -1,3 +1,3 @@
-from evolver.cli import main
+from evolver.launch import main
 
 raise SystemExit(main())

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import shutil
 import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable, Optional
 
+from evolver import zygote_client
 from evolver.data import EvalRequest, EvalResult, SimRecord, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
 from evolver.metrics import summarize
-from evolver.worker import status_file
+from evolver.worker import claims_dir, status_file
 
 # Workers per evaluation: tau2's simulations are partly CPU-bound under one GIL,
 # so two processes use both cores of a small machine.
@@ -44,60 +43,41 @@ def check_api_base(url: str) -> None:
 
 
 class Zygote:
-    """Controller side of evolver.zygote: one warm process per controller, started on first use."""
+    """This controller's connection to the warm zygote (evolver.zygote_client finds or starts it)."""
 
     _instance: Optional["Zygote"] = None
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "evolver.zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, start_new_session=True,
-        )
+        self.conn = zygote_client.connect()
         self.exits: dict[int, int] = {}
-        self.pids: list[int] = []
-        self._buffer = b""
-        self._expect("ready")
 
     @classmethod
     def get(cls) -> "Zygote":
-        if cls._instance is None or cls._instance.proc.poll() is not None:
+        if cls._instance is None or cls._instance.conn.closed:
             cls._instance = cls()
         return cls._instance
 
-    def _read(self, timeout: float) -> None:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return
-        chunk = os.read(self.proc.stdout.fileno(), 65536)
-        if not chunk:
-            raise RuntimeError("the worker zygote exited; see the worker logs")
-        self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            msg = json.loads(line)
+    def _note(self, messages: list[dict]) -> None:
+        for msg in messages:
             if "exit" in msg:
                 self.exits[msg["exit"]] = msg["code"]
-            elif "pid" in msg:
-                self.pids.append(msg["pid"])
-            elif msg.get("ready"):
-                self.pids.append(-1)
-
-    def _expect(self, what: str) -> int:
-        deadline = time.monotonic() + 300
-        while not self.pids:
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"the worker zygote did not answer ({what})")
-            self._read(0.5)
-        return self.pids.pop(0)
 
     def spawn(self, request: Path, log: Path, cwd: str) -> int:
-        line = json.dumps({"request": str(request), "log": str(log), "cwd": cwd, "env": dict(os.environ)}) + "\n"
-        self.proc.stdin.write(line.encode())
-        self.proc.stdin.flush()
-        return self._expect("spawn")
+        self.conn.send({"request": str(request), "log": str(log), "cwd": cwd, "env": dict(os.environ)})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for msg in self.conn.receive(deadline - time.monotonic()):
+                if "pid" in msg:
+                    return msg["pid"]
+                self._note([msg])
+        raise RuntimeError("the worker zygote did not start a worker within 60 s")
+
+    def wait(self, timeout: float) -> None:
+        """Return when a worker exits or ``timeout`` seconds pass."""
+        self._note(self.conn.receive(timeout))
 
     def exit_code(self, pid: int) -> Optional[int]:
-        self._read(0)
+        self._note(self.conn.receive(0))
         return self.exits.get(pid)
 
 
@@ -119,7 +99,7 @@ def _stop(zygote: Zygote, pid: int) -> None:
         while time.monotonic() < deadline:
             if zygote.exit_code(pid) is not None:
                 return
-            time.sleep(0.05)
+            zygote.wait(0.05)
 
 
 def _merge(statuses: list[dict]) -> dict:
@@ -129,13 +109,14 @@ def _merge(statuses: list[dict]) -> dict:
         if state in states:
             first = statuses[states.index(state)]
             break
-    tasks = [t for s in statuses for t in s.get("tasks") or []]
+    tasks = list(dict.fromkeys(t for s in statuses for t in s.get("tasks") or []))  # each worker sees the whole grid
     return {**first, "state": first.get("state"), "tasks": tasks}
 
 
 def _shards(req: EvalRequest) -> list[EvalRequest]:
-    """Split the grid over the cores: each worker runs every n-th task, in one tau2 call."""
-    n = 1 if req.list_only or req.task_ids and len(req.task_ids) < 2 else max(1, min(WORKER_PROCESSES, req.concurrency))
+    """Share the grid between the cores: every worker runs it in one tau2 call, claiming simulations as it goes."""
+    one = req.list_only or req.task_ids and len(req.task_ids) * req.trials < 2
+    n = 1 if one else max(1, min(WORKER_PROCESSES, req.concurrency))
     per = -(-req.concurrency // n)
     return [req.model_copy(update={"shard": i, "shards": n, "concurrency": per}) for i in range(n)]
 
@@ -148,6 +129,7 @@ def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[],
     write_json_atomic(out / "request.json", req)
     for old in out.glob("status-*.json"):  # a resumed evaluation must not read the last workers' verdict
         old.unlink()
+    shutil.rmtree(claims_dir(out), ignore_errors=True)  # nor skip what they claimed but never finished
     zygote = Zygote.get()
     shards = _shards(req)
     pids = []
@@ -166,7 +148,7 @@ def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[],
                 break
             if on_tick:
                 on_tick()
-            time.sleep(0.2)
+            zygote.wait(0.2)
     except BaseException:  # Ctrl-C or the controller failing: leave no worker behind
         for pid in pids:
             _stop(zygote, pid)
@@ -199,8 +181,8 @@ def evaluate(
 
     def tick() -> None:
         if on_progress:
-            tasks = sum(len(_read_status(p).get("tasks") or []) for p in out.glob("status-*.json"))
-            on_progress(_count_lines(out / "sims.jsonl"), tasks * req.trials)
+            tasks = _merge([_read_status(p) for p in out.glob("status-*.json")] or [{}])["tasks"]
+            on_progress(_count_lines(out / "sims.jsonl"), len(tasks) * req.trials)
 
     status, note, code = _run_worker(req, timeout, tick)
     state = status.get("state")

@@ -1,4 +1,4 @@
-"""Command line: `evolver init | eval | tasks`."""
+"""Command line: `evolver init | eval | run | history | show | rollback | status | tasks | daemon`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,21 @@ configuration: evolver.toml in the repository, then EVOLVER_<KEY> environment
 variables, then these flags (later wins). Models are litellm model strings;
 for a vLLM, Ollama or llama.cpp server use --agent-model openai/NAME --api-base URL.
 """
+
+
+DAEMON_HELP = """\
+Importing tau2 and litellm takes several seconds, so the first evaluation starts
+a daemon that imports them once and forks a fresh worker for every evaluation
+(candidate code never runs in the daemon itself). It is private to your user,
+serves only evolver commands running the same code (an upgrade or an edit
+starts a new one) and exits after EVOLVER_ZYGOTE_IDLE seconds without use
+(default 600; 0 makes it exit with the command that started it). Its socket
+and log are in EVOLVER_RUNTIME_DIR, else $XDG_RUNTIME_DIR/evolver, else
+/tmp/evolver-<uid>.
+"""
+
+
+EVAL_ROLES = ("agent", "user")
 
 
 def _positive(kind):
@@ -124,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", default=".")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("daemon", help="the warm worker process that makes evaluations start fast: status or stop",
+                       description=DAEMON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=["status", "stop"], help="status: list running daemons; stop: let them exit once their current evaluations end")
+
     p = sub.add_parser("tasks", help="list the task ids of a domain and split")
     p.add_argument("domain", choices=DOMAINS)
     p.add_argument("--split", help="train, test or base")
@@ -165,7 +184,6 @@ def _check_repo(path: Path) -> Path:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.bench import check_api_base, evaluate
-    from evolver.lineage import Lineage, exclude_runs_dir
     from evolver.local.backend import serve_local
     from evolver.report import eval_table, progress_bar
 
@@ -174,7 +192,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         _check_repo(repo)
     cfg = load_config(repo, _overrides(args))
     console = Console(stderr=True, soft_wrap=True)
-    note = apply_default_models(cfg)
+    note = apply_default_models(cfg, roles=EVAL_ROLES)  # no meta-LLM in an evaluation
     if note:
         console.print(note)
     if cfg.domain not in DOMAINS and not cfg.plugins:
@@ -186,6 +204,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = repo / "runs" / run_id
     checkout, lineage = repo, None
     if args.ref:  # a commit is evaluated in its own worktree; the working tree is not touched
+        from evolver.lineage import Lineage, exclude_runs_dir  # gitpython only when needed: it slows every start
+
         lineage = Lineage(repo, run_id)
         commit = lineage.commit_of(args.ref)
         if commit is None:
@@ -195,7 +215,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
-        with serve_local(cfg, console), progress_bar(console, "simulations") as update:
+        with serve_local(cfg, console, EVAL_ROLES), progress_bar(console, "simulations") as update:
             req = build_request(cfg, checkout, out, task_ids, args.num_tasks)
             result = evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
@@ -343,6 +363,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_daemon(args: argparse.Namespace) -> int:
+    from evolver import zygote_client
+
+    if args.action == "stop":
+        print(f"asked {zygote_client.stop_all()} daemon(s) to stop; each exits once its current evaluations end")
+        return 0
+    daemons = zygote_client.running()
+    if not daemons:
+        print(f"no daemon running (in {zygote_client.runtime_dir()})")
+    for path, info in daemons:
+        age = time.time() - info["started"]
+        state = "stopping" if info["stopping"] else "current code" if info["current"] else "older code, exits when idle"
+        print(f"pid {info['pid']}: up {age / 60:.1f} min, {info['served']} process(es) forked, {info['workers']} running, "
+              f"{info['clients'] - 1} other client(s), idle limit {info['idle_seconds']:g} s, {state}; {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -350,8 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     handler = {"eval": cmd_eval, "init": cmd_init, "tasks": cmd_tasks, "run": cmd_run, "history": cmd_history,
-               "show": cmd_show, "rollback": cmd_rollback, "status": cmd_status}[args.command]
+               "show": cmd_show, "rollback": cmd_rollback, "status": cmd_status, "daemon": cmd_daemon}[args.command]
     try:
+        if args.command in ("eval", "run"):
+            from evolver import zygote_client
+
+            zygote_client.check_settings()
         return handler(args)
     except UsageError as exc:
         print(f"evolver: error: {exc}", file=sys.stderr)

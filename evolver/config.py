@@ -85,9 +85,9 @@ class Config:
             return RoleModel(model=f"local/{name}", api_base=api_base or self.local_api_base or None, llm_args={"temperature": temperature})
         return RoleModel(model=model, api_base=api_base, llm_args={"temperature": temperature})
 
-    def uses_local_server(self) -> bool:
-        """Whether evolver must serve the embedded model: a role is "local" without a server of its own."""
-        roles = ("agent", "user", "meta") + (("judge",) if self.judge_model else ())
+    def uses_local_server(self, roles: tuple[str, ...] = ("agent", "user", "meta")) -> bool:
+        """Whether evolver must serve the embedded model: one of ``roles`` is "local" without a server of its own."""
+        roles = roles + (("judge",) if self.judge_model else ())
         return any(getattr(self, f"{r}_model") == LOCAL and not (getattr(self, f"{r}_api_base", "") or self.api_base) for r in roles)
 
 
@@ -95,11 +95,12 @@ LOCAL = "local"
 HOSTED_DEFAULTS = {"agent_model": "gpt-4.1-mini", "user_model": "gpt-4.1-mini", "meta_model": "gpt-4.1"}
 
 
-def apply_default_models(cfg: Config, environ: Optional[dict] = None) -> Optional[str]:
-    """Fill unset models: OpenAI's when OPENAI_API_KEY is present, else the embedded local model.
-    Returns the one line to tell the user when the local model was chosen for them."""
+def apply_default_models(cfg: Config, environ: Optional[dict] = None, roles: tuple[str, ...] = ("agent", "user", "meta")) -> Optional[str]:
+    """Fill the unset models of ``roles`` (the ones the command uses): OpenAI's when OPENAI_API_KEY
+    is present, else the embedded local model. Returns the line to tell the user when the local
+    model was chosen for them."""
     environ = os.environ if environ is None else environ
-    unset = [k for k in HOSTED_DEFAULTS if not getattr(cfg, k)]
+    unset = [f"{r}_model" for r in roles if not getattr(cfg, f"{r}_model")]
     if not unset:
         return None
     hosted = bool(environ.get("OPENAI_API_KEY"))

@@ -47,7 +47,8 @@ class EvalRequest(BaseModel):
     plugins: list[str] = Field(default_factory=list)
     # Only resolve the tasks and report them (and the domain's splits) in the status file.
     list_only: bool = False
-    # This worker runs tasks[shard::shards]; several workers use both cores.
+    # Workers of one evaluation (shards > 1) share its grid: each runs whichever simulation it
+    # claims first (worker.Recorder), so both cores stay busy until the end.
     shard: int = 0
     shards: int = 1
     agent: RoleModel

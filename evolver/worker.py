@@ -13,6 +13,7 @@ Exit codes: 0 done; 2 bad input (the status file says what); 3 candidate failed 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -41,6 +42,10 @@ class Stop(Exception):
 
 def status_file(out: Path, shard: int) -> Path:
     return out / f"status-{shard}.json"
+
+
+def claims_dir(out: Path) -> Path:
+    return out / "claims"
 
 
 def _status(req: EvalRequest, state: str, **extra) -> None:
@@ -93,7 +98,7 @@ def resolve_tasks(req: EvalRequest) -> list:
         tasks = tasks[: req.num_tasks]
     if not tasks:
         raise Stop("usage_error", "no tasks selected; check --split, --task-ids and --num-tasks", EXIT_USAGE)
-    return tasks[req.shard :: req.shards]
+    return tasks
 
 
 def import_candidate(checkout: Path):
@@ -147,6 +152,9 @@ class Recorder:
         self.claimed: dict[tuple, int] = defaultdict(int)
         # Resume: simulations already scored on disk are not run again; infra errors are retried.
         self.done = {(r.task_id, r.trial) for r in read_sim_records(self.out / "sims.jsonl") if r.outcome != "infra_error"}
+        self.claims = claims_dir(self.out) if req.shards > 1 else None
+        if self.claims:
+            self.claims.mkdir(exist_ok=True)
 
     def _trial(self, task_id: str, seed: int) -> int:
         with self.lock:
@@ -160,7 +168,7 @@ class Recorder:
 
         task, seed = kwargs["task"], kwargs.get("seed")
         trial = self._trial(task.id, seed)
-        if (task.id, trial) in self.done:
+        if (task.id, trial) in self.done or not self._claim(task.id, trial):
             return self._placeholder(task.id, trial, seed)
         try:
             sim = self.run_task(*args, **kwargs)
@@ -187,6 +195,19 @@ class Recorder:
         )
         self._write(record, sim)
         return sim
+
+    def _claim(self, task_id: str, trial: int) -> bool:
+        """First come, first served between the workers of an evaluation: a shared queue
+        balances them where a fixed split of the tasks leaves one idle while the other
+        still runs the long ones."""
+        if self.claims is None:
+            return True
+        name = hashlib.sha1(f"{task_id}\0{trial}".encode()).hexdigest()  # task ids may hold any character
+        try:
+            os.close(os.open(self.claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            return False
+        return True
 
     @staticmethod
     def _placeholder(task_id: str, trial: int, seed):
@@ -265,8 +286,8 @@ def run(req: EvalRequest) -> None:
 
 
 def _exit_with_parent() -> None:
-    """The controller normally stops us; if it is killed outright, leave no orphan behind
-    to keep writing into a run directory that a resumed controller will use."""
+    """The zygote kills us when our controller goes; if the zygote itself is killed,
+    leave no orphan behind to keep writing into a run directory a resumed controller will use."""
     parent = os.getppid()
 
     def watch() -> None:

@@ -1,48 +1,73 @@
 """A warm worker factory: imports tau2 and litellm once, then forks one fresh worker per evaluation.
 
-Importing tau2 and litellm takes 5-7 s on 2 cores; a loop iteration runs several
-evaluations. The zygote pays that once per controller. Each worker is a fresh
-fork that has never imported a candidate, so candidate code still runs only in
-its own process, with its own process group, killable by the controller.
+    python -m evolver.zygote --socket PATH [--idle SECONDS]
 
-Protocol, one JSON object per line:
-  controller -> zygote  {"request": path, "log": path, "cwd": dir, "env": {...}}
-  zygote -> controller  {"ready": true} once, then {"pid": N} per request and
-                        {"exit": N, "code": C} when that worker ends.
+Importing tau2 and litellm takes 4-7 s on 2 cores, longer than a small
+evaluation. The zygote pays it once and then serves every controller (each
+`evolver eval` and `evolver run`) on a Unix socket; it exits after ``--idle``
+seconds without clients or workers (0: as soon as the last client leaves).
+evolver.zygote_client finds or starts it. Each worker is a fresh fork that has
+never imported a candidate, so candidate code still runs only in its own
+process, with its own process group, killable by the controller.
 
-The zygote runs no threads (fork from a threaded process is unsafe); it polls
-its parent and exits, killing its workers, when the controller is gone.
+Protocol, one JSON object per line on a client's connection:
+  zygote -> client   {"ready": true, "pid": N} on connect
+  client -> zygote   {"request": path, "log": path, "cwd": dir, "env": {...}}  (a worker)
+                     {"command": [args], "cwd": dir, "env": {...}} with the client's stdin,
+                     stdout and stderr passed along (SCM_RIGHTS): an `evolver` command
+                     (evolver.launch), run in a fork that has its imports done already
+  zygote -> client   {"pid": N}, then {"exit": N, "code": C} when that child ends
+  client -> zygote   {"status": true}  ->  {"status": {...}}
+  client -> zygote   {"stop": true}: no new clients; exit once the current ones leave
+
+A client that disconnects (it finished, or was killed) takes its workers with
+it: the zygote kills their process groups, so a killed controller leaves no
+worker writing into a run directory that a resumed controller will use.
+The zygote runs no threads (fork from a threaded process is unsafe).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import select
 import signal
+import socket
 import sys
+import time
 
 
-def _send(obj: dict) -> None:
-    os.write(1, (json.dumps(obj) + "\n").encode())
-
-
-def _child(req: dict) -> None:
-    """In the forked worker: own process group, own log, the controller's environment."""
+def _child(req: dict, inherited: list[int], stdio: list[int]) -> None:
+    """In the fork: own process group, the client's directory and environment; then either a
+    worker (output to its log) or an evolver command (on the client's own stdin/out/err)."""
     os.setsid()
-    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+    for fd in inherited:  # the zygote's sockets and pipes are not the child's business
+        os.close(fd)
+    if not stdio:
+        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        stdio = [os.open(os.devnull, os.O_RDONLY), log, log]
+    for target, fd in enumerate(stdio):
+        os.dup2(fd, target)
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
     code = 1
     try:
-        from evolver import worker
+        if "command" in req:
+            from evolver import cli
 
-        code = worker.main([req["request"]])
+            sys.argv = ["evolver", *req["command"]]
+            code = cli.main(req["command"])
+        else:
+            from evolver import worker
+
+            code = worker.main([req["request"]])
+    except SystemExit as exc:  # argparse's own exits (--help, usage errors)
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     except BaseException:  # noqa: BLE001 - report and exit; never return into the zygote's loop
         import traceback
 
@@ -53,41 +78,166 @@ def _child(req: dict) -> None:
         os._exit(code)
 
 
-def main() -> int:
-    parent = os.getppid()
-    from evolver import worker
+class Client:
+    def __init__(self, conn: socket.socket):
+        self.conn, self.buffer, self.workers = conn, b"", set()
+        self.fds: list[int] = []  # passed with a command: the client's stdin, stdout, stderr
 
-    worker.preload()
-    _send({"ready": True})
-    children: set[int] = set()
-    try:
+    def send(self, obj: dict) -> None:
+        try:
+            self.conn.sendall((json.dumps(obj) + "\n").encode())
+        except OSError:
+            pass  # it is gone; the next read sees that and cleans up
+
+
+class Zygote:
+    def __init__(self, path: str, idle: float):
+        self.path, self.idle = path, idle
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(16)
+        self.inode = os.stat(path).st_ino
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.clients: dict[int, Client] = {}
+        self.owner: dict[int, Client] = {}  # worker pid -> the client that asked for it
+        self.started, self.last_active, self.served = time.time(), time.monotonic(), 0
+        self.stopping = False
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select() through the pipe
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         while True:
-            readable, _, _ = select.select([0], [], [], 0.2)
-            while children:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-                if pid == 0:
-                    break
-                children.discard(pid)
-                _send({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
-            if os.getppid() != parent:
-                return 0
-            if not readable:
-                continue
-            line = sys.stdin.readline()
-            if not line:  # the controller closed the pipe
-                return 0
-            req = json.loads(line)
-            pid = os.fork()
-            if pid == 0:
-                _child(req)
-            children.add(pid)
-            _send({"pid": pid})
-    finally:
-        for pid in children:
+            busy = self.clients or self.owner
+            left = self.idle - (time.monotonic() - self.last_active)
+            expired = not busy and (self.stopping or left <= 0)
+            sockets = [c.conn for c in self.clients.values()] + ([] if self.stopping else [self.listener])
+            # Expired: one last look, so that a client already waiting is served, not dropped.
+            readable, _, _ = select.select([self.wake_r, *sockets], [], [], 0 if expired else None if busy else left)
+            if expired and not readable:
+                return
+            if self.wake_r in readable:
+                os.read(self.wake_r, 4096)
+            self._reap()
+            for sock in readable:
+                if sock is self.listener:
+                    self._accept()
+                elif sock is not self.wake_r:
+                    self._receive(self.clients[sock.fileno()])
+            if busy or readable:
+                self.last_active = time.monotonic()
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        client = Client(conn)
+        self.clients[conn.fileno()] = client
+        client.send({"ready": True, "pid": os.getpid()})
+
+    def _receive(self, client: Client) -> None:
+        try:
+            chunk, fds, _, _ = socket.recv_fds(client.conn, 65536, 3)
+        except OSError:
+            chunk, fds = b"", []
+        client.fds += fds
+        if not chunk:  # the controller finished or died: its workers go with it
+            self._drop(client)
+            return
+        client.buffer += chunk
+        *lines, client.buffer = client.buffer.split(b"\n")
+        for line in lines:
+            msg = json.loads(line)
+            if "request" in msg or "command" in msg:
+                self._fork(client, msg)
+            elif msg.get("status"):
+                client.send({"status": self.status()})
+            elif msg.get("stop"):
+                self._stop_listening()
+                client.send({"stopping": True})
+
+    def _fork(self, client: Client, req: dict) -> None:
+        stdio, client.fds = (client.fds, []) if "command" in req else ([], client.fds)
+        inherited = [self.listener.fileno(), self.wake_r, self.wake_w, *self.clients]
+        pid = os.fork()
+        if pid == 0:
+            _child(req, inherited, stdio)
+        for fd in stdio:  # held open here, they would keep the client's pipes from ever closing
+            os.close(fd)
+        self.owner[pid] = client
+        client.workers.add(pid)
+        self.served += 1
+        client.send({"pid": pid})
+
+    def _reap(self) -> None:
+        while self.owner:
             try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            client = self.owner.pop(pid, None)
+            if client is not None:
+                client.workers.discard(pid)
+                client.send({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def _drop(self, client: Client) -> None:
+        for pid in client.workers:
+            _kill_group(pid)
+        for fd in client.fds:
+            os.close(fd)
+        client.workers.clear()  # reaped, and forgotten, as they exit
+        self.clients.pop(client.conn.fileno(), None)
+        client.conn.close()
+
+    def _stop_listening(self) -> None:
+        """New clients start a fresh zygote; the current ones finish undisturbed."""
+        if not self.stopping:
+            self.stopping = True
+            self._unlink()
+            self.listener.close()
+
+    def _unlink(self) -> None:
+        try:  # only our own socket: a newer zygote may have taken the path
+            if os.stat(self.path).st_ino == self.inode:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def status(self) -> dict:
+        return {"pid": os.getpid(), "started": self.started, "idle_seconds": self.idle, "served": self.served,
+                "clients": len(self.clients), "workers": len(self.owner), "stopping": self.stopping}
+
+    def close(self) -> None:
+        for pid in list(self.owner):
+            _kill_group(pid)
+        if not self.stopping:
+            self._unlink()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evolver.zygote")
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--idle", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    zygote = Zygote(args.socket, args.idle)  # bind first: a second zygote for the path fails here
+    try:
+        from evolver import worker
+
+        worker.preload()
+        # What `evolver eval` imports, so that commands run here start as fast as workers.
+        import evolver.bench, evolver.cli, evolver.local.backend, evolver.report  # noqa: E401, F401
+        zygote.serve()
+    finally:
+        zygote.close()
+    return 0
 
 
 if __name__ == "__main__":

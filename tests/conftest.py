@@ -9,9 +9,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from evolver import zygote_client
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED_MODELS = ["--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge", "--meta-model", "scripted/meta"]
@@ -27,7 +30,13 @@ def offline_env():
                 mp.delenv(key, raising=False)
         mp.setenv("EVOLVER_RETRY_WAIT", "0.01")
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        yield
+        # The tests' own worker daemon: shared by the whole session, gone after it.
+        mp.setenv("EVOLVER_RUNTIME_DIR", tempfile.mkdtemp(prefix="evolver-rt-"))
+        mp.setenv("EVOLVER_ZYGOTE_IDLE", "120")
+        try:
+            yield
+        finally:
+            zygote_client.stop_all()
 
 
 def git(repo: Path, *args: str) -> str:

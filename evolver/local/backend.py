@@ -11,10 +11,10 @@ from evolver.config import Config
 
 
 @contextmanager
-def serve_local(cfg: Config, console: Console) -> Iterator[None]:
-    """Start the llama.cpp server if some role is "local" without a server of its own, point
+def serve_local(cfg: Config, console: Console, roles: tuple[str, ...] = ("agent", "user", "meta")) -> Iterator[None]:
+    """Start the llama.cpp server if one of ``roles`` is "local" without a server of its own, point
     those roles at it (cfg.local_api_base), and stop it on exit, errors and Ctrl-C alike."""
-    if not cfg.uses_local_server():
+    if not cfg.uses_local_server(roles):
         yield
         return
     from evolver.local.provision import resolve_model

@@ -1,0 +1,27 @@
+"""The `evolver` command's entry point: hands `evolver eval` to the warm zygote when one is running.
+
+A fresh Python process spends about 0.3 s importing evolver's CLI (pydantic, rich)
+before an evaluation can start; a fork of the warm zygote has all of that done
+(see evolver.zygote). This module therefore imports only the standard library
+and evolver.zygote_client. Everything else, and `eval` when no zygote is
+running (the evaluation then starts one for its workers), runs evolver.cli here.
+EVOLVER_ZYGOTE_IDLE=0 turns the hand-over off along with the warm zygote.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    if argv[:1] == ["eval"] and os.environ.get("EVOLVER_ZYGOTE_IDLE") != "0":
+        from evolver import zygote_client
+
+        code = zygote_client.run_command(argv)
+        if code is not None:
+            return code
+    from evolver.cli import main as cli_main
+
+    return cli_main(argv)

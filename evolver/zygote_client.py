@@ -1,0 +1,233 @@
+"""Find, start, query and stop the warm worker zygote (evolver.zygote) from a controller.
+
+One zygote serves every evolver command of a user that runs the same code: its
+socket is named by a fingerprint of the interpreter, PYTHONPATH, the installed
+packages and evolver's own source, so an upgrade or an edit starts a fresh
+zygote instead of forking stale code. It lives in a private directory:
+EVOLVER_RUNTIME_DIR, else $XDG_RUNTIME_DIR/evolver, else /tmp/evolver-<uid>.
+EVOLVER_ZYGOTE_IDLE (seconds, default 600) is how long it stays warm without
+clients; 0 makes it exit with its last client.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Optional
+
+from evolver.errors import UsageError
+
+DEFAULT_IDLE = 600.0
+START_TIMEOUT = 300.0  # importing tau2 on a loaded 2-core machine
+
+
+def runtime_dir() -> Path:
+    base = os.environ.get("EVOLVER_RUNTIME_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_RUNTIME_DIR")
+        base = str(Path(xdg) / "evolver") if xdg else f"/tmp/evolver-{os.getuid()}"
+    path = Path(base)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    # Anyone who can write here could answer as the zygote and run code as us.
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise UsageError(f"{path} must be a private directory (owned by you, mode 700); fix it or set EVOLVER_RUNTIME_DIR")
+    return path
+
+
+def idle_seconds() -> float:
+    raw = os.environ.get("EVOLVER_ZYGOTE_IDLE", "")
+    try:
+        value = float(raw) if raw else DEFAULT_IDLE
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise UsageError(f"EVOLVER_ZYGOTE_IDLE={raw!r} is not a number of seconds >= 0; fix or unset it")
+    return value
+
+
+def check_settings() -> None:
+    """Bad settings fail before a command writes anything, not at its first evaluation."""
+    runtime_dir()
+    idle_seconds()
+
+
+def fingerprint() -> str:
+    """What a forked worker's code depends on, cheaply: no imports, a few hundred stat() calls."""
+    digest = hashlib.sha256()
+    for part in (sys.executable, sys.version, os.environ.get("PYTHONPATH", "")):
+        digest.update(part.encode() + b"\0")
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    # pip adds and removes *.dist-info entries on every install, which changes the directory's mtime.
+    digest.update(str(purelib.stat().st_mtime_ns if purelib.exists() else 0).encode())
+    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
+        info = path.stat()
+        digest.update(f"{path}:{info.st_mtime_ns}:{info.st_size}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+class Connection:
+    """One client connection: JSON lines both ways."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.buffer, self.closed = sock, b"", False
+
+    def send(self, obj: dict) -> None:
+        self.sock.sendall((json.dumps(obj) + "\n").encode())
+
+    def receive(self, timeout: Optional[float]) -> list[dict]:
+        """Messages that arrive within ``timeout`` seconds (none when it passes)."""
+        if self.closed:
+            raise RuntimeError("the worker zygote exited; see its log in " + str(runtime_dir()))
+        ready, _, _ = select.select([self.sock], [], [], timeout)
+        if not ready:
+            return []
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            self.closed = True
+            raise RuntimeError("the worker zygote exited; see its log in " + str(runtime_dir()))
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines]
+
+    def expect(self, key: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for msg in self.receive(deadline - time.monotonic()):
+                if key in msg:
+                    return msg
+        raise RuntimeError(f"the worker zygote did not answer ({key}) within {timeout:g} s")
+
+    def close(self) -> None:
+        self.closed = True
+        self.sock.close()
+
+
+def _connect(path: Path) -> Optional[Connection]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    return Connection(sock)
+
+
+def connect() -> Connection:
+    """A connection to this code's zygote, started if none is running; "ready" already read."""
+    directory = runtime_dir()
+    idle = idle_seconds()
+    path = directory / f"zygote-{fingerprint()}.sock"
+    for attempt in range(2):
+        conn = _connect(path)
+        if conn is None:
+            with open(directory / "start.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # one starter; the others connect to what it started
+                conn = _connect(path) or _start(path, idle)
+        try:
+            conn.expect("ready", START_TIMEOUT)
+            return conn
+        except (RuntimeError, OSError):
+            conn.close()
+            if attempt:  # a zygote reaching its idle limit as we connected gets one retry
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start(path: Path, idle: float) -> Connection:
+    path.unlink(missing_ok=True)  # a zygote that was killed leaves its socket behind
+    log = open(path.with_suffix(".log"), "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evolver.zygote", "--socket", str(path), "--idle", str(idle)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=path.parent, start_new_session=True,
+    )
+    log.close()
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        conn = _connect(path)
+        if conn is not None:
+            return conn
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker zygote failed to start; see {path.with_suffix('.log')}")
+        time.sleep(0.02)
+    proc.kill()
+    raise RuntimeError(f"the worker zygote did not start within {START_TIMEOUT:g} s; see {path.with_suffix('.log')}")
+
+
+def running() -> list[tuple[Path, dict]]:
+    """(socket, status) of every zygote in the runtime directory that answers."""
+    found = []
+    current = fingerprint()
+    for path in sorted(runtime_dir().glob("zygote-*.sock")):
+        conn = _connect(path)
+        if conn is None:
+            continue
+        try:
+            conn.expect("ready", 5)
+            conn.send({"status": True})
+            status = conn.expect("status", 5)["status"]
+        except (RuntimeError, OSError):
+            continue
+        finally:
+            conn.close()
+        found.append((path, {**status, "current": path.name == f"zygote-{current}.sock"}))
+    return found
+
+
+def stop_all() -> int:
+    """Ask every zygote to stop: no new clients; each exits once its current clients leave."""
+    stopped = 0
+    for path, _ in running():
+        conn = _connect(path)
+        if conn is None:
+            continue
+        try:
+            conn.expect("ready", 5)
+            conn.send({"stop": True})
+            conn.expect("stopping", 5)
+            stopped += 1
+        except (RuntimeError, OSError):
+            pass
+        finally:
+            conn.close()
+    return stopped
+
+
+def run_command(argv: list[str]) -> Optional[int]:
+    """Run an evolver command in a fork of this code's warm zygote, on our own stdin/stdout/stderr,
+    and return its exit code; None when no such zygote is running (the caller runs it itself).
+    Ctrl-C and SIGTERM are passed on; if we are killed, the zygote kills the command."""
+    try:
+        conn = _connect(runtime_dir() / f"zygote-{fingerprint()}.sock")
+        if conn is None:
+            return None
+        conn.expect("ready", 5)
+    except (UsageError, RuntimeError, OSError):
+        return None  # the command itself reports bad settings
+    line = (json.dumps({"command": argv, "cwd": os.getcwd(), "env": dict(os.environ)}) + "\n").encode()
+    socket.send_fds(conn.sock, [line], [0, 1, 2])
+    pid = conn.expect("pid", 60)["pid"]
+
+    def forward(signum, _frame):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    while True:
+        for msg in conn.receive(None):
+            if msg.get("exit") == pid:
+                code = msg["code"]
+                return code if code >= 0 else 128 - code  # killed by a signal, as a shell reports it

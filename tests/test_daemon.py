@@ -1,0 +1,156 @@
+"""The warm worker daemon (evolver.zygote): reused across commands, private, and never left
+holding a dead controller's workers. Real processes and sockets; each test has its own daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evolver import zygote_client
+from tests.conftest import SCRIPTED_MODELS, eval_json, run_cli
+
+ONE_TASK = ("--task-ids", "create_task_1")
+
+
+@pytest.fixture
+def runtime(tmp_path, monkeypatch):
+    """A runtime directory of this test's own (short: socket paths are limited to ~100 bytes)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="evrt-"))
+    monkeypatch.setenv("EVOLVER_RUNTIME_DIR", str(path))
+    yield path
+    path.chmod(0o700)
+    zygote_client.stop_all()
+
+
+def _daemons() -> list[dict]:
+    return [info for _, info in zygote_client.running()]
+
+
+def _wait_for(condition, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_commands_share_one_warm_daemon(repo, runtime):
+    first = eval_json(repo, *ONE_TASK)
+    [daemon] = _daemons()
+    second = eval_json(repo, *ONE_TASK)
+    [again] = _daemons()
+    assert again["pid"] == daemon["pid"]  # the second command forked from the same warm process
+    assert again["served"] > daemon["served"] and again["workers"] == 0
+    assert first["avg_reward"] == second["avg_reward"] == 1.0
+    proc = run_cli(["daemon", "status"])
+    assert proc.returncode == 0 and f"pid {daemon['pid']}" in proc.stdout and "current code" in proc.stdout
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["command-run-locally", "command-run-in-the-daemon"])
+def test_killed_controller_takes_its_workers_not_the_daemon(repo, runtime, warm):
+    if warm:  # then the command itself is handed to the daemon (evolver.launch)
+        eval_json(repo, *ONE_TASK)
+    env = {**os.environ, "EVOLVER_SCRIPTED_LATENCY": "1"}  # slow enough to be caught mid-run
+    controller = subprocess.Popen([sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # two workers share the grid; a command handed to the daemon is one more of its children
+        assert _wait_for(lambda: any(d["workers"] >= 2 + warm for d in _daemons()), 60), "no worker started"
+        [daemon] = _daemons()
+    finally:
+        controller.send_signal(signal.SIGKILL)
+        controller.wait()
+    assert _wait_for(lambda: _daemons() and _daemons()[0]["workers"] == 0), "the dead controller's workers kept running"
+    assert _daemons()[0]["pid"] == daemon["pid"]
+    assert eval_json(repo, *ONE_TASK)["avg_reward"] == 1.0
+
+
+def test_idle_daemon_exits_and_removes_its_socket(repo, runtime):
+    eval_json(repo, *ONE_TASK, env={"EVOLVER_ZYGOTE_IDLE": "0"})
+    assert _wait_for(lambda: not list(runtime.glob("*.sock")))
+    assert _daemons() == []
+
+
+def test_killed_daemon_is_replaced_by_the_next_command(repo, runtime):
+    eval_json(repo, *ONE_TASK)
+    [daemon] = _daemons()
+    os.kill(daemon["pid"], signal.SIGKILL)
+    assert _wait_for(lambda: not _daemons())
+    assert list(runtime.glob("*.sock")), "the killed daemon's socket should be left behind for this test to mean anything"
+    assert eval_json(repo, *ONE_TASK)["avg_reward"] == 1.0
+    [replacement] = _daemons()
+    assert replacement["pid"] != daemon["pid"]
+
+
+def test_stop_lets_the_daemon_exit(repo, runtime):
+    eval_json(repo, *ONE_TASK)
+    proc = run_cli(["daemon", "stop"])
+    assert proc.returncode == 0 and "asked 1 daemon" in proc.stdout
+    assert _wait_for(lambda: not _daemons() and not list(runtime.glob("*.sock")))
+    assert "no daemon running" in run_cli(["daemon", "status"]).stdout
+
+
+def test_shared_runtime_dir_is_refused(repo, runtime):
+    runtime.chmod(0o755)  # others could plant a socket that answers as the daemon
+    proc = run_cli(["eval", str(repo), *SCRIPTED_MODELS, *ONE_TASK])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "private directory" in proc.stderr
+    assert not (repo / "runs").exists() or not any((repo / "runs").iterdir())
+
+
+def test_bad_idle_setting_is_refused_before_anything_runs(repo, runtime):
+    proc = run_cli(["eval", str(repo), *SCRIPTED_MODELS, *ONE_TASK], env={"EVOLVER_ZYGOTE_IDLE": "soon"})
+    assert proc.returncode == 2 and "EVOLVER_ZYGOTE_IDLE" in proc.stderr and proc.stderr.count("\n") == 1
+    assert _daemons() == []
+
+
+def test_changed_code_gets_its_own_daemon(tmp_path, monkeypatch):
+    """The socket name follows what forked workers would run: PYTHONPATH here, like an edit or upgrade."""
+    before = zygote_client.fingerprint()
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert zygote_client.fingerprint() != before
+
+
+def test_eval_without_a_meta_model_does_not_start_the_embedded_model(repo, runtime):
+    """An evaluation has no meta-LLM: an unset meta model must not start (or cap concurrency for) llama.cpp."""
+    models = SCRIPTED_MODELS[: SCRIPTED_MODELS.index("--meta-model")]
+    proc = run_cli(["eval", str(repo), "--json", *models, *ONE_TASK, "--concurrency", "4"])
+    assert proc.returncode == 0, proc.stderr
+    assert "embedded" not in proc.stderr and "concurrency 4 -> " not in proc.stderr
+    assert json.loads(proc.stdout)["avg_reward"] == 1.0
+
+
+def test_command_in_the_daemon_runs_where_and_as_it_was_called(repo, runtime):
+    eval_json(repo, *ONE_TASK)  # warms the daemon
+    [daemon] = _daemons()
+    proc = run_cli(["eval", ".", "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1,impossible_task_1"],
+                   cwd=repo, env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:flaky_provider"})
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)  # stdout is the caller's own pipe
+    assert Path(summary["result_file"]).parent.parent == repo / "runs"  # the caller's directory
+    assert summary["infra_errors"] == 1  # the caller's environment: its script's provider fails on impossible_task_1
+    assert _daemons()[0]["served"] > daemon["served"]
+    bad = run_cli(["eval", str(repo), *SCRIPTED_MODELS, "--domain", "nowhere"])
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown domain" in bad.stderr
+
+
+def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
+    eval_json(repo, *ONE_TASK)
+    env = {**os.environ, "EVOLVER_SCRIPTED_LATENCY": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert _wait_for(lambda: any(d["workers"] >= 3 for d in _daemons()), 60)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert _wait_for(lambda: _daemons()[0]["workers"] == 0)
