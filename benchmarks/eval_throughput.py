@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--latencies", default="0.5,0.1")
     parser.add_argument("--grids", default="32,128", help="simulations per grid (multiples of 8 tasks)")
     parser.add_argument("--concurrency", default="8,16")
-    parser.add_argument("--repeats", type=int, default=3, help="warm and tau2 runs per setting; the median is shown (cold: one)")
+    parser.add_argument("--repeats", type=int, default=5, help="warm and tau2 runs per setting; the median is shown (cold: one)")
     args = parser.parse_args()
     os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")  # the benchmark's own daemon

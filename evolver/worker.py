@@ -59,6 +59,9 @@ def preload() -> None:
     import loguru  # noqa: F401
     import tau2.evaluator.evaluator_nl_assertions  # noqa: F401
     import tau2.run  # noqa: F401
+    import tenacity  # noqa: F401 - evolver.llm.retrying
+    import tomllib  # noqa: F401 - what the agent template imports besides tau2
+    import evolver.toolcalls  # noqa: F401
 
 
 def available_splits(domain: str) -> dict[str, list[str]]:
