@@ -146,7 +146,11 @@ class Zygote:
         client.buffer += chunk
         *lines, client.buffer = client.buffer.split(b"\n")
         for line in lines:
-            msg = json.loads(line)
+            try:
+                msg = json.loads(line)
+            except ValueError:  # not an evolver client
+                self._drop(client)
+                return
             if "request" in msg or "command" in msg:
                 self._fork(client, msg)
             elif msg.get("status"):
@@ -157,7 +161,8 @@ class Zygote:
 
     def _fork(self, client: Client, req: dict) -> None:
         stdio, client.fds = (client.fds, []) if "command" in req else ([], client.fds)
-        inherited = [self.listener.fileno(), self.wake_r, self.wake_w, *self.clients]
+        pending = [fd for other in self.clients.values() for fd in other.fds]  # other commands' stdio
+        inherited = [fd for fd in (self.listener.fileno(), self.wake_r, self.wake_w, *self.clients, *pending) if fd >= 0]
         pid = os.fork()
         if pid == 0:
             _child(req, inherited, stdio)

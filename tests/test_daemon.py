@@ -154,3 +154,33 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err
     assert _wait_for(lambda: _daemons()[0]["workers"] == 0)
+
+
+def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
+    """`evolver daemon stop` during a run: the run's later evaluations still get workers."""
+    from evolver import bench
+    from evolver.cli import build_request
+    from evolver.config import load_config
+
+    cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"}, environ={})
+    bench.Zygote._instance = None
+    try:
+        bench.Zygote.get()  # a controller's connection, held across evaluations
+        [daemon] = _daemons()
+        assert zygote_client.stop_all() == 1
+        assert not list(runtime.glob("*.sock"))  # no new clients
+        tasks, _ = bench.list_tasks(build_request(cfg, repo, repo / "runs" / "listing"))
+        assert "create_task_1" in tasks
+    finally:
+        if bench.Zygote._instance is not None:
+            bench.Zygote._instance.conn.close()
+        bench.Zygote._instance = None
+    assert _wait_for(lambda: _gone(daemon["pid"])), "the stopped daemon outlived its last client"
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie counts: this process started it and has not reaped it)."""
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
