@@ -128,7 +128,8 @@ def connect() -> Connection:
     directory = runtime_dir()
     idle = idle_seconds()
     path = directory / f"zygote-{fingerprint()}.sock"
-    for attempt in range(2):
+
+    def attempt() -> Connection:
         conn = _connect(path)
         if conn is None:
             with open(directory / "start.lock", "w") as lock:
@@ -136,12 +137,15 @@ def connect() -> Connection:
                 conn = _connect(path) or _start(path, idle)
         try:
             conn.expect("ready", START_TIMEOUT)
-            return conn
-        except (RuntimeError, OSError):
+        except BaseException:
             conn.close()
-            if attempt:  # a zygote reaching its idle limit as we connected gets one retry
-                raise
-    raise AssertionError("unreachable")
+            raise
+        return conn
+
+    try:
+        return attempt()
+    except (RuntimeError, OSError):  # it reached its idle limit just as we connected: once more
+        return attempt()
 
 
 def _start(path: Path, idle: float) -> Connection:
@@ -164,43 +168,35 @@ def _start(path: Path, idle: float) -> Connection:
     raise RuntimeError(f"the worker zygote did not start within {START_TIMEOUT:g} s; see {path.with_suffix('.log')}")
 
 
+def _ask(path: Path, message: dict, answer: str) -> Optional[dict]:
+    """One question to the zygote at ``path``; None when it does not answer."""
+    conn = _connect(path)
+    if conn is None:
+        return None
+    try:
+        conn.expect("ready", 5)
+        conn.send(message)
+        return conn.expect(answer, 5)[answer]
+    except (RuntimeError, OSError):
+        return None
+    finally:
+        conn.close()
+
+
 def running() -> list[tuple[Path, dict]]:
     """(socket, status) of every zygote in the runtime directory that answers."""
+    current = f"zygote-{fingerprint()}.sock"
     found = []
-    current = fingerprint()
     for path in sorted(runtime_dir().glob("zygote-*.sock")):
-        conn = _connect(path)
-        if conn is None:
-            continue
-        try:
-            conn.expect("ready", 5)
-            conn.send({"status": True})
-            status = conn.expect("status", 5)["status"]
-        except (RuntimeError, OSError):
-            continue
-        finally:
-            conn.close()
-        found.append((path, {**status, "current": path.name == f"zygote-{current}.sock"}))
+        status = _ask(path, {"status": True}, "status")
+        if status is not None:
+            found.append((path, {**status, "current": path.name == current}))
     return found
 
 
 def stop_all() -> int:
     """Ask every zygote to stop: no new clients; each exits once its current clients leave."""
-    stopped = 0
-    for path, _ in running():
-        conn = _connect(path)
-        if conn is None:
-            continue
-        try:
-            conn.expect("ready", 5)
-            conn.send({"stop": True})
-            conn.expect("stopping", 5)
-            stopped += 1
-        except (RuntimeError, OSError):
-            pass
-        finally:
-            conn.close()
-    return stopped
+    return sum(_ask(path, {"stop": True}, "stopping") is not None for path, _ in running())
 
 
 def run_command(argv: list[str]) -> Optional[int]:
