@@ -10,13 +10,12 @@ EVOLVER_ZYGOTE_IDLE=0 turns the hand-over off along with the warm zygote.
 
 from __future__ import annotations
 
-import os
 import sys
 
 
 def main() -> int:
     argv = sys.argv[1:]
-    if argv[:1] == ["eval"] and os.environ.get("EVOLVER_ZYGOTE_IDLE") != "0":
+    if argv[:1] == ["eval"]:
         from evolver import zygote_client
 
         code = zygote_client.run_command(argv)

@@ -204,6 +204,8 @@ def run_command(argv: list[str]) -> Optional[int]:
     and return its exit code; None when no such zygote is running (the caller runs it itself).
     Ctrl-C and SIGTERM are passed on; if we are killed, the zygote kills the command."""
     try:
+        if not idle_seconds():  # no warm zygote wanted: EVOLVER_ZYGOTE_IDLE=0 (or 0.0)
+            return None
         conn = _connect(runtime_dir() / f"zygote-{fingerprint()}.sock")
         if conn is None:
             return None
