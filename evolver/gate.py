@@ -1,15 +1,15 @@
 """Statistical acceptance gate: keep a candidate harness only on real evidence.
 
-Pure and stdlib-only, so it imports without tau2. Rewards are per task, per
-trial, floats in [0, 1]; ``None`` marks an infrastructure error (a missing
-result, never a failure).
+Pure Python (numpy only inside the final test), so it imports without tau2.
+Rewards are per task, per trial, floats in [0, 1]; ``None`` marks an
+infrastructure error (a missing result, never a failure).
 
 API::
 
     RewardTable = Mapping[str, Sequence[float | None]]   # task id -> rewards per trial
 
     GateConfig(alpha=0.05, min_effect=0.0, stages=(1, 2, 3, 4, 6),
-               futility=(-0.5, 0.0, 0.5, 0.75), suite_threshold=0.9,
+               futility=(-0.5, 0.25, 0.75, 1.0), suite_threshold=0.9,
                suite_min_trials=2, regression_drop=0.7, max_regressions=0,
                permutations=5000)
 
@@ -40,13 +40,16 @@ Statistics (docs/gate.md explains them in plain words):
 * Paired by task. A task takes part when both sides have at least one valid
   trial; its delta is candidate mean minus incumbent mean over valid trials.
   ``effect`` is the mean delta over tasks.
-* Acceptance test (final look only): an exact permutation test. Under "no
-  effect" the candidate's and incumbent's trials of a task are exchangeable,
-  so the p-value is the probability that relabelling trials within each task
-  gives a total delta at least as large as observed. It is exact for any trial
-  counts (the incumbent may have more trials than the candidate) and computed
-  exactly for 0/1 rewards; with fractional rewards it is a Monte-Carlo
-  estimate whose seed is derived from the data, so verdicts are reproducible.
+* Acceptance test (final look only): a permutation test of the whole staged
+  procedure. Under "no effect" the candidate's and incumbent's trials of a
+  task are exchangeable. The p-value is the probability that relabelling
+  trials within each task both passes every earlier look (the futility rule
+  below, on the relabelled first trials) and gives a total delta at least as
+  large as observed. Valid for any trial counts (the incumbent may have more
+  trials than the candidate). With earlier looks it is a Monte-Carlo estimate
+  (``permutations`` relabellings, seeded by the data, so verdicts are
+  reproducible; valid at any count); with a single look and 0/1 rewards it is
+  computed exactly.
 * Accept only if p <= alpha, effect > 0 and effect >= min_effect. min_effect is
   a floor on the estimate, not the null hypothesis: the false-accept rate for
   a no-effect candidate stays <= alpha, and a candidate whose true gain equals
@@ -54,8 +57,15 @@ Statistics (docs/gate.md explains them in plain words):
   Testing against min_effect instead would need far more trials for the same
   power and permutation tests have no exact form for a shifted null.
 * Futility at non-final looks: reject when effect / stderr < futility[stage].
-  Stopping early can only remove chances to accept, so the final test keeps
-  its full alpha (measured in benchmarks/gate_power.py and the tests).
+  Only results that passed every look can be accepted, and the final test
+  counts only relabellings that pass them too, so the procedure's
+  false-accept probability is <= alpha and the alpha that early stops leave
+  unused goes to the final test (a binding futility rule). decide() at the
+  final look therefore also rejects results an earlier look would have
+  stopped, whoever calls it. It sees only the final table, so a trial that
+  an infrastructure error hid at a look and a retry filled in later counts
+  as seen at that look: the test may then reject a candidate the real looks
+  let through, and its false-accept bound still holds.
 * Regression suite: tasks the incumbent passes at rate >= suite_threshold over
   >= suite_min_trials valid trials. Such a task is broken when the candidate's
   pass rate on it, over >= suite_min_trials valid trials, is more than
@@ -67,6 +77,7 @@ Statistics (docs/gate.md explains them in plain words):
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections import Counter
@@ -84,29 +95,30 @@ Decision = Literal["accept", "reject", "continue"]
 # finer grid makes the exact computation take seconds.
 _MAX_GRID = 120
 _STEADY = 0.001  # closest to 0 or 1 a simulated pass rate gets
+_TINY = 1e-12  # an effect or stderr this small is rounding error: 0
 
 
 @dataclass(frozen=True)
 class GateConfig:
     """Gate parameters. The defaults come from benchmarks/gate_power.py on a
     40-task gate with tau2-like noise, the incumbent holding 6 reference trials
-    per task (an accepted candidate's own): a no-op is accepted ~4% of the
-    time, +10 points 80-83% (over several seeds), and a mix of -10/0/+5/+10
-    candidates costs ~0.63x the simulations of a fixed-size test with the same
-    alpha and power (interpolated between whole trial counts; 0.59x against
-    the 6 whole trials such a test would really need). A final stage of 8,
-    e.g. stages (1, 2, 4, 6, 8) with futility (-0.5, 0, 0.5, 1.0), buys ~89%
-    at +10 for ~27% more simulations."""
+    per task (measured afresh for each new incumbent): a no-op is accepted
+    ~4% of the time, +10 points ~80%, and a mix of -10/0/+5/+10 candidates
+    costs ~0.59x the simulations of a fixed-size test with the same alpha and
+    power (interpolated between whole trial counts; 0.56x against the 6 whole
+    trials such a test would really need). Ending at 8 trials, stages
+    (1, 2, 3, 4, 6, 8) with futility (-0.5, 0.25, 0.75, 1.0, 1.25), keeps +10
+    points ~83% of the time for ~30% more simulations per good candidate."""
 
     alpha: float = 0.05  # false-accept probability for a no-effect candidate
     min_effect: float = 0.0  # smallest mean gain worth keeping (0.05 = 5 points)
     stages: tuple[int, ...] = (1, 2, 3, 4, 6)  # cumulative candidate trials per task
-    futility: tuple[float, ...] = (-0.5, 0.0, 0.5, 0.75)  # z boundary per non-final look
+    futility: tuple[float, ...] = (-0.5, 0.25, 0.75, 1.0)  # z boundary per non-final look
     suite_threshold: float = 0.9  # incumbent pass rate that counts as reliable
     suite_min_trials: int = 2  # valid trials needed on each side to judge a task
     regression_drop: float = 0.7  # rate drop (strictly more) that breaks a task
     max_regressions: int = 0  # broken suite tasks tolerated
-    permutations: int = 5000  # Monte-Carlo relabellings, fractional rewards only
+    permutations: int = 5000  # Monte-Carlo relabellings of the final test
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -133,7 +145,7 @@ class Verdict:
     effect: float  # mean per-task delta (candidate - incumbent), reward units
     stderr: float | None  # of effect; None with fewer than 2 paired tasks
     ci_low: float | None  # one-sided (1 - alpha) lower bound, t approximation
-    p_value: float | None  # exact permutation test; final look only
+    p_value: float | None  # permutation test of the staged procedure; final look only
     n_tasks: int  # paired tasks compared
     n_dropped: int  # candidate tasks without a valid trial on both sides
     n_candidate_sims: int  # candidate trials run so far, errors included
@@ -157,7 +169,7 @@ def decide(
     stderr = math.sqrt(sum((d - effect) ** 2 for d in deltas) / (n - 1) / n) if n >= 2 else None
     ci_low = None if stderr is None else effect - _t_quantile(1 - config.alpha, n - 1) * stderr
     suite, broken = _regressions(incumbent, candidate, config) if final else (0, [])
-    p_value = _p_value(pairs, config.permutations) if final and n >= 2 else None
+    p_value, stopped = _final_test(incumbent, candidate, config) if final and n >= 2 else (None, None)
 
     def verdict(decision: Decision, reason: str) -> Verdict:
         return Verdict(
@@ -179,6 +191,8 @@ def decide(
         return verdict("continue", f"Continue: {summary} after {config.stages[stage]} trial(s) per task.")
     if p_value is None:
         return verdict("reject", f"Rejected: only {n} paired task(s), too few to compare.")
+    if stopped is not None:  # judged out of turn: the staged procedure would not have got here
+        return verdict("reject", f"Rejected: {summary}, but the look after {config.stages[stopped]} trial(s) per task would have stopped it.")
     if effect <= 0:
         return verdict("reject", f"Rejected: no improvement ({summary}).")
     if p_value > config.alpha:
@@ -205,17 +219,20 @@ def noise_floor(
 ) -> float:
     """Smallest mean effect the gate accepts with probability ``power``.
 
-    A seeded simulation of the gate itself, futility stops and exact test
+    A seeded simulation of the gate itself, futility stops and final test
     included: tasks pass at ``pass_rates(incumbent)``, a candidate with mean
     effect d at ``shift_rates(rates, d)``; both sides are drawn as 0/1 trials
     with the incumbent's valid trial counts and the gate's stages. The effect
     is found by bisection to half a point, then interpolated; every effect
     tried reuses the same random draws, so acceptance rises smoothly with it.
-    min_effect is ignored (the point is to compare it with this floor).
-    Returns math.inf when no possible effect reaches ``power``. Takes a few
-    seconds (about 3 s for 40 tasks at the default stages).
+    min_effect is ignored (the point is to compare it with this floor), and
+    the final test draws at most 1,000 relabellings instead of
+    ``permutations``: its p-values are then a little coarser, which moves the
+    power by well under a point and makes the estimate take seconds, not a
+    minute (about 10 s for 40 tasks at the default stages).
+    Returns math.inf when no possible effect reaches ``power``.
     """
-    config = replace(config, min_effect=0.0)
+    config = replace(config, min_effect=0.0, permutations=min(config.permutations, 1000))
     rates = pass_rates(incumbent)
     if not rates:
         raise ValueError("the incumbent has no valid results")
@@ -319,11 +336,106 @@ def _regressions(
     return suite, broken
 
 
-def _p_value(pairs: dict[str, tuple[list[float], list[float]]], permutations: int) -> float:
+def _final_test(incumbent: RewardTable, candidate: RewardTable, config: GateConfig) -> tuple[float, int | None]:
+    """The final look's p-value, and the earlier look that would have stopped these results (or None).
+
+    With earlier looks, the p-value is the probability, under relabelling, of
+    passing every earlier look and reaching a total delta at least as large as
+    observed. Only results that passed every look can be accepted, so those
+    looks take no alpha away from the final test. With no earlier looks and 0/1
+    rewards it is computed exactly; otherwise by Monte-Carlo.
+    """
+    pairs = _paired(incumbent, candidate)
     binary = all(r in (0.0, 1.0) for c, i in pairs.values() for r in (*c, *i))
-    if binary:
-        return _exact_p_value(list(pairs.values()))
-    return _monte_carlo_p_value(pairs, permutations)
+    if len(config.stages) == 1 and binary:
+        return _exact_p_value(list(pairs.values())), None
+    return _staged_p_value(incumbent, candidate, config)
+
+
+def _staged_p_value(incumbent: RewardTable, candidate: RewardTable, config: GateConfig) -> tuple[float, int | None]:
+    """Monte-Carlo relabelling of the whole staged procedure, seeded by the data.
+
+    Under "no effect", a task's valid candidate and incumbent trials are
+    exchangeable, so each relabelling shuffles them: the candidate's valid
+    positions, in trial order, take the first values, the incumbent the rest.
+    Each relabelling is put through every earlier look (the same z and
+    futility boundary as decide(), over the candidate's first stages[s]
+    trials) and the final total delta. (hits + 1) / (draws + 1) is a valid
+    p-value at any number of draws. Drawing stops early once the hits rule out
+    p <= alpha, so a clear reject costs less and gets the same decision.
+    """
+    import numpy as np  # only here: the rest of the gate is stdlib
+
+    looks = len(config.stages) - 1
+    groups: dict[tuple, list[list[float]]] = {}  # (k, m, valid trials at each look) -> pooled trials per task
+    for task in sorted(candidate.keys() & incumbent.keys()):
+        positions = [j for j, r in enumerate(candidate[task]) if r is not None]
+        inc = [float(r) for r in incumbent[task] if r is not None]
+        if positions and inc:
+            seen = tuple(sum(j < config.stages[s] for j in positions) for s in range(looks)) + (len(positions),)
+            groups.setdefault((len(positions), len(inc), seen), []).append(
+                [float(candidate[task][j]) for j in positions] + inc)
+    seed = hashlib.sha256(repr(sorted(groups.items())).encode()).digest()[:8]
+    rng = np.random.default_rng(int.from_bytes(seed))
+    groups = {key: np.array(rows) for key, rows in sorted(groups.items())}
+
+    def relabelled(draws: int) -> list[list]:
+        """Per look, the (draws, tasks) deltas of `draws` relabellings, one array per group."""
+        deltas: list[list] = [[] for _ in range(looks + 1)]
+        for (k, m, seen), pooled in groups.items():
+            if np.isin(pooled, (0.0, 1.0)).all():  # draw the candidate's trials one by one: fast
+                ones = np.broadcast_to(pooled.sum(axis=1).astype(np.int16), (draws, len(pooled))).copy()
+                running, sums = np.zeros_like(ones), []
+                for j in range(k):
+                    took = rng.integers(0, k + m - j, size=ones.shape, dtype=np.int16) < ones
+                    ones -= took
+                    running += took
+                    sums.append(running.copy())
+            else:
+                shuffled = rng.permuted(np.broadcast_to(pooled, (draws, *pooled.shape)), axis=2)
+                sums = list(np.moveaxis(np.cumsum(shuffled[..., :k], axis=2), 2, 0))
+            _add_deltas(deltas, pooled, k, m, seen, sums)
+        return deltas
+
+    observed: list[list] = [[] for _ in range(looks + 1)]
+    for (k, m, seen), pooled in groups.items():
+        _add_deltas(observed, pooled, k, m, seen, list(np.cumsum(pooled[:, :k], axis=1).T[:, None, :]))
+    stop, total = _judge(observed, config.futility, np)
+    if stop[0] < looks:
+        return 1.0, int(stop[0])
+    hits = drawn = 0
+    while drawn < config.permutations:
+        draws = min(1000, config.permutations - drawn)
+        stops, totals = _judge(relabelled(draws), config.futility, np)
+        # float sums of the same values may differ in the last bit
+        hits += int(np.count_nonzero((stops == looks) & (totals >= total[0] - 1e-9)))
+        drawn += draws
+        if hits + 1 > config.alpha * (config.permutations + 1):
+            break  # p > alpha whatever the remaining draws give
+    return (hits + 1) / (drawn + 1), None
+
+
+def _add_deltas(deltas: list[list], pooled, k: int, m: int, seen: tuple[int, ...], sums: list) -> None:
+    """Append one group's per-task deltas at each look; sums[j] = candidate's total over its first j+1 valid trials."""
+    inc_mean = (pooled.sum(axis=1) - sums[k - 1]) / m
+    for look, count in enumerate(seen):
+        if count:  # a task with no valid candidate trial yet sits the look out
+            deltas[look].append(sums[count - 1] / count - inc_mean)
+
+
+def _judge(deltas: list[list], futility: tuple[float, ...], np) -> tuple:
+    """For each row: the first look whose z falls below its futility boundary (len(futility) if none), and the final total delta."""
+    rows = deltas[-1][0].shape[0]
+    stop = np.full(rows, len(futility))
+    for look, boundary in enumerate(futility):
+        if sum(d.shape[1] for d in deltas[look]) >= 2:  # as decide(): z needs two tasks
+            values = np.concatenate(deltas[look], axis=1)
+            effect = values.mean(axis=1)
+            stderr = values.std(axis=1, ddof=1) / math.sqrt(values.shape[1])
+            flat = np.where(effect > _TINY, np.inf, np.where(effect < -_TINY, -np.inf, 0.0))  # as _z()
+            z = np.where(stderr > _TINY, effect / np.maximum(stderr, _TINY), flat)
+            stop = np.where((stop == len(futility)) & (z < boundary), look, stop)
+    return stop, np.concatenate(deltas[-1], axis=1).sum(axis=1)
 
 
 def _exact_p_value(pairs: list[tuple[list[float], list[float]]]) -> float:
@@ -365,30 +477,11 @@ def _exact_p_value(pairs: list[tuple[list[float], list[float]]]) -> float:
     return tail / total
 
 
-def _monte_carlo_p_value(pairs: dict[str, tuple[list[float], list[float]]], permutations: int) -> float:
-    """Relabelling p-value by sampling, for fractional rewards; seeded by the data."""
-    rng = random.Random(repr(sorted(pairs.items())))
-    pools = [(c + i, len(c)) for c, i in pairs.values()]
-
-    def total_delta(pooled: list[float], k: int) -> float:
-        return sum(pooled[:k]) / k - sum(pooled[k:]) / (len(pooled) - k)
-
-    observed = sum(total_delta(pooled, k) for pooled, k in pools)
-    hits = 0
-    for _ in range(permutations):
-        total = 0.0
-        for pooled, k in pools:
-            shuffled = rng.sample(pooled, len(pooled))
-            total += total_delta(shuffled, k)
-        hits += total >= observed - 1e-12  # float sums of the same values may differ in the last bit
-    return (hits + 1) / (permutations + 1)  # counts the observed labelling: valid at any sample size
-
-
 def _z(effect: float, stderr: float | None) -> float | None:
     if stderr is None:
         return None
-    if stderr == 0:  # every task moved by the same amount
-        return math.copysign(math.inf, effect) if effect else 0.0
+    if stderr <= _TINY:  # every task moved by the same amount
+        return math.copysign(math.inf, effect) if abs(effect) > _TINY else 0.0
     return effect / stderr
 
 

@@ -1,5 +1,6 @@
 """Unit tests for evolver.gate on constructed reward tables (offline, deterministic)."""
 
+import collections
 import dataclasses
 import itertools
 import json
@@ -28,7 +29,7 @@ def test_clear_win_is_accepted_at_the_final_stage():
     assert verdict.decision == "accept"
     assert verdict.final and verdict.stage == FINAL
     assert verdict.effect == pytest.approx((0.5 + 2 / 6) / 2)
-    assert verdict.p_value < 1e-6
+    assert verdict.p_value == 1 / (CONFIG.permutations + 1)  # no relabelling does as well
     assert 0 < verdict.ci_low < verdict.effect
     assert verdict.n_tasks == 40 and verdict.n_candidate_sims == 240
 
@@ -143,8 +144,65 @@ def test_p_value_matches_brute_force_relabelling_with_unequal_trial_counts():
     splits = list(itertools.product(*per_task))
     expected = sum(total_delta(s) >= observed - 1e-12 for s in splits) / len(splits)
 
-    verdict = decide(incumbent, candidate, CONFIG, stage=FINAL)
+    one_look = dataclasses.replace(CONFIG, stages=(6,), futility=())  # no earlier looks: the exact test
+    verdict = decide(incumbent, candidate, one_look, stage=0)
     assert verdict.p_value == pytest.approx(expected, rel=1e-12)
+
+
+def _z(deltas):
+    effect = sum(deltas) / len(deltas)
+    stderr = math.sqrt(sum((d - effect) ** 2 for d in deltas) / (len(deltas) - 1) / len(deltas))
+    return effect / stderr if stderr else math.copysign(math.inf, effect) if effect else 0.0
+
+
+def test_staged_p_value_matches_brute_force_relabelling_through_the_earlier_look():
+    # Relabellings that the look after 1 trial would have stopped cannot count against the candidate.
+    config = GateConfig(alpha=0.3, stages=(1, 3), futility=(0.5,), permutations=40000)
+    incumbent = {"a": [0.0, 1.0], "b": [0.0, 0.0, 1.0], "c": [1.0, 0.0], "d": [0.0, 1.0, 0.0]}
+    candidate = {"a": [1.0, 0.0, 1.0], "b": [1.0, 0.0, 0.0], "c": [0.0, 1.0, 1.0], "d": [1.0, 1.0, 0.0]}
+
+    def outcomes(task):
+        """Distinct (first candidate trial, candidate mean, incumbent mean) over all relabellings, with counts."""
+        pooled, k = candidate[task] + incumbent[task], len(candidate[task])
+        seen = collections.Counter()
+        for order in itertools.permutations(pooled):
+            seen[order[0], sum(order[:k]) / k, sum(order[k:]) / (len(order) - k)] += 1
+        return list(seen.items())
+
+    def judged(split):
+        """(passes the first look, final total delta) of one relabelling."""
+        first = [c1 - i for c1, _, i in split]
+        return _z(first) >= config.futility[0], sum(c - i for _, c, i in split)
+
+    observed = [(candidate[t][0], sum(candidate[t]) / 3, sum(incumbent[t]) / len(incumbent[t])) for t in sorted(candidate)]
+    passes, total = judged(observed)
+    assert passes
+    staged = plain = weight_sum = 0
+    for combo in itertools.product(*(outcomes(t) for t in sorted(candidate))):
+        weight = math.prod(w for _, w in combo)
+        ok, delta = judged([o for o, _ in combo])
+        weight_sum += weight
+        plain += weight * (delta >= total - 1e-12)
+        staged += weight * (ok and delta >= total - 1e-12)
+    staged, plain = staged / weight_sum, plain / weight_sum
+    assert staged < plain - 0.05  # the look matters in this example
+
+    verdict = decide(incumbent, candidate, config, stage=1)
+    se = math.sqrt(staged * (1 - staged) / config.permutations)
+    assert abs(verdict.p_value - staged) < 4 * se
+    assert verdict.decision == ("accept" if verdict.p_value <= config.alpha else "reject")
+
+
+def test_results_the_earlier_look_would_have_stopped_are_not_accepted():
+    # A strong final result whose first trials lost clearly: the staged procedure stops it at stage 0.
+    candidate = table([5] * 40, 6)
+    for rewards in candidate.values():
+        rewards.reverse()  # every task's first trial fails
+    verdict = decide(half_passing(), candidate, CONFIG, stage=FINAL)
+    assert verdict.effect > 0.3
+    assert verdict.decision == "reject"
+    assert "would have stopped" in verdict.reason
+    assert decide(half_passing(), table([5] * 40, 6), CONFIG, stage=FINAL).decision == "accept"
 
 
 def test_fractional_rewards_use_a_reproducible_monte_carlo_test():
