@@ -1,4 +1,4 @@
-"""Monte-Carlo figures for evolver.gate under tau2-like noise (stdlib only).
+"""Monte-Carlo figures for evolver.gate under tau2-like noise.
 
     python benchmarks/gate_power.py [--tasks 40] [--decisions 2000] [--seed 1]
                                     [--from-result PATH] [--jobs 2]
@@ -193,8 +193,8 @@ def main() -> None:
     mix = sum(results[name]["sims"] for name in MIX) / (d * len(MIX))
     print(f"same power as the gate at +10 ({gate_power:.3f}): {size:.2f} trials/task interpolated "
           f"= {size * n_tasks:.0f} sims; {whole} whole trials = {whole * n_tasks} sims")
-    print(f"gate sims averaged over candidates {', '.join(MIX)}: {mix:.1f} = {mix / (size * n_tasks):.2f} x "
-          f"the interpolated fixed test, {mix / (whole * n_tasks):.2f} x the whole-trial one")
+    print(f"gate sims averaged over candidates {', '.join(MIX)}: {mix:.1f} = {mix / (size * n_tasks):.3f} x "
+          f"the interpolated fixed test, {mix / (whole * n_tasks):.3f} x the whole-trial one")
     print(f"({time.perf_counter() - started:.0f} s)")
 
 
