@@ -1,6 +1,6 @@
 """Statistical acceptance gate: keep a candidate harness only on real evidence.
 
-Pure Python (numpy only inside the final test), so it imports without tau2.
+Pure Python and numpy, so it imports without tau2.
 Rewards are per task, per trial, floats in [0, 1]; ``None`` marks an
 infrastructure error (a missing result, never a failure).
 
@@ -84,6 +84,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from statistics import NormalDist, fmean, variance
 from typing import Callable, Literal, Mapping, Sequence
+
+import numpy as np
 
 RewardTable = Mapping[str, Sequence[float | None]]
 Decision = Literal["accept", "reject", "continue"]
@@ -169,7 +171,7 @@ def decide(
     stderr = math.sqrt(sum((d - effect) ** 2 for d in deltas) / (n - 1) / n) if n >= 2 else None
     ci_low = None if stderr is None else effect - _t_quantile(1 - config.alpha, n - 1) * stderr
     suite, broken = _regressions(incumbent, candidate, config) if final else (0, [])
-    p_value, stopped = _final_test(incumbent, candidate, config) if final and n >= 2 else (None, None)
+    p_value, stopped = _final_test(pairs, incumbent, candidate, config) if final and n >= 2 else (None, None)
 
     def verdict(decision: Decision, reason: str) -> Verdict:
         return Verdict(
@@ -336,7 +338,9 @@ def _regressions(
     return suite, broken
 
 
-def _final_test(incumbent: RewardTable, candidate: RewardTable, config: GateConfig) -> tuple[float, int | None]:
+def _final_test(
+    pairs: dict[str, tuple[list[float], list[float]]], incumbent: RewardTable, candidate: RewardTable, config: GateConfig
+) -> tuple[float, int | None]:
     """The final look's p-value, and the earlier look that would have stopped these results (or None).
 
     With earlier looks, the p-value is the probability, under relabelling, of
@@ -345,7 +349,6 @@ def _final_test(incumbent: RewardTable, candidate: RewardTable, config: GateConf
     looks take no alpha away from the final test. With no earlier looks and 0/1
     rewards it is computed exactly; otherwise by Monte-Carlo.
     """
-    pairs = _paired(incumbent, candidate)
     binary = all(r in (0.0, 1.0) for c, i in pairs.values() for r in (*c, *i))
     if len(config.stages) == 1 and binary:
         return _exact_p_value(list(pairs.values())), None
@@ -364,8 +367,6 @@ def _staged_p_value(incumbent: RewardTable, candidate: RewardTable, config: Gate
     p-value at any number of draws. Drawing stops early once the hits rule out
     p <= alpha, so a clear reject costs less and gets the same decision.
     """
-    import numpy as np  # only here: the rest of the gate is stdlib
-
     looks = len(config.stages) - 1
     groups: dict[tuple, list[list[float]]] = {}  # (k, m, valid trials at each look) -> pooled trials per task
     for task in sorted(candidate.keys() & incumbent.keys()):
@@ -400,13 +401,13 @@ def _staged_p_value(incumbent: RewardTable, candidate: RewardTable, config: Gate
     observed: list[list] = [[] for _ in range(looks + 1)]
     for (k, m, seen), pooled in groups.items():
         _add_deltas(observed, pooled, k, m, seen, list(np.cumsum(pooled[:, :k], axis=1).T[:, None, :]))
-    stop, total = _judge(observed, config.futility, np)
+    stop, total = _judge(observed, config.futility)
     if stop[0] < looks:
         return 1.0, int(stop[0])
     hits = drawn = 0
     while drawn < config.permutations:
         draws = min(1000, config.permutations - drawn)
-        stops, totals = _judge(relabelled(draws), config.futility, np)
+        stops, totals = _judge(relabelled(draws), config.futility)
         # float sums of the same values may differ in the last bit
         hits += int(np.count_nonzero((stops == looks) & (totals >= total[0] - 1e-9)))
         drawn += draws
@@ -423,7 +424,7 @@ def _add_deltas(deltas: list[list], pooled, k: int, m: int, seen: tuple[int, ...
             deltas[look].append(sums[count - 1] / count - inc_mean)
 
 
-def _judge(deltas: list[list], futility: tuple[float, ...], np) -> tuple:
+def _judge(deltas: list[list], futility: tuple[float, ...]) -> tuple:
     """For each row: the first look whose z falls below its futility boundary (len(futility) if none), and the final total delta."""
     rows = deltas[-1][0].shape[0]
     stop = np.full(rows, len(futility))
