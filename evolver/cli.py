@@ -273,7 +273,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from evolver.history import history_rows
-    from evolver.local.backend import serve_local
+    from evolver.local.backend import cap_concurrency, serve_local
     from evolver.report import history_table
     from evolver.runstate import find_run
     from evolver.start import new_run, resume_run
@@ -291,6 +291,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             console.print(note)
         if cfg.domain not in DOMAINS and not cfg.plugins:
             raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
+        cap_concurrency(cfg, console)  # before the estimate, which divides by it
         loop = new_run(repo, cfg, new_run_id("run"), allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console)
         if loop is None:
             return 0

@@ -218,6 +218,18 @@ def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     assert not list((repo / "runs").glob("run-*"))
 
 
+def test_dry_run_estimate_counts_the_embedded_servers_concurrency(tmp_path):
+    # No meta model and no API key: the embedded model serves the meta role, one simulation at a time.
+    repo = make_target(tmp_path / "target")
+    models = SCRIPTED_MODELS[: SCRIPTED_MODELS.index("--meta-model")]
+    args = ["run", str(repo), "--dry-run", "--iterations", "4", "--concurrency", "8", "--holdout", *models]
+    proc = run_cli(args, env=LOOP_ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "concurrency 8 -> 1" in proc.stderr
+    assert "at most 2,203 simulations; at about 30 s each with 1 at once, up to 18.4 h" in proc.stderr
+    assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
+
+
 def test_eval_ref_evaluates_a_candidate_without_touching_the_tree(finished_run):
     repo, run_id, _, _ = finished_run
     args = ["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "gen_09,gen_11,gen_12,gen_13"]

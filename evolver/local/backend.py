@@ -18,14 +18,11 @@ def serve_local(cfg: Config, console: Console, roles: tuple[str, ...] = ("agent"
         yield
         return
     from evolver.local.provision import resolve_model
-    from evolver.local.server import PARALLEL, LocalServer
+    from evolver.local.server import LocalServer
 
     path = resolve_model(cfg.local_size, cfg.local_model or None)
     console.print(f"starting the embedded model server ({path.name}) ...")
-    if cfg.concurrency > PARALLEL // 2:
-        # Each simulation's agent and user keep a server slot (and its prompt cache) each.
-        console.print(f"concurrency {cfg.concurrency} -> {PARALLEL // 2}: the embedded server has {PARALLEL} slots, one per role of a simulation")
-        cfg.concurrency = PARALLEL // 2
+    cap_concurrency(cfg, console, roles)
     with LocalServer(path) as server:
         cfg.local_api_base = server.api_base
         console.print(f"embedded model ready at {server.api_base}")
@@ -33,3 +30,14 @@ def serve_local(cfg: Config, console: Console, roles: tuple[str, ...] = ("agent"
             yield
         finally:
             cfg.local_api_base = ""
+
+
+def cap_concurrency(cfg: Config, console: Console, roles: tuple[str, ...] = ("agent", "user", "meta")) -> None:
+    """Lower cfg.concurrency to the simulations the embedded server can hold, when it will serve ``roles``.
+    Called before the run's estimate too, so that the estimate counts the simulations that really run at once."""
+    from evolver.local.server import PARALLEL
+
+    if cfg.uses_local_server(roles) and cfg.concurrency > PARALLEL // 2:
+        # Each simulation's agent and user keep a server slot (and its prompt cache) each.
+        console.print(f"concurrency {cfg.concurrency} -> {PARALLEL // 2}: the embedded server has {PARALLEL} slots, one per role of a simulation")
+        cfg.concurrency = PARALLEL // 2
