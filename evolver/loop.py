@@ -98,7 +98,7 @@ class Loop:
             self.console.print(f"[yellow]warning:[/yellow] {where} no effect reaches 80% power: only a candidate that fixes nearly every gate task can be kept; add gate tasks or trials")
         else:
             self.console.print(f"noise floor: {where} the gate resolves effects of about {floor * 100:.1f} points (80% power)")
-        if self.gate.min_effect < floor and not math.isinf(floor):
+        if 0 < self.gate.min_effect < floor and not math.isinf(floor):  # 0 means no minimum was asked for
             self.console.print(f"[yellow]warning:[/yellow] the minimum effect ({self.gate.min_effect * 100:.1f} points) is below the noise floor; smaller gains will usually be rejected")
         self.print_estimate(analysis)
 

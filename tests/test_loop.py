@@ -77,6 +77,8 @@ def test_verdicts_branches_and_best(finished_run):
     assert worse[2] == 0.0 and fix[2] == 1.0 and fix[3] == 0.5
     assert "does not parse" in json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"][0]["reason"]
     assert "adopt it with `git merge" in proc.stdout
+    assert "noise floor: with 40 gate tasks and 6 trial(s) per task the gate resolves effects of about" in proc.stderr
+    assert "below the noise floor" not in proc.stderr  # no minimum effect was asked for
     manifest = json.loads((repo / "runs" / run_id / "run.json").read_text())
     holdout = manifest["holdout_tasks"]
     assert len(holdout) == 1 and len(manifest["analysis_tasks"]) == 7  # sealed from the 8 train tasks
