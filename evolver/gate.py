@@ -231,7 +231,7 @@ def noise_floor(
     the final test draws at most 1,000 relabellings instead of
     ``permutations``: its p-values are then a little coarser, which moves the
     power by well under a point and makes the estimate take seconds, not a
-    minute (about 10 s for 40 tasks at the default stages).
+    minute (about 5 s for 40 tasks at the default stages).
     Returns math.inf when no possible effect reaches ``power``.
     """
     config = replace(config, min_effect=0.0, permutations=min(config.permutations, 1000))
