@@ -63,7 +63,9 @@ class Zygote:
                 self.exits[msg["exit"]] = msg["code"]
 
     def spawn(self, request: Path, log: Path, cwd: str) -> int:
-        self.conn.send({"request": str(request), "log": str(log), "cwd": cwd, "env": dict(os.environ)})
+        env = zygote_client.environment_fd(dict(os.environ))
+        zygote_client.send_with_fds(self.conn.sock, {"request": str(request), "log": str(log), "cwd": cwd}, [env])
+        os.close(env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for msg in self.conn.receive(deadline - time.monotonic()):
@@ -200,6 +202,7 @@ def evaluate(
         task_ids=task_ids, trials=req.trials, seed=req.seed, max_steps=req.max_steps,
         models={"agent": req.agent, "user": req.user, "judge": req.judge},
         harness=_harness_switches(Path(req.checkout)),
+        isolation=status.get("isolation") or {},
         candidate_error=candidate_error, worker_note=note,
         summary=summarize(records, len(task_ids), req.trials, time.monotonic() - started),
         simulations=records,

@@ -12,8 +12,8 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, Config, apply_default_models, load_config
-from evolver.data import EvalRequest, write_json_atomic
+from evolver.config import DOMAINS, apply_default_models, eval_request, load_config, require_sandbox
+from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
 EPILOG = """\
@@ -79,6 +79,12 @@ def _add_eval_flags(p: argparse.ArgumentParser, for_run: bool = False) -> None:
     g.add_argument("--seed", type=int, help="tau2 seed (default 300)")
     g.add_argument("--max-steps", type=_positive(int), help="step limit per simulation (default 30)")
     g.add_argument("--worker-timeout", type=_positive(float), help="wall-clock limit of the worker, seconds (default 3600)")
+    g = p.add_argument_group("sandbox (what candidate code may do: see the README's 'How honest is it')")
+    g.add_argument("--agent-timeout", type=_positive(float), help="seconds the agent may compute on one turn, LLM calls not counted; past it the simulation fails (default 120)")
+    g.add_argument("--agent-memory-mb", type=_positive(int), help="memory the agent process may use on top of its start, MiB; past it allocations fail (default 1024)")
+    g.add_argument("--unsafe-no-sandbox", action="store_true", default=None,
+                   help="run candidate code unconfined, with your files, keys and network in reach (scores can then be forged); "
+                        "only where the sandbox cannot work, and never on code you would not run yourself")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> dict:
     keys = ["agent_model", "user_model", "meta_model", "judge_model", "local_size", "local_model", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
-            "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout",
+            "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout", "agent_timeout", "agent_memory_mb", "unsafe_no_sandbox",
             "analysis_split", "gate_split", "iterations", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages"]
     return {k: getattr(args, k, None) for k in keys}
 
@@ -164,15 +170,6 @@ def out_console() -> Console:
 
 def new_run_id(kind: str) -> str:
     return f"{kind}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
-
-
-def build_request(cfg: Config, checkout: Path, out_dir: Path, task_ids: list[str] | None = None, num_tasks: int | None = None) -> EvalRequest:
-    return EvalRequest(
-        checkout=str(checkout), out_dir=str(out_dir), domain=cfg.domain, split=cfg.split or None,
-        task_ids=task_ids, num_tasks=num_tasks, trials=cfg.trials, concurrency=cfg.concurrency,
-        seed=cfg.seed, max_steps=cfg.max_steps, llm_retries=cfg.llm_retries, plugins=cfg.plugins,
-        agent=cfg.role("agent"), user=cfg.role("user"), judge=cfg.role("judge"),
-    )
 
 
 def _check_repo(path: Path) -> Path:
@@ -197,6 +194,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         console.print(note)
     if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
+    require_sandbox(cfg)
     for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
         check_api_base(base)
     task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()] if args.task_ids else None
@@ -216,7 +214,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
         with serve_local(cfg, console, EVAL_ROLES), progress_bar(console, "simulations") as update:
-            req = build_request(cfg, checkout, out, task_ids, args.num_tasks)
+            req = eval_request(cfg, checkout, out, task_ids=task_ids, num_tasks=args.num_tasks)
             result = evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
         if lineage:
@@ -291,6 +289,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             console.print(note)
         if cfg.domain not in DOMAINS and not cfg.plugins:
             raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
+        require_sandbox(cfg)
         cap_concurrency(cfg, console)  # before the estimate, which divides by it
         loop = new_run(repo, cfg, new_run_id("run"), allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console)
         if loop is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from evolver.data import RoleModel
+from evolver.data import EvalRequest, RoleModel
 from evolver.errors import UsageError
 
 CONFIG_FILE = "evolver.toml"
@@ -52,6 +52,13 @@ class Config:
     max_steps: int = 30
     llm_retries: int = 4
     worker_timeout: float = 3600.0
+    # The candidate's agent process (evolver.sandbox): compute seconds per turn (LLM calls not
+    # counted) and memory on top of what it starts with; past either the simulation fails.
+    agent_timeout: float = 120.0
+    agent_memory_mb: int = 1024
+    # Run candidate code unconfined. Only as the --unsafe-no-sandbox flag, never from a file
+    # or the environment, so that nobody gives up the sandbox without typing it.
+    unsafe_no_sandbox: bool = False
     # Modules the worker imports first, e.g. to register an extra tau2 domain.
     plugins: list = field(default_factory=list)
     # The loop (`evolver run`).
@@ -139,17 +146,49 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
         except tomllib.TOMLDecodeError as exc:
             raise UsageError(f"{path} is not valid TOML ({exc}); fix the file or remove it") from None
         for key, value in data.items():
+            if key in FLAG_ONLY:
+                raise UsageError(f"{path}: '{key}' may only be given as the --{key.replace('_', '-')} flag")
             if key not in known:
                 raise UsageError(f"{path}: unknown key '{key}'; known keys: {', '.join(sorted(known))}")
             setattr(cfg, key, _coerce(key, value, getattr(cfg, key)))
     for key in known:
         env_value = environ.get(ENV_PREFIX + key.upper())
+        if env_value not in (None, "") and key in FLAG_ONLY:
+            raise UsageError(f"{ENV_PREFIX + key.upper()} is not read: '{key}' may only be given as the --{key.replace('_', '-')} flag; unset it")
         if env_value not in (None, ""):
             setattr(cfg, key, _coerce(ENV_PREFIX + key.upper(), env_value, getattr(cfg, key)))
     for key, value in (overrides or {}).items():
         if value is not None:
             setattr(cfg, key, _coerce("--" + key.replace("_", "-"), value, getattr(cfg, key)))
     return cfg
+
+
+FLAG_ONLY = ("unsafe_no_sandbox",)
+
+
+def eval_request(cfg: Config, checkout: Path, out_dir: Path, *, timeout: Optional[float] = None, **fields) -> EvalRequest:
+    """The request for one evaluation under this configuration; ``fields`` set the tasks and trials."""
+    timeout = timeout or cfg.worker_timeout
+    base = dict(
+        checkout=str(checkout), out_dir=str(out_dir), domain=cfg.domain, split=cfg.split or None,
+        trials=cfg.trials, concurrency=cfg.concurrency, seed=cfg.seed, max_steps=cfg.max_steps,
+        llm_retries=cfg.llm_retries, plugins=cfg.plugins,
+        sandbox=not cfg.unsafe_no_sandbox, agent_timeout=min(cfg.agent_timeout, timeout), agent_memory_mb=cfg.agent_memory_mb,
+        agent=cfg.role("agent"), user=cfg.role("user"), judge=cfg.role("judge"),
+    )
+    return EvalRequest(**{**base, **fields})
+
+
+def require_sandbox(cfg: Config) -> None:
+    """Refuse to run candidate code where it cannot be confined, unless the user gave up the sandbox by flag."""
+    if cfg.unsafe_no_sandbox:
+        return
+    from evolver.sandbox import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        raise UsageError(f"{reason}; unconfined, candidate code could read your keys and files and forge its score: "
+                         "run where the sandbox works, or pass --unsafe-no-sandbox to accept that risk")
 
 
 def gate_config(cfg: Config):

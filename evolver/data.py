@@ -43,6 +43,11 @@ class EvalRequest(BaseModel):
     max_steps: int = 30
     max_errors: int = 10
     llm_retries: int = 4
+    # The candidate's agent runs in a sandboxed process of its own per simulation
+    # (evolver.sandbox); False only with --unsafe-no-sandbox.
+    sandbox: bool = True
+    agent_timeout: float = 120.0  # seconds of agent compute per turn, LLM calls not counted
+    agent_memory_mb: int = 1024  # memory the agent process may add to what it starts with
     # Modules imported before tasks are resolved, e.g. to register a domain with tau2's registry.
     plugins: list[str] = Field(default_factory=list)
     # Only resolve the tasks and report them (and the domain's splits) in the status file.
@@ -122,6 +127,8 @@ class EvalResult(BaseModel):
     max_steps: int
     models: dict[str, RoleModel]
     harness: dict = Field(default_factory=dict)
+    # How the candidate's code was confined (evolver.sandbox); {"mode": "none"} when it was not.
+    isolation: dict = Field(default_factory=dict)
     candidate_error: Optional[str] = None
     worker_note: Optional[str] = None
     summary: EvalSummary

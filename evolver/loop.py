@@ -21,8 +21,8 @@ from rich.console import Console
 
 from evolver import gate as gatelib
 from evolver.bench import evaluate
-from evolver.config import Config, gate_config
-from evolver.data import EvalRequest, EvalResult, RoleUsage, write_json_atomic
+from evolver.config import Config, eval_request, gate_config
+from evolver.data import EvalResult, RoleUsage, write_json_atomic
 from evolver.digest import build_digest
 from evolver.lineage import Lineage, commit_message
 from evolver.metrics import rewards_by_task
@@ -155,7 +155,9 @@ class Loop:
         if record.status != "evaluating":
             return
         self.step(f"iteration {n}: smoke test")
-        smoke = self.measure(f"iter-{n:03d}-smoke", wt, self.manifest.analysis_tasks[:1], 1, self.seed(record.generation), timeout=SMOKE_TIMEOUT, record=record)
+        # The smoke test's limit is the worker timeout's too, when that is shorter.
+        smoke = self.measure(f"iter-{n:03d}-smoke", wt, self.manifest.analysis_tasks[:1], 1, self.seed(record.generation),
+                             timeout=min(SMOKE_TIMEOUT, self.cfg.worker_timeout), record=record)
         broken = smoke.candidate_error or next((s.error.splitlines()[0] for s in smoke.simulations if s.outcome == "failed" and s.error), None)
         if broken:
             record.status, record.reason = "invalid", f"smoke test failed: {broken}"
@@ -270,14 +272,10 @@ class Loop:
         done = out / f"result-{trials}.json"
         if done.exists():
             return EvalResult.model_validate_json(done.read_text())
-        req = EvalRequest(
-            checkout=str(checkout), out_dir=str(out), domain=self.cfg.domain, split=None, task_ids=tasks,
-            trials=trials, concurrency=self.cfg.concurrency, seed=seed, max_steps=self.cfg.max_steps,
-            llm_retries=self.cfg.llm_retries, plugins=self.cfg.plugins,
-            agent=self.cfg.role("agent"), user=self.cfg.role("user"), judge=self.cfg.role("judge"),
-        )
+        timeout = timeout or self.cfg.worker_timeout
+        req = eval_request(self.cfg, checkout, out, timeout=timeout, split=None, task_ids=tasks, trials=trials, seed=seed)
         with progress_bar(self.console, name) as update:
-            result = evaluate(req, self.run.run_id, timeout=timeout or self.cfg.worker_timeout, on_progress=update)
+            result = evaluate(req, self.run.run_id, timeout=timeout, on_progress=update)
         if not result.worker_note:  # a stopped worker's result is incomplete: measure again next time
             write_json_atomic(done, result)
         for sim in result.simulations:

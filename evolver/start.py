@@ -12,9 +12,8 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver.bench import check_api_base, list_tasks
-from evolver.config import LOCAL, Config, gate_config
+from evolver.config import LOCAL, Config, eval_request, gate_config, require_sandbox
 from evolver.local.server import CTX_PER_SLOT
-from evolver.data import EvalRequest
 from evolver.errors import UsageError
 from evolver.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.llm import missing_api_key, prepare_environment
@@ -99,10 +98,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
     if missing:
         raise UsageError(f"the meta model '{cfg.meta_model}' needs {missing} in the environment; set it, or choose another model with --meta-model")
     run = RunDir(repo, run_id)
-    probe = EvalRequest(
-        checkout=str(repo), out_dir=str(run.path / "evals" / "tasks"), domain=cfg.domain, plugins=cfg.plugins,
-        agent=cfg.role("agent"), user=cfg.role("user"), judge=cfg.role("judge"),
-    )
+    probe = eval_request(cfg, repo, run.path / "evals" / "tasks", split=None)
     try:
         all_tasks, splits = list_tasks(probe)
         analysis, gate_tasks, holdout, note = choose_splits(cfg, all_tasks, splits)
@@ -143,6 +139,7 @@ def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
     manifest = run.manifest()
     state = run.state()
     cfg = Config(**manifest.config)
+    require_sandbox(cfg)  # the run's own setting: one started unconfined stays so, on the record
     if iterations is not None:
         cfg.iterations = state.iterations_target = iterations
     if state.status == "finished" and state.next_iteration > state.iterations_target:

@@ -2,10 +2,15 @@
 
     python -m evolver.worker OUT_DIR/request.json
 
-The candidate's code (an LLM wrote it) is imported only here, never in the
-controller. The whole task x trial grid runs through tau2's own `run_tasks`
-in one call; each simulation is written to sims.jsonl the moment it ends, so
-a worker that dies loses only the simulations still running.
+This is the trusted evaluator: tau2's orchestrator, environment, user
+simulator and evaluator, the LLM keys and everything that writes results. It
+never imports the candidate's code (an LLM wrote it): tau2 runs
+evolver.proxy_agent.ProxyAgent, which forwards each simulation's agent calls to
+a sandboxed agent process of its own (evolver.agent_host). That process reads
+a private copy of agent/ and nothing of this worker's: not the run directory,
+not tau2's data, no key. The whole task x trial grid runs through tau2's own
+`run_tasks` in one call; each simulation is written to sims.jsonl the moment it
+ends, so a worker that dies loses only the simulations still running.
 
 Exit codes: 0 done; 2 bad input (the status file says what); 3 candidate failed to import;
 4 the controller died.
@@ -18,7 +23,9 @@ import importlib
 import json
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
 import threading
 import traceback
@@ -61,7 +68,9 @@ def preload() -> None:
     import tau2.run  # noqa: F401
     import tenacity  # noqa: F401 - evolver.llm.retrying
     import tomllib  # noqa: F401 - what the agent template imports besides tau2
-    import evolver.toolcalls  # noqa: F401
+    import tau2.environment.tool  # noqa: F401 - the agent process's stand-in tools
+    import evolver.agent_host, evolver.proxy_agent, evolver.sandbox, evolver.toolcalls  # noqa: E401, F401
+    import landlock, pyseccomp  # noqa: E401, F401 - an agent process confines itself right after the fork
 
 
 def available_splits(domain: str) -> dict[str, list[str]]:
@@ -104,19 +113,33 @@ def resolve_tasks(req: EvalRequest) -> list:
     return tasks
 
 
-def import_candidate(checkout: Path):
-    """Import agent/agent.py from the checkout; any failure is the candidate's."""
-    from tau2.agent.llm_agent import LLMAgent
+def stage_candidate(checkout: Path, staging: Path) -> Path:
+    """A private copy of the checkout's agent/ for the agent processes to read: they see neither
+    the rest of the checkout (inside the run directory) nor its .git. Links are copied as
+    links, never followed, so the copy reads nothing outside agent/."""
+    source = staging / "src"
+    shutil.copytree(checkout / "agent", source / "agent", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    return source
 
-    sys.path.insert(0, str(checkout))
+
+def check_candidate(s) -> dict:
+    """Import the candidate once in a sandboxed agent process before any simulation:
+    a broken candidate fails fast and clearly. Returns the isolation in force."""
+    from evolver import proxy_agent
+
+    context = proxy_agent.SimContext()
     try:
-        import agent.agent as module  # the checkout's agent package
-    except BaseException as exc:  # SystemExit and KeyboardInterrupt from the candidate too
-        raise Stop("candidate_error", f"agent/agent.py failed to import: {type(exc).__name__}: {exc}", EXIT_CANDIDATE) from None
-    cls = getattr(module, "HarnessAgent", None)
-    if not (isinstance(cls, type) and issubclass(cls, LLMAgent)):
-        raise Stop("candidate_error", "agent/agent.py must define HarnessAgent, a subclass of tau2's LLMAgent", EXIT_CANDIDATE)
-    return cls
+        process = proxy_agent.AgentProcess(s, context)
+    except proxy_agent.SandboxFailure as exc:
+        raise Stop("usage_error", f"{exc}; fix the system, or pass --unsafe-no-sandbox to run candidates unconfined", EXIT_USAGE) from None
+    except proxy_agent.AgentFault as exc:
+        message = str(exc)
+        if "did not answer within" in message:
+            message = f"agent/agent.py did not finish importing within {s.turn_timeout:g} s"
+        raise Stop("candidate_error", message, EXIT_CANDIDATE) from None
+    finally:
+        context.close()
+    return process.isolation
 
 
 def _usage(messages, kind) -> RoleUsage:
@@ -128,10 +151,14 @@ def _usage(messages, kind) -> RoleUsage:
     return total
 
 
-def _is_provider_error(exc: BaseException) -> bool:
+def _is_infra_error(exc: BaseException) -> bool:
+    """Raised by the trusted side alone: a provider failing after retries, or the sandbox failing
+    to set up. Nothing the candidate sends can become one (its errors arrive as text)."""
+    from evolver.proxy_agent import SandboxFailure
+
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ProviderError):
+        if isinstance(exc, (ProviderError, SandboxFailure)):
             return True
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
@@ -167,25 +194,32 @@ class Recorder:
         return trials[min(n, len(trials) - 1)]
 
     def __call__(self, *args, **kwargs):
-        from tau2.data_model.message import AssistantMessage, UserMessage
+        from tau2.data_model.message import UserMessage
+
+        from evolver import proxy_agent
 
         task, seed = kwargs["task"], kwargs.get("seed")
         trial = self._trial(task.id, seed)
         if (task.id, trial) in self.done or not self._claim(task.id, trial):
             return self._placeholder(task.id, trial, seed)
+        context = proxy_agent.begin_simulation()
         try:
             sim = self.run_task(*args, **kwargs)
         except Exception as exc:
-            infra = _is_provider_error(exc)
+            infra = context.provider_error is not None or _is_infra_error(exc)
+            candidate = isinstance(exc, proxy_agent.AgentFault)
             record = SimRecord(
                 task_id=task.id, trial=trial, seed=seed,
                 outcome="infra_error" if infra else "failed",
                 reward=None if infra else 0.0,
                 termination_reason="infra_error" if infra else "agent_error",
-                error=f"{type(exc).__name__}: {exc}" + ("" if infra else "\n" + "".join(traceback.format_exception(exc)[-3:])),
+                usage={"agent": context.usage},
+                error=f"{type(exc).__name__}: {exc}" + ("" if infra or candidate else "\n" + "".join(traceback.format_exception(exc)[-3:])),
             )
             self._write(record, None)
             return self._placeholder(task.id, trial, seed)
+        finally:
+            context.close()
         sim.trial = trial
         info = sim.reward_info
         record = SimRecord(
@@ -194,7 +228,8 @@ class Recorder:
             reward_breakdown=info.model_dump(mode="json", exclude_none=True) if info else {},
             termination_reason=str(getattr(sim.termination_reason, "value", sim.termination_reason)),
             steps=len(sim.messages), duration=sim.duration,
-            usage={"agent": _usage(sim.messages, AssistantMessage), "user": _usage(sim.messages, UserMessage)},
+            # The agent's usage as the trusted side counted it; its messages' own figures are not evidence.
+            usage={"agent": context.usage, "user": _usage(sim.messages, UserMessage)},
         )
         self._write(record, sim)
         return sim
@@ -270,10 +305,28 @@ def run(req: EvalRequest) -> None:
         if missing:
             raise Stop("usage_error", f"the {role_name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{role_name}-model (any OpenAI-compatible server works with --api-base)", EXIT_USAGE)
     _status(req, "importing", tasks=[t.id for t in tasks])
-    agent_cls = import_candidate(Path(req.checkout))
-    registry.register_agent(agent_cls, AGENT_NAME)
+    from evolver import proxy_agent
+    from evolver.zygote_client import WorkerConnection
+
+    staging = Path(tempfile.mkdtemp(prefix="evolver-agent-"))
+    try:
+        proxy_agent.settings = proxy_agent.Settings(
+            role=req.agent, source=stage_candidate(Path(req.checkout), staging), scratch_root=staging,
+            sandbox=req.sandbox, limits={"memory_mb": req.agent_memory_mb}, turn_timeout=req.agent_timeout,
+            completion=llm_utils.completion, factory=WorkerConnection.from_environment(),
+        )
+        isolation = check_candidate(proxy_agent.settings)
+        registry.register_agent(proxy_agent.ProxyAgent, AGENT_NAME)
+        _simulate(req, tasks, isolation)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _simulate(req: EvalRequest, tasks: list, isolation: dict) -> None:
+    import tau2.run
+
     running_at = time.time()
-    _status(req, "running", tasks=[t.id for t in tasks], running_at=running_at)
+    _status(req, "running", tasks=[t.id for t in tasks], running_at=running_at, isolation=isolation)
 
     tau2.run.run_task = Recorder(req, tau2.run.run_task)
     tau2.run.run_tasks(
@@ -285,7 +338,7 @@ def run(req: EvalRequest) -> None:
         seed=req.seed, log_level="ERROR",
     )
     # The simulation window, so benchmarks can tell simulation time from overhead.
-    _status(req, "done", tasks=[t.id for t in tasks], running_at=running_at, done_at=time.time())
+    _status(req, "done", tasks=[t.id for t in tasks], running_at=running_at, done_at=time.time(), isolation=isolation)
 
 
 def _exit_with_parent() -> None:

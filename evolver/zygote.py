@@ -10,12 +10,22 @@ evolver.zygote_client finds or starts it. Each worker is a fresh fork that has
 never imported a candidate, so candidate code still runs only in its own
 process, with its own process group, killable by the controller.
 
+The zygote holds no secret: it is started with a short allowlist of
+environment variables (zygote_client.zygote_environment), and a client's
+environment, API keys included, travels to its child as a memfd that the
+zygote passes on unread. So an agent process, forked from it, finds no key
+anywhere in its memory.
+
 Protocol, one JSON object per line on a client's connection:
   zygote -> client   {"ready": true, "pid": N} on connect
-  client -> zygote   {"request": path, "log": path, "cwd": dir, "env": {...}}  (a worker)
-                     {"command": [args], "cwd": dir, "env": {...}} with the client's stdin,
-                     stdout and stderr passed along (SCM_RIGHTS): an `evolver` command
-                     (evolver.launch), run in a fork that has its imports done already
+  client -> zygote   {"request": path, "log": path, "cwd": dir} with one fd, the
+                     client's environment as JSON in a memfd: a trusted evaluation worker
+                     {"command": [args], "cwd": dir} with the client's stdin, stdout,
+                     stderr and environment memfd passed along (SCM_RIGHTS): an `evolver`
+                     command (evolver.launch), run in a fork that has its imports done already
+                     {"agent": spec} with one fd, its end of a socketpair: an agent process
+                     that confines itself and runs one simulation's candidate code
+                     (evolver.agent_host)
   zygote -> client   {"pid": N}, then {"exit": N, "code": C} when that child ends
   client -> zygote   {"status": true}  ->  {"status": {...}}
   client -> zygote   {"stop": true}: no new clients; exit once the current ones leave
@@ -38,24 +48,48 @@ import sys
 import time
 
 
-def _child(req: dict, inherited: list[int], stdio: list[int]) -> None:
-    """In the fork: own process group, the client's directory and environment; then either a
-    worker (output to its log) or an evolver command (on the client's own stdin/out/err)."""
+CONNECTION_ENV = "EVOLVER_ZYGOTE_FD"  # set in a worker: its own connection to the zygote, for agent processes
+
+
+def _read_env(fd: int) -> dict:
+    os.lseek(fd, 0, os.SEEK_SET)
+    with os.fdopen(fd, "rb") as fh:
+        return json.loads(fh.read())
+
+
+def _child(req: dict, inherited: list[int], fds: list[int]) -> None:
+    """In the fork: own process group; then an agent process (evolver.agent_host), or, in the
+    client's directory and environment, a worker (output to its log) or an evolver command
+    (on the client's own stdin/out/err)."""
     os.setsid()
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
     for fd in inherited:  # the zygote's sockets and pipes are not the child's business
         os.close(fd)
-    if not stdio:
+    code = 1
+    if "agent" in req:
+        null = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        try:
+            from evolver import agent_host
+
+            code = agent_host.serve(fds[0], req["agent"])
+        finally:
+            os._exit(code)
+    if "command" in req:
+        stdio, env_fd = fds[:3], fds[3]
+    else:
         log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        stdio = [os.open(os.devnull, os.O_RDONLY), log, log]
+        stdio, env_fd = [os.open(os.devnull, os.O_RDONLY), log, log], fds[0]
     for target, fd in enumerate(stdio):
         os.dup2(fd, target)
     os.chdir(req["cwd"])
     os.environ.clear()
-    os.environ.update(req["env"])
-    code = 1
+    os.environ.update(_read_env(env_fd))
+    if "request" in req:
+        os.environ[CONNECTION_ENV] = str(fds[1])
     try:
         if "command" in req:
             from evolver import cli
@@ -81,7 +115,7 @@ def _child(req: dict, inherited: list[int], stdio: list[int]) -> None:
 class Client:
     def __init__(self, conn: socket.socket):
         self.conn, self.buffer, self.workers = conn, b"", set()
-        self.fds: list[int] = []  # passed with a command: the client's stdin, stdout, stderr
+        self.fds: list[int] = []  # passed with a request: stdio, environment memfd or agent channel
 
     def send(self, obj: dict) -> None:
         try:
@@ -136,7 +170,7 @@ class Zygote:
 
     def _receive(self, client: Client) -> None:
         try:
-            chunk, fds, _, _ = socket.recv_fds(client.conn, 65536, 3)
+            chunk, fds, _, _ = socket.recv_fds(client.conn, 65536, 8)
         except OSError:
             chunk, fds = b"", []
         client.fds += fds
@@ -151,7 +185,7 @@ class Zygote:
             except ValueError:  # not an evolver client
                 self._drop(client)
                 return
-            if "request" in msg or "command" in msg:
+            if "request" in msg or "command" in msg or "agent" in msg:
                 self._fork(client, msg)
             elif msg.get("status"):
                 client.send({"status": self.status()})
@@ -160,13 +194,23 @@ class Zygote:
                 client.send({"stopping": True})
 
     def _fork(self, client: Client, req: dict) -> None:
-        stdio, client.fds = (client.fds, []) if "command" in req else ([], client.fds)
-        pending = [fd for other in self.clients.values() for fd in other.fds]  # other commands' stdio
-        inherited = [fd for fd in (self.listener.fileno(), self.wake_r, self.wake_w, *self.clients, *pending) if fd >= 0]
+        fds, client.fds = client.fds, []
+        if len(fds) != (4 if "command" in req else 1):
+            for fd in fds:
+                os.close(fd)
+            self._drop(client)  # not an evolver client
+            return
+        if "request" in req:  # a worker's own connection: its agent processes die with it, even mid-stop
+            mine, theirs = socket.socketpair()
+            self.clients[mine.fileno()] = Client(mine)
+            fds.append(theirs.detach())
+        pending = [fd for other in self.clients.values() for fd in other.fds]  # other requests' fds
+        listener = [] if self.stopping else [self.listener.fileno()]
+        inherited = [fd for fd in (*listener, self.wake_r, self.wake_w, *self.clients, *pending) if fd >= 0]
         pid = os.fork()
         if pid == 0:
-            _child(req, inherited, stdio)
-        for fd in stdio:  # held open here, they would keep the client's pipes from ever closing
+            _child(req, inherited, fds)
+        for fd in fds:  # held open here, they would keep the client's pipes from ever closing
             os.close(fd)
         self.owner[pid] = client
         client.workers.add(pid)

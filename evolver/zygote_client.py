@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -29,6 +30,28 @@ from evolver.errors import UsageError
 
 DEFAULT_IDLE = 600.0
 START_TIMEOUT = 300.0  # importing tau2 on a loaded 2-core machine
+
+
+# What the zygote inherits of a client's environment: enough to find Python, evolver and
+# its own settings, and nothing that could be a secret (no *_API_KEY, no tokens).
+ZYGOTE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
+              "EVOLVER_RUNTIME_DIR", "EVOLVER_ZYGOTE_IDLE", "LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOG")
+
+
+def zygote_environment() -> dict:
+    return {k: os.environ[k] for k in ZYGOTE_ENV if k in os.environ}
+
+
+def environment_fd(env: dict) -> int:
+    """The environment as JSON in an anonymous memory file, so it reaches a child through
+    the zygote without the zygote ever reading it."""
+    fd = os.memfd_create("evolver-env", os.MFD_CLOEXEC)
+    os.write(fd, json.dumps(env).encode())
+    return fd
+
+
+def send_with_fds(sock: socket.socket, message: dict, fds: list[int]) -> None:
+    socket.send_fds(sock, [(json.dumps(message) + "\n").encode()], fds)
 
 
 def runtime_dir() -> Path:
@@ -154,6 +177,7 @@ def _start(path: Path, idle: float) -> Connection:
     proc = subprocess.Popen(
         [sys.executable, "-m", "evolver.zygote", "--socket", str(path), "--idle", str(idle)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=path.parent, start_new_session=True,
+        env=zygote_environment(),  # keyless: agent processes are forked from it
     )
     log.close()
     deadline = time.monotonic() + START_TIMEOUT
@@ -212,8 +236,9 @@ def run_command(argv: list[str]) -> Optional[int]:
         conn.expect("ready", 5)
     except (UsageError, RuntimeError, OSError):
         return None  # the command itself reports bad settings
-    line = (json.dumps({"command": argv, "cwd": os.getcwd(), "env": dict(os.environ)}) + "\n").encode()
-    socket.send_fds(conn.sock, [line], [0, 1, 2])
+    env = environment_fd(dict(os.environ))
+    send_with_fds(conn.sock, {"command": argv, "cwd": os.getcwd()}, [0, 1, 2, env])
+    os.close(env)
     pid = conn.expect("pid", 60)["pid"]
 
     def forward(signum, _frame):
@@ -229,3 +254,50 @@ def run_command(argv: list[str]) -> Optional[int]:
             if msg.get("exit") == pid:
                 code = msg["code"]
                 return code if code >= 0 else 128 - code  # killed by a signal, as a shell reports it
+
+
+class WorkerConnection:
+    """A worker's own connection to the zygote (handed over at fork): it asks for agent
+    processes and learns how they ended. Thread-safe: tau2 runs simulations in threads."""
+
+    def __init__(self, fd: int):
+        self.conn = Connection(socket.socket(fileno=fd))
+        self.lock = threading.Lock()
+        self.exits: dict[int, int] = {}
+
+    @classmethod
+    def from_environment(cls) -> "WorkerConnection":
+        from evolver.zygote import CONNECTION_ENV
+
+        fd = os.environ.pop(CONNECTION_ENV, None)
+        if fd is None:
+            raise RuntimeError("this worker has no connection to the zygote")
+        return cls(int(fd))
+
+    def spawn_agent(self, spec: dict, channel_fd: int) -> int:
+        with self.lock:
+            send_with_fds(self.conn.sock, {"agent": spec}, [channel_fd])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                for msg in self.conn.receive(deadline - time.monotonic()):
+                    if "pid" in msg:
+                        return msg["pid"]
+                    self._note(msg)
+        raise RuntimeError("the zygote did not start an agent process within 60 s")
+
+    def exit_code(self, pid: int, timeout: float) -> Optional[int]:
+        """The agent's exit code (negative: killed by that signal) once the zygote reaped it, or None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                if pid in self.exits:
+                    return self.exits.pop(pid)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                for msg in self.conn.receive(min(left, 0.05)):
+                    self._note(msg)
+
+    def _note(self, msg: dict) -> None:
+        if "exit" in msg:
+            self.exits[msg["exit"]] = msg["code"]

@@ -1,0 +1,307 @@
+"""The trusted side of the agent: a tau2 agent that runs none of the candidate's code.
+
+tau2's orchestrator, environment, user simulator and evaluator stay in the
+trusted worker. ProxyAgent, registered with tau2's registry, forwards each agent
+call (initial state, next message, stop check, seed) to a sandboxed agent
+process (evolver.agent_host), one per simulation, and answers that process's
+LLM requests itself: with the configured model, endpoint and sampling settings,
+counting tokens and cost here. What comes back is hostile input: it is
+validated, and a broken protocol, an exit, a crash, a kill at a limit or a
+silence longer than the turn limit ends the simulation as the candidate's
+failure (AgentFault). Only a provider error after retries, raised here, is an
+infrastructure error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from tau2.agent.llm_agent import LLMAgent
+from tau2.data_model.message import AssistantMessage, ToolCall
+from tau2.utils.llm_utils import get_response_cost, get_response_usage
+
+from evolver.agent_host import decode_message, encode_message
+from evolver.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout
+from evolver.data import RoleModel, RoleUsage
+from evolver.llm import ProviderError
+
+MAX_LLM_CALLS_PER_TURN = 16  # H2's retry makes 2; an agent in a loop of requests is stopped
+MAX_REPLY_CHARS = 100_000
+MAX_TOOL_CALLS = 32
+MAX_LLM_MESSAGES = 1000
+MAX_TOOLS = 256
+LLM_ROLES = ("system", "user", "assistant", "tool")
+LLM_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+class AgentFault(Exception):
+    """The candidate's agent failed the simulation; the message says how (it scores 0)."""
+
+
+class SandboxFailure(RuntimeError):
+    """The agent process could not confine itself: a fault of the trusted side, not the candidate's."""
+
+
+@dataclass
+class Settings:
+    """How this worker runs agent processes (set once by evolver.worker)."""
+
+    role: RoleModel  # the agent's configured model: the candidate never chooses it
+    source: Path  # the read-only copy of the candidate's agent/ (its parent goes on sys.path)
+    scratch_root: Path
+    sandbox: bool
+    limits: dict
+    turn_timeout: float  # seconds the agent may compute on one turn, LLM calls not counted
+    completion: Callable  # litellm completion with retries (evolver.llm.retrying)
+    factory: object  # zygote_client.WorkerConnection
+
+
+@dataclass
+class SimContext:
+    """What the trusted side counts for one simulation."""
+
+    usage: RoleUsage = field(default_factory=RoleUsage)
+    provider_error: Optional[str] = None
+    processes: list["AgentProcess"] = field(default_factory=list)
+
+    def close(self) -> None:
+        for process in self.processes:
+            process.close()
+
+
+settings: Optional[Settings] = None
+_local = threading.local()
+
+
+def begin_simulation() -> SimContext:
+    """Called by the worker's recorder in the thread that is about to run one simulation."""
+    _local.context = SimContext()
+    return _local.context
+
+
+def _context() -> SimContext:
+    context = getattr(_local, "context", None)
+    if context is None:  # a tau2 path that bypassed the recorder: count anyway
+        context = begin_simulation()
+    return context
+
+
+class AgentProcess:
+    """One sandboxed agent process and its channel."""
+
+    def __init__(self, s: Settings, context: SimContext):
+        self.s, self.context = s, context
+        self.scratch = Path(tempfile.mkdtemp(prefix="sim-", dir=s.scratch_root))
+        ours, theirs = socket.socketpair()
+        spec = {"source": str(s.source), "scratch": str(self.scratch), "sandbox": s.sandbox, "limits": s.limits}
+        try:
+            self.pid = s.factory.spawn_agent(spec, theirs.fileno())
+        finally:
+            theirs.close()
+        self.chan = Channel(ours)
+        self.closed = self.reaped = False
+        self.turn_usage = RoleUsage()
+        context.processes.append(self)
+        # Nothing of the candidate's has run yet: this first answer is still trustworthy.
+        first = self._receive(("confined", "sandbox_error"), "setting up its sandbox")
+        if first["op"] == "sandbox_error":
+            self.close()
+            raise SandboxFailure(f"the agent sandbox could not be set up: {first.get('error')}")
+        self.isolation = first.get("isolation") or {}
+        ready = self._receive(("ready", "import_error"), "importing agent/agent.py")
+        if ready["op"] == "import_error":
+            raise AgentFault(f"agent/agent.py failed to import: {_text(ready.get('error'))}")
+
+    def request(self, message: dict, expect: str) -> dict:
+        """Send one request and serve the agent's LLM calls until its answer arrives."""
+        self.turn_usage, calls = RoleUsage(), 0
+        self._send(message)
+        while True:
+            answer = self._receive((expect, "llm"), "answering")
+            if answer["op"] == expect:
+                return answer
+            calls += 1
+            if calls > MAX_LLM_CALLS_PER_TURN:
+                raise AgentFault(f"the agent made more than {MAX_LLM_CALLS_PER_TURN} LLM calls in one turn")
+            self._answer_llm(answer)
+
+    def _answer_llm(self, request: dict) -> None:
+        kwargs = _llm_request(request)
+        role = self.s.role
+        try:
+            response = self.s.completion(model=role.model, **kwargs, **role.litellm_args())
+        except ProviderError as exc:  # raised by the trusted side alone: an infrastructure error
+            self.context.provider_error = str(exc)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a request the provider refused is the candidate's to handle
+            self._send({"op": "llm_error", "error": f"{type(exc).__name__}: {exc}"[:2000]})
+            return
+        usage = get_response_usage(response) or {}
+        spent = RoleUsage(prompt_tokens=usage.get("prompt_tokens") or 0, completion_tokens=usage.get("completion_tokens") or 0,
+                          cost=get_response_cost(response) or 0.0)
+        self.turn_usage = self.turn_usage.add(spent)
+        self.context.usage = self.context.usage.add(spent)
+        self._send({"op": "llm_reply", "response": _response_wire(response)})
+
+    def _send(self, message: dict) -> None:
+        try:
+            self.chan.send(message)
+        except ChannelError as exc:
+            raise AgentFault(self._ended(exc)) from None
+
+    def _receive(self, ops: tuple[str, ...], doing: str) -> dict:
+        try:
+            message = self.chan.receive(self.s.turn_timeout)
+        except ChannelTimeout:
+            self.close()
+            raise AgentFault(f"the agent process did not answer within {self.s.turn_timeout:g} s while {doing} (LLM calls not counted)") from None
+        except ChannelError as exc:
+            raise AgentFault(self._ended(exc)) from None
+        if message["op"] == "error":
+            raise AgentFault(f"the agent raised {_text(message.get('error'))}")
+        if message["op"] not in ops:
+            raise AgentFault(f"the agent process broke the protocol: '{_text(message['op'], 40)}' while {doing}")
+        return message
+
+    def _ended(self, exc: ChannelError) -> str:
+        """Why the channel ended: the agent process's exit code or signal, as the zygote saw it."""
+        code = self.s.factory.exit_code(self.pid, 5.0)  # before close(): our own kill is not the cause
+        self.reaped = code is not None
+        self.close()
+        if code is None:
+            return f"the agent process stopped answering ({exc})"
+        if code >= 0:
+            return f"the agent process exited with code {code} in the middle of the simulation"
+        sig = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        why = {"SIGXCPU": " (its CPU-time limit)", "SIGXFSZ": " (its file-size limit)", "SIGKILL": " (killed)"}.get(sig, "")
+        return f"the agent process ended by {sig}{why}"
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.chan.send({"op": "stop"})
+        except ChannelError:
+            pass
+        self.chan.close()
+        try:
+            if not self.reaped:  # a reaped pid may already belong to someone else
+                os.killpg(self.pid, signal.SIGKILL)  # threads it started, or a hang in stop(): gone with it
+        except (ProcessLookupError, PermissionError):
+            pass
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class ProxyState:
+    """What tau2 keeps as the agent's state; the real one lives in the agent process."""
+
+
+class ProxyAgent(LLMAgent):
+    """The agent tau2 runs: every call goes to this simulation's sandboxed agent process."""
+
+    def __init__(self, tools, domain_policy, llm=None, llm_args=None):
+        super().__init__(tools=tools, domain_policy=domain_policy, llm=llm, llm_args=llm_args)
+        self.seed: Optional[int] = None
+        self.process: Optional[AgentProcess] = None
+        self.last: tuple[Optional[AssistantMessage], bool] = (None, False)
+
+    def set_seed(self, seed: int) -> None:
+        self.seed = seed
+
+    def get_init_state(self, message_history=None) -> ProxyState:
+        self.process = AgentProcess(settings, _context())
+        self.process.request({
+            "op": "init", "tools": [t.openai_schema for t in self.tools], "policy": self.domain_policy,
+            "history": [encode_message(m) for m in message_history or []] or None, "seed": self.seed,
+        }, "initialised")
+        return ProxyState()
+
+    def generate_next_message(self, message, state):
+        answer = self.process.request({"op": "next", "message": encode_message(message)}, "reply")
+        reply = _assistant_message(answer.get("message"), self.process.turn_usage)
+        self.last = (reply, answer.get("stop") is True)
+        return reply, state
+
+    def is_stop(self, message) -> bool:
+        if message is self.last[0]:
+            return self.last[1]
+        return self.process.request({"op": "is_stop", "message": encode_message(message)}, "is_stop").get("stop") is True
+
+    def stop(self, message=None, state=None) -> None:
+        if self.process is not None:
+            self.process.close()
+
+
+def _assistant_message(wire, usage: RoleUsage) -> AssistantMessage:
+    """The agent's reply, rebuilt from its content and tool calls only; usage and cost are the
+    trusted side's count of this turn's LLM calls, never the agent's own claim."""
+    try:
+        message = decode_message(wire)
+    except ValueError as exc:
+        raise AgentFault(f"the agent's reply is not a valid tau2 message: {_text(str(exc), 300)}") from None
+    if not isinstance(message, AssistantMessage):
+        raise AgentFault(f"the agent replied with a {type(message).__name__}, not an AssistantMessage")
+    if message.content is not None and len(message.content) > MAX_REPLY_CHARS:
+        raise AgentFault(f"the agent's reply has {len(message.content):,} characters (limit {MAX_REPLY_CHARS:,})")
+    calls = message.tool_calls or []
+    if len(calls) > MAX_TOOL_CALLS:
+        raise AgentFault(f"the agent's reply has {len(calls)} tool calls (limit {MAX_TOOL_CALLS})")
+    return AssistantMessage(
+        role="assistant", content=message.content,
+        tool_calls=[ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor="assistant") for c in calls] or None,
+        cost=usage.cost, usage={"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+    )
+
+
+def _llm_request(request: dict) -> dict:
+    """Messages, tools and tool choice from an agent's LLM request, checked; nothing else passes."""
+    messages, tools, choice = request.get("messages"), request.get("tools"), request.get("tool_choice")
+    if not isinstance(messages, list) or not messages or len(messages) > MAX_LLM_MESSAGES:
+        raise AgentFault("the agent's LLM request has no valid message list")
+    clean = []
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in LLM_ROLES:
+            raise AgentFault("the agent's LLM request has a message without a valid role")
+        clean.append({k: m[k] for k in LLM_MESSAGE_KEYS if k in m})
+    kwargs: dict = {"messages": clean}
+    if tools is not None:
+        if not isinstance(tools, list) or len(tools) > MAX_TOOLS or not all(
+            isinstance(t, dict) and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str) for t in tools
+        ):
+            raise AgentFault("the agent's LLM request has malformed tools")
+        kwargs["tools"] = [{"type": "function", "function": t["function"]} for t in tools] or None
+    if choice is not None:
+        if not (choice in ("auto", "none", "required") or isinstance(choice, dict)):
+            raise AgentFault("the agent's LLM request has an invalid tool_choice")
+        kwargs["tool_choice"] = choice
+    return kwargs
+
+
+def _response_wire(response) -> dict:
+    """The parts of a completion an agent needs, as plain JSON."""
+    choice = response.choices[0]
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+        for c in choice.message.tool_calls or []
+    ]
+    usage = get_response_usage(response) or {}
+    return {
+        "id": getattr(response, "id", None) or "evolver", "model": getattr(response, "model", None) or "evolver-proxy",
+        "choices": [{"index": 0, "finish_reason": choice.finish_reason,
+                     "message": {"role": "assistant", "content": choice.message.content, "tool_calls": calls or None}}],
+        "usage": {"prompt_tokens": usage.get("prompt_tokens") or 0, "completion_tokens": usage.get("completion_tokens") or 0,
+                  "total_tokens": (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0)},
+    }
+
+
+def _text(value, limit: int = 2000) -> str:
+    return str(value)[:limit]
