@@ -163,8 +163,11 @@ class AgentProcess:
         except ChannelTimeout:
             self.close()
             raise AgentFault(f"the agent process did not answer within {self.s.turn_timeout:g} s while {doing} (LLM calls not counted)") from None
-        except ChannelError as exc:
+        except ChannelClosed as exc:
             raise AgentFault(self._ended(exc)) from None
+        except ChannelError as exc:  # it is still running, writing what is not the protocol
+            self.close()
+            raise AgentFault(f"the agent process broke the protocol ({exc}) while {doing}") from None
         if message["op"] == "error":
             raise AgentFault(f"the agent raised {_text(message.get('error'))}")
         if message["op"] not in ops:

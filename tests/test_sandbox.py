@@ -1,0 +1,100 @@
+"""A candidate can never touch its own score: hostile and broken agents, evaluated for real.
+
+Every case in tests/scripts/hostile.py runs through `evolver eval` with the
+sandbox on (tau2, git, subprocesses, the zygote and the sandbox are real; the
+LLMs are scripted). Each must end scored no higher than the honest agent, or as
+the candidate's own failure, with no file written outside its scratch
+directory, no connection made, no key seen, the repository unchanged and no
+process left behind. Memory-hungry cases run only inside the sandbox's limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.scripts import hostile
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    env = dict(os.environ)
+    repo, template = hostile.init_repo(tmp_path_factory.mktemp("sandbox") / "target", env)
+    canaries = hostile.Canaries(tmp_path_factory.mktemp("outside"))
+    yield repo, template, canaries, env
+    canaries.close()
+
+
+def test_honest_template_scores_the_baseline_inside_the_sandbox(target):
+    repo, template, canaries, env = target
+    outcome = hostile.run_case(hostile.Case("honest", "import", "", "neutralised"), repo, canaries, template, env)
+    assert outcome.problems == []
+    assert outcome.summary["avg_reward"] == hostile.BASELINE and outcome.summary["failed"] == 0
+    isolation = outcome.result["isolation"]
+    assert isolation["mode"] == "sandbox" and isolation["seccomp"] and isolation["landlock_abi"] >= 1
+    # the agent's usage is what the trusted side counted
+    assert outcome.summary["usage"]["agent"]["prompt_tokens"] > 0
+
+
+@pytest.mark.parametrize("case", hostile.HOSTILE + hostile.FAULTS, ids=lambda c: c.name)
+def test_hostile_or_broken_candidate(target, case):
+    repo, template, canaries, env = target
+    outcome = hostile.run_case(case, repo, canaries, template, env)
+    assert outcome.problems == [], outcome.problems
+    if case.name == "forge_usage_and_reward_fields":
+        assert outcome.summary["usage"]["agent"]["prompt_tokens"] > 0  # its claim of 0 tokens was ignored
+
+
+def test_the_table_is_large_enough():
+    assert len(hostile.HOSTILE) >= 25 and len(hostile.FAULTS) >= 5
+
+
+def test_no_agent_process_outlives_its_evaluation(target):
+    assert hostile.wait_for_no_agents()
+    assert not hostile.leftover_sleepers()
+
+
+def test_llm_requests_carry_messages_and_tools_only():
+    from evolver.proxy_agent import AgentFault, _llm_request
+
+    kwargs = _llm_request({
+        "op": "llm", "messages": [{"role": "user", "content": "hi", "api_base": "http://evil"}],
+        "tools": None, "tool_choice": None, "model": "gpt-4o", "temperature": 2.0, "api_key": "x",
+    })
+    assert kwargs == {"messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(AgentFault):
+        _llm_request({"messages": [{"role": "root", "content": "x"}]})
+    with pytest.raises(AgentFault):
+        _llm_request({"messages": [{"role": "user"}], "tool_choice": 7})
+
+
+NO_LANDLOCK = """
+import os, sys, errno, pyseccomp
+f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+f.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "landlock_create_ruleset")  # what a kernel without Landlock answers
+f.load()
+os.execv(sys.executable, [sys.executable, "-m", "evolver", *sys.argv[1:]])
+"""
+
+
+def test_without_landlock_eval_refuses_unless_the_unsafe_flag_is_given(target, tmp_path):
+    repo, template, canaries, env = target
+    (repo / "agent" / "agent.py").write_text(template)
+    subprocess.run(["git", "commit", "-qam", "honest again"], cwd=repo)
+    # No warm zygote: this process and its children must all lack Landlock.
+    env = {**env, "EVOLVER_ZYGOTE_IDLE": "0", "EVOLVER_RUNTIME_DIR": str(tmp_path / "rt")}
+    before = sorted(p.name for p in (repo / "runs").iterdir())
+    args = [sys.executable, "-c", NO_LANDLOCK, "eval", str(repo), "--json", *hostile.MODELS, "--task-ids", "create_task_1"]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Landlock is not available" in proc.stderr and "--unsafe-no-sandbox" in proc.stderr
+    assert sorted(p.name for p in (repo / "runs").iterdir()) == before  # nothing that could pass for a result
+    proc = subprocess.run([*args, "--unsafe-no-sandbox"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(Path(json.loads(proc.stdout)["result_file"]).read_text())
+    assert result["isolation"]["mode"] == "none"
