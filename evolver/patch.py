@@ -12,13 +12,16 @@ The proposal format (documented for the meta-LLM in Harness.md):
     >>>>>>> REPLACE
 
 Several FILE sections and several edit blocks per file are allowed. An empty
-SEARCH creates a new file. The allowlist is enforced here, in code: only files
-under agent/, never agent/templates/ (the pristine baseline).
+SEARCH creates a new file. The allowlist is enforced here, in code: only plain
+.py, .toml, .md, .txt and .json files under agent/, never agent/templates/ (the
+pristine baseline), never through a symlink. Paths come from an LLM: anything
+wrong with one is a PatchRejected with a one-line reason.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -59,6 +62,8 @@ SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
 
 
 def parse_proposal(text: str) -> Proposal:
+    if not isinstance(text, str):
+        raise ParseError(f"the answer is {type(text).__name__}, not text")
     lines = text.replace("\r\n", "\n").split("\n")
     title, rationale, edits = None, [], []
     path = None
@@ -108,17 +113,75 @@ def _read_block(lines: list[str], i: int, path: str) -> tuple[int, Edit]:
         else:
             target.append(lines[i])
         i += 1
-    raise ParseError(f"line {start}: edit block for {path} is not closed with '{REPLACE}'")
+    raise ParseError(f"line {start}: edit block for {path!r} is not closed with '{REPLACE}'")
+
+
+ALLOWED_SUFFIXES = (".py", ".toml", ".md", ".txt", ".json")
+MAX_PATH, MAX_PART = 200, 100
+PATH_CHAR = re.compile(r"[A-Za-z0-9._/-]")
 
 
 def check_path(path: str) -> str:
-    """The allowlist: files under agent/, not agent/templates/, no escapes."""
-    p = PurePosixPath(path)
-    if p.is_absolute() or ".." in p.parts or not p.parts or p.parts[0] != "agent" or len(p.parts) < 2:
-        raise PatchRejected(f"edit to '{path}' refused: only files under agent/ may change")
-    if p.parts[1] == "templates":
-        raise PatchRejected(f"edit to '{path}' refused: agent/templates/ is the pristine baseline")
-    return str(p)
+    """The allowlist: a plain file name under agent/, not agent/templates/, no escapes."""
+    if reason := _path_problem(path):
+        raise PatchRejected(f"edit to {_shown(path)} refused: {reason}")
+    return path
+
+
+def _path_problem(path: str) -> str | None:
+    """Why an LLM-written path may not be edited, in order from the most basic; None if it may."""
+    if not isinstance(path, str):
+        return "it is not text"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return "it contains a control character"
+    if len(path) > MAX_PATH:
+        return f"it is longer than {MAX_PATH} characters"
+    if odd := _odd_chars(path):
+        return f"it contains characters outside A-Z a-z 0-9 . _ / -: {odd}"
+    parts = path.split("/")
+    if path.startswith("/") or ".." in parts:
+        return "only files under agent/ may change"
+    if any(len(p) > MAX_PART for p in parts):
+        return f"a path component is longer than {MAX_PART} characters"
+    if "" in parts or "." in parts:
+        return "it has an empty or '.' path component"
+    if parts[0] != "agent" or len(parts) < 2:
+        return "only files under agent/ may change"
+    if parts[1] == "templates":
+        return "agent/templates/ is the pristine baseline"
+    if any(p.startswith(".") for p in parts):
+        return "hidden files and folders may not change"
+    if PurePosixPath(path).suffix not in ALLOWED_SUFFIXES:
+        return f"only {', '.join(ALLOWED_SUFFIXES)} files may change"
+    return None
+
+
+def _odd_chars(path: str) -> str:
+    return " ".join(repr(c) for c in sorted(set(PATH_CHAR.sub("", path)))[:5])
+
+
+def _shown(path) -> str:
+    """The path quoted and escaped, cut short: it may hold anything."""
+    text = repr(path) if isinstance(path, str) else type(path).__name__
+    return text if len(text) <= 90 else text[:80] + "...'"
+
+
+def _check_on_disk(root: Path, rel: str) -> Path:
+    """The target as it is in the worktree: no symlink on the way (checked without following one),
+    no directory or file where a folder or the file should be, and nothing resolving outside agent/."""
+    parts = rel.split("/")
+    for n in range(1, len(parts) + 1):
+        prefix = root.joinpath(*parts[:n])
+        if os.path.islink(prefix):
+            raise PatchRejected(f"edit to '{rel}' refused: {'/'.join(parts[:n])} is a symlink")
+        if n < len(parts) and prefix.exists() and not prefix.is_dir():
+            raise PatchRejected(f"edit to '{rel}' refused: {'/'.join(parts[:n])} is not a folder")
+    target = root / rel
+    if target.is_dir():
+        raise PatchRejected(f"edit to '{rel}' refused: it is a folder")
+    if not target.resolve().is_relative_to((root / "agent").resolve()):
+        raise PatchRejected(f"edit to '{rel}' refused: it resolves outside agent/")
+    return target
 
 
 def apply_edits(root: Path, edits: list[Edit], check_syntax: bool = True) -> dict[str, str]:
@@ -126,32 +189,53 @@ def apply_edits(root: Path, edits: list[Edit], check_syntax: bool = True) -> dic
     texts: dict[str, str] = {}
     for n, edit in enumerate(edits, 1):
         rel = check_path(edit.path)
-        target = (root / rel).resolve()
-        if not target.is_relative_to((root / "agent").resolve()):
-            raise PatchRejected(f"edit to '{rel}' refused: it resolves outside agent/")
         if rel not in texts:
-            texts[rel] = target.read_text() if target.exists() else None
-        current = texts[rel]
-        if not edit.search.strip():
-            if current is not None:
-                raise PatchRejected(f"edit {n}: empty SEARCH would create {rel}, but it exists; quote the lines to replace", retryable=True)
-            texts[rel] = edit.replace + ("\n" if not edit.replace.endswith("\n") else "")
-            continue
-        if current is None:
-            raise PatchRejected(f"edit {n}: {rel} does not exist", retryable=True)
-        count = current.count(edit.search)
-        if count != 1:
-            first = edit.search.strip().splitlines()[0][:80]
-            where = "not found" if count == 0 else f"found {count} times"
-            raise PatchRejected(f"edit {n}: SEARCH text for {rel} {where} (it starts with {first!r}); quote exact, unique lines", retryable=True)
-        texts[rel] = current.replace(edit.search, edit.replace, 1)
+            texts[rel] = _read(root, rel)
+        texts[rel] = _apply_one(n, rel, texts[rel], edit)
     for rel, text in texts.items():
         if check_syntax:
             _check_syntax(rel, text)
-    for rel, text in texts.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    _write(root, texts)
     return texts
+
+
+def _apply_one(n: int, rel: str, current: str | None, edit: Edit) -> str:
+    """The file's text after edit n; current is None for a file that does not exist yet."""
+    if not edit.search.strip():
+        if current is not None:
+            raise PatchRejected(f"edit {n}: empty SEARCH would create {rel}, but it exists; quote the lines to replace", retryable=True)
+        return edit.replace + ("\n" if not edit.replace.endswith("\n") else "")
+    if current is None:
+        raise PatchRejected(f"edit {n}: {rel} does not exist", retryable=True)
+    count = current.count(edit.search)
+    if count != 1:
+        first = edit.search.strip().splitlines()[0][:80]
+        where = "not found" if count == 0 else f"found {count} times"
+        raise PatchRejected(f"edit {n}: SEARCH text for {rel} {where} (it starts with {first!r}); quote exact, unique lines", retryable=True)
+    return current.replace(edit.search, edit.replace, 1)
+
+
+def _read(root: Path, rel: str) -> str | None:
+    """The current text of a target, None if it does not exist; any failure is a refusal."""
+    try:
+        target = _check_on_disk(root, rel)
+        return target.read_text(encoding="utf-8") if target.exists() else None
+    except (OSError, UnicodeError, RuntimeError) as exc:  # RuntimeError: a symlink loop in resolve()
+        raise PatchRejected(f"edit to '{rel}' refused: it cannot be read ({type(exc).__name__})") from None
+
+
+def _write(root: Path, texts: dict[str, str]) -> None:
+    """Encode everything first, so text that cannot be written fails before any file changes."""
+    try:
+        data = {rel: text.encode("utf-8") for rel, text in texts.items()}
+    except UnicodeError as exc:
+        raise PatchRejected(f"patch refused: its text cannot be written as UTF-8 ({exc.reason})") from None
+    for rel, raw in data.items():
+        try:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(raw)
+        except OSError as exc:
+            raise PatchRejected(f"edit to '{rel}' refused: it cannot be written ({type(exc).__name__})") from None
 
 
 def _check_syntax(rel: str, text: str) -> None:
@@ -160,8 +244,12 @@ def _check_syntax(rel: str, text: str) -> None:
             ast.parse(text, filename=rel)
         except SyntaxError as exc:
             raise PatchRejected(f"{rel} does not parse: {exc.msg} (line {exc.lineno})") from None
+        except (ValueError, RecursionError, MemoryError) as exc:  # a NUL byte; nesting too deep to parse
+            raise PatchRejected(f"{rel} does not parse: {type(exc).__name__}") from None
     elif rel.endswith(".toml"):
         try:
             tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise PatchRejected(f"{rel} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise PatchRejected(f"{rel} is not valid TOML: nested too deeply") from None

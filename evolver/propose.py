@@ -131,5 +131,5 @@ def _dry_run(checkout: Path, proposal: Proposal) -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        shutil.copytree(checkout / "agent", Path(tmp) / "agent", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(checkout / "agent", Path(tmp) / "agent", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         apply_edits(Path(tmp), proposal.edits, check_syntax=False)

@@ -116,3 +116,104 @@ def test_digest_masks_data_and_keeps_procedure(tmp_path):
     assert "expected action missing or wrong: create_task(user_id, title)" in digest
     assert "wrong final database state" in digest and "status" in digest and "pending" in digest
     assert "create_task(user_id=<V" in digest
+
+
+# ---- hostile paths and text ----------------------------------------------------------------
+
+
+def _hostile_tree(root):
+    """Dangerous shapes inside agent/: a folder, a symlink out, a symlinked folder."""
+    (root / "agent" / "skills").mkdir()
+    (root / "agent" / "passwd.md").symlink_to("/etc/passwd")
+    (root / "outside").mkdir()
+    (root / "agent" / "linked").symlink_to(root / "outside", target_is_directory=True)
+
+
+BAD_PATHS = [
+    ("nul-byte", "agent/x\x00.py", "control character"),
+    ("control-char", "agent/x\x1b[2J.py", "control character"),
+    ("newline", "agent/x.py\nFILE: evolver/cli.py", "control character"),
+    ("long-name", "agent/" + "a" * 300 + ".py", "longer than 200"),
+    ("long-component", "agent/" + "a" * 120 + ".py", "longer than 100"),
+    ("directory", "agent/skills", "only .py"),
+    ("directory-with-suffix", "agent/skills.md", "it is a folder"),  # made a folder below
+    ("symlink-to-passwd", "agent/passwd.md", "is a symlink"),
+    ("symlinked-parent", "agent/linked/x.md", "agent/linked is a symlink"),
+    ("dotdot", "agent/../evolver/x.py", "only files under agent/"),
+    ("absolute", "/abs", "only files under agent/"),
+    ("hidden-file", "agent/.hidden.py", "hidden"),
+    ("hidden-dir", "agent/.git/config.txt", "hidden"),
+    ("exe", "agent/x.exe", "only .py, .toml"),
+    ("backslash", "agent\\x.py", "'\\\\'"),
+    ("space", "agent/my file.py", "' '"),
+    ("unicode", "agent/\u0430gent.py", "characters outside"),
+    ("trailing-slash", "agent/", "empty"),
+    ("double-slash", "agent//x.py", "empty"),
+    ("dot-component", "agent/./x.py", "'.' path component"),
+    ("empty", "", "empty"),
+    ("templates", "agent/templates/tau_bench.py", "pristine"),
+]
+
+
+@pytest.mark.parametrize("path, fragment", [c[1:] for c in BAD_PATHS], ids=[c[0] for c in BAD_PATHS])
+def test_hostile_paths_are_refused_in_one_line(path, fragment, tree):
+    _hostile_tree(tree)
+    (tree / "agent" / "skills.md").mkdir()
+    with pytest.raises(PatchRejected) as exc:
+        apply_edits(tree, [Edit(path, "", "hello")])
+    message = str(exc.value)
+    assert "\n" not in message and "\x00" not in message and len(message) < 200, message
+    assert fragment in message, message
+    assert not exc.value.retryable
+    assert (tree / "outside").exists() and not any((tree / "outside").iterdir())
+    assert open("/etc/passwd").read() != "hello\n"
+
+
+def test_unreadable_and_unwritable_targets_are_refusals(tree):
+    (tree / "agent" / "latin1.md").write_bytes(b"caf\xe9\n")
+    with pytest.raises(PatchRejected, match=r"cannot be read \(UnicodeDecodeError\)"):
+        apply_edits(tree, [Edit("agent/latin1.md", "caf", "tea")])
+    with pytest.raises(PatchRejected, match="agent/agent.py is not a folder"):
+        apply_edits(tree, [Edit("agent/agent.py/x.md", "", "x")])
+    with pytest.raises(PatchRejected, match="cannot be written as UTF-8"):
+        apply_edits(tree, [Edit("agent/new.md", "", "bad \udc80 surrogate")])
+    assert not (tree / "agent" / "new.md").exists()
+    with pytest.raises(PatchRejected, match="does not parse"):
+        apply_edits(tree, [Edit("agent/nul.py", "", "x = 1\x00")])
+    with pytest.raises(PatchRejected, match="does not parse"):
+        apply_edits(tree, [Edit("agent/deep.py", "", "x = " + "-" * 200_000 + "1")])
+
+
+def test_allowed_paths_still_work(tree):
+    written = apply_edits(tree, [Edit("agent/skills/a-b_c.1.md", "", "A skill."), Edit("agent/data.json", "", "{}"),
+                                 Edit("agent/notes.txt", "", "n"), Edit("agent/agent.py", "Be nice.", "Be exact.")])
+    assert sorted(written) == ["agent/agent.py", "agent/data.json", "agent/notes.txt", "agent/skills/a-b_c.1.md"]
+
+
+def test_parse_proposal_raises_only_parse_errors_on_any_text():
+    import random
+
+    rng = random.Random(7)
+    pieces = ["TITLE: t", "RATIONALE: r", "FILE: agent/x.py", "FILE:", "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE",
+              "\x00", "\r\n", "\udc80", "**TITLE**:", ":", "", " ", "\u202e", "\x1b[2J"]
+    texts = ["", "\x00" * 10, "\n" * 1000, bytes(range(256)).decode("latin-1")]
+    texts += ["\n".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    texts += ["".join(chr(rng.randint(0, 0x10FFFF)) for _ in range(200)) for _ in range(200)]
+    for text in texts:
+        try:
+            parse_proposal(text)
+        except ParseError as exc:
+            assert "\n" not in str(exc) and "\r" not in str(exc)
+    with pytest.raises(ParseError):
+        parse_proposal(None)
+    with pytest.raises(ParseError):
+        parse_proposal(b"TITLE: x")
+
+
+def test_parsed_hostile_paths_reach_apply_as_refusals(tree):
+    text = "TITLE: t\nFILE: agent/../../etc/x.py\n<<<<<<< SEARCH\n=======\nx\n>>>>>>> REPLACE\n"
+    with pytest.raises(PatchRejected, match="only files under agent/"):
+        apply_edits(tree, parse_proposal(text).edits)
+    empty = parse_proposal("TITLE: t\nFILE:\n<<<<<<< SEARCH\n=======\nx\n>>>>>>> REPLACE\n")
+    with pytest.raises(PatchRejected, match="empty"):
+        apply_edits(tree, empty.edits)
