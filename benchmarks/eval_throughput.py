@@ -13,7 +13,14 @@ For each setting it prints simulations per second for
   - the limit: total injected LLM time / concurrency, the best any runner can do;
 and the ratios between them. Start-up (launch to the first simulation
 running) is printed in its own columns, warm and cold. Warm and tau2 show the
-median of --repeats runs; cold is one run per setting.
+median of --repeats runs; cold is one run per setting. evolver runs with its
+sandbox on: every simulation's agent in its own confined process.
+
+First it measures the sandbox's own cost: milliseconds per agent turn through
+the agent process (channel, LLM request relayed through the trusted side,
+reply validated) against the same agent called in-process, with an instant
+scripted LLM; and milliseconds to start one agent process (fork, confine,
+import the candidate, initial state).
 """
 
 from __future__ import annotations
@@ -83,6 +90,54 @@ def run_tau2(trials: int, concurrency: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
+    """Per-turn and start-up cost of the sandboxed agent process, against the agent in-process."""
+    import shutil
+
+    import litellm
+    from tau2.data_model.message import UserMessage
+    from tau2.domains.mock.environment import get_environment
+
+    from evolver import proxy_agent, worker, zygote_client
+    from evolver.data import RoleModel
+    from evolver.llm import register_providers, retrying
+
+    os.environ["EVOLVER_SCRIPTED_LATENCY"] = "0"
+    register_providers(["scripted/agent"])
+    staging = Path(tempfile.mkdtemp(prefix="evolver-proxy-"))
+    source = worker.stage_candidate(repo, staging)
+    factory = zygote_client.WorkerConnection(zygote_client.connect().sock.detach())
+    proxy_agent.settings = proxy_agent.Settings(
+        role=RoleModel(model="scripted/agent"), source=source, scratch_root=staging, sandbox=True,
+        limits={"memory_mb": 1024}, turn_timeout=60, completion=retrying(litellm.completion, 1), factory=factory)
+    env = get_environment()
+    tools, policy = env.get_tools(), env.get_policy()
+    message = UserMessage(role="user", content="Hi, please mark task_1 as completed.")
+
+    def per_turn(agent) -> float:
+        state = agent.get_init_state()
+        start = time.perf_counter()
+        for _ in range(turns):
+            agent.generate_next_message(message, state)
+        return (time.perf_counter() - start) / turns * 1000
+
+    proxied = proxy_agent.ProxyAgent(tools=tools, domain_policy=policy)
+    proxy_ms = per_turn(proxied)
+    proxied.stop()
+    sys.path.insert(0, str(source))
+    from agent.agent import HarnessAgent
+
+    direct_ms = per_turn(HarnessAgent(tools=tools, domain_policy=policy, llm="scripted/agent", llm_args={}))
+    start = time.perf_counter()
+    for _ in range(starts):
+        agent = proxy_agent.ProxyAgent(tools=tools, domain_policy=policy)
+        agent.get_init_state()
+        agent.stop()
+    start_ms = (time.perf_counter() - start) / starts * 1000
+    shutil.rmtree(staging, ignore_errors=True)
+    return {"proxy_ms": proxy_ms, "direct_ms": direct_ms, "start_ms": start_ms}
+
+
 def median(runs: list[dict]) -> dict:
     """The run with the median time: a shared 2-core machine is noisy."""
     return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
@@ -94,6 +149,7 @@ def main() -> None:
     parser.add_argument("--grids", default="32,128", help="simulations per grid (multiples of 8 tasks)")
     parser.add_argument("--concurrency", default="8,16")
     parser.add_argument("--repeats", type=int, default=5, help="warm and tau2 runs per setting; the median is shown (cold: one)")
+    parser.add_argument("--proxy-turns", type=int, default=300, help="agent turns timed for the sandbox's per-turn cost (0: skip)")
     args = parser.parse_args()
     os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")  # the benchmark's own daemon
@@ -102,6 +158,11 @@ def main() -> None:
 
     repo = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     init_repo(repo)
+    if args.proxy_turns:
+        cost = proxy_overhead(repo, args.proxy_turns, starts=30)
+        print(f"sandbox cost: {cost['proxy_ms']:.2f} ms per agent turn through the agent process vs {cost['direct_ms']:.2f} ms "
+              f"in-process (overhead {cost['proxy_ms'] - cost['direct_ms']:.2f} ms per turn, instant LLM); "
+              f"{cost['start_ms']:.1f} ms to start and confine one agent process", flush=True)
     print("evolver: `evolver eval` CLI, launch to exit; warm: its worker daemon already running, cold: started by "
           "the command. tau2: timed after its imports (tau2+imp: including them).")
     print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'warm/s':>7} {'cold/s':>7} {'tau2/s':>7} {'tau2+imp/s':>10} {'limit/s':>7} | "

@@ -162,12 +162,13 @@ def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[],
     return status, note, max((c for c in codes if c is not None), default=-1)
 
 
-def list_tasks(req: EvalRequest, timeout: float = 600) -> tuple[list[str], dict[str, list[str]]]:
-    """The task ids a request selects, and the domain's splits (resolved by tau2 in a worker)."""
+def list_tasks(req: EvalRequest, timeout: float = 600) -> tuple[list[str], dict[str, list[str]], list[str]]:
+    """The task ids a request selects, the domain's splits, and the identifiers in its task data
+    (for the static scan), resolved by tau2 in a worker."""
     status, note, code = _run_worker(req.model_copy(update={"list_only": True}), timeout)
     if status.get("state") != "listed":
         raise RuntimeError(note or f"listing tasks failed (worker exit code {code}); see {Path(req.out_dir) / 'worker.log'}")
-    return status["tasks"], status.get("splits") or {}
+    return status["tasks"], status.get("splits") or {}, status.get("identifiers") or []
 
 
 def evaluate(

@@ -49,6 +49,7 @@ class Loop:
     prompts_dir: Path
     guide: str
     console: Console
+    identifiers: frozenset = frozenset()  # the domain's task-data identifiers, for the static scan
     started: float = dataclasses.field(default_factory=time.monotonic)
 
     # ------------------------------------------------------------------ the loop
@@ -132,9 +133,10 @@ class Loop:
         self.run.digest_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
         self.run.digest_file(record.iteration).write_text(digest)
         messages = build_messages(self.prompts_dir, self.guide, agent_files_text(parent_tree), digest, self.learnings(), self.cfg.meta_context_tokens)
-        outcome = propose(self.cfg.role("meta"), messages, parent_tree, prompts_dir=self.prompts_dir, llm_retries=self.cfg.llm_retries)
+        outcome = propose(self.cfg.role("meta"), messages, parent_tree, prompts_dir=self.prompts_dir, llm_retries=self.cfg.llm_retries,
+                          identifiers=self.identifiers)
         self.add_usage(record, "meta", outcome.usage)
-        record.responses, record.errors = outcome.responses, outcome.errors
+        record.responses, record.errors, record.findings = outcome.responses, outcome.errors, outcome.findings
         if outcome.proposal is None:
             record.status, record.reason = "no_patch", f"no valid patch after {len(outcome.responses)} answer(s): {outcome.errors[-1] if outcome.errors else 'empty'}"
         else:

@@ -10,6 +10,7 @@ from typing import Optional
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
 from evolver.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
+from evolver.scan import scan_tree
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
@@ -21,6 +22,7 @@ MIN_DIGEST = 600  # characters of digest below which a proposal is not worth ask
 class ProposeOutcome:
     proposal: Optional[Proposal]
     refused: Optional[str] = None  # why a well-formed proposal may not be applied (e.g. an edit outside agent/)
+    findings: list[str] = field(default_factory=list)  # the static scan's, when it refused the patch
     responses: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     usage: RoleUsage = field(default_factory=RoleUsage)
@@ -100,6 +102,7 @@ def propose(
     prompts_dir: Path,
     max_attempts: int = 3,
     llm_retries: int = 4,
+    identifiers: frozenset = frozenset(),
 ) -> ProposeOutcome:
     """Ask for a patch; a malformed answer, or one whose SEARCH text does not match, is sent
     back with the error up to max_attempts times; proposal None means no valid patch."""
@@ -112,7 +115,7 @@ def propose(
         outcome.usage = outcome.usage.add(usage)
         try:
             proposal = parse_proposal(text)
-            _dry_run(checkout, proposal)
+            findings = _dry_run(checkout, proposal, identifiers)
         except (ParseError, PatchRejected) as exc:
             outcome.errors.append(str(exc))
             if isinstance(exc, PatchRejected) and not exc.retryable:
@@ -121,15 +124,22 @@ def propose(
             conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=str(exc))}]
             continue
         outcome.proposal = proposal
+        if findings:  # a verdict on the patch: refused before it is committed or run
+            outcome.findings = [str(f) for f in findings]
+            more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+            outcome.refused = f"refused by the static scan: {findings[0]}{more}"
         return outcome
     return outcome
 
 
-def _dry_run(checkout: Path, proposal: Proposal) -> None:
-    """Apply the edits to a throwaway copy of agent/ to catch SEARCH mismatches early."""
+def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset) -> list:
+    """Apply the edits to a throwaway copy of agent/ to catch SEARCH mismatches early,
+    and scan the result (evolver.scan): its findings, empty when it is clean."""
     import shutil
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(checkout / "agent", Path(tmp) / "agent", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         apply_edits(Path(tmp), proposal.edits, check_syntax=False)
+        # Code that does not parse is judged later, as an invalid candidate, with the parser's own message.
+        return [f for f in scan_tree(Path(tmp), identifiers) if f.rule != "unreadable"]

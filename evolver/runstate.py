@@ -81,6 +81,7 @@ class IterationRecord(BaseModel):
     branch: Optional[str] = None
     commit: Optional[str] = None
     reason: str = ""
+    findings: list[str] = Field(default_factory=list)  # the static scan's, one line each: path:line: rule: detail
     verdicts: list[dict] = Field(default_factory=list)
     gate_candidate: Optional[float] = None
     gate_incumbent: Optional[float] = None
@@ -103,6 +104,11 @@ class RunDir:
 
     def iteration_file(self, n: int) -> Path:
         return self.path / "iterations" / f"{n:03d}.json"
+
+    @property
+    def identifiers_file(self) -> Path:
+        """Task-data identifiers of the run's domain, for the static scan (never shown to the meta-LLM)."""
+        return self.path / "scan-identifiers.json"
 
     def digest_file(self, n: int) -> Path:
         return self.path / "digests" / f"{n:03d}.md"

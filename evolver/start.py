@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import platform
 import random
 import time
@@ -14,6 +15,7 @@ from rich.console import Console
 from evolver.bench import check_api_base, list_tasks
 from evolver.config import LOCAL, Config, eval_request, gate_config, require_sandbox
 from evolver.local.server import CTX_PER_SLOT
+from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 from evolver.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.llm import missing_api_key, prepare_environment
@@ -100,7 +102,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
     run = RunDir(repo, run_id)
     probe = eval_request(cfg, repo, run.path / "evals" / "tasks", split=None)
     try:
-        all_tasks, splits = list_tasks(probe)
+        all_tasks, splits, identifiers = list_tasks(probe)
         analysis, gate_tasks, holdout, note = choose_splits(cfg, all_tasks, splits)
     except UsageError:
         import shutil
@@ -128,6 +130,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
         gate=dataclasses.asdict(gate),
     )
     run.save_manifest(manifest)
+    write_json_atomic(run.identifiers_file, identifiers)
     state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
     run.save_state(state)
     lineage.set_branch(lineage.best_branch, base_commit)
@@ -155,5 +158,6 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
         cfg.meta_context_tokens = min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096)
     if not GUIDE.exists():
         raise UsageError(f"{GUIDE} is missing; it is the guide the meta-LLM follows")
+    identifiers = frozenset(json.loads(run.identifiers_file.read_text())) if run.identifiers_file.exists() else frozenset()
     return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate_config(cfg), lineage=lineage,
-                prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), console=console)
+                prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), console=console, identifiers=identifiers)

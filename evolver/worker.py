@@ -113,6 +113,21 @@ def resolve_tasks(req: EvalRequest) -> list:
     return tasks
 
 
+def domain_identifiers(domain: str) -> list[str]:
+    """Record identifiers of the domain's task data (task ids, user, order, reservation numbers)
+    for the static scan: a candidate that copies one into its code is refused. They stay on the
+    trusted side: the run directory, which no agent process can read."""
+    from tau2.registry import registry
+    from tau2.run import load_tasks
+
+    from evolver.scan import task_data_identifiers
+
+    env = registry.get_env_constructor(domain)()
+    db = getattr(getattr(env, "tools", None), "db", None)
+    tasks = [t.model_dump(mode="json") for t in load_tasks(domain)]
+    return sorted(task_data_identifiers(tasks, db.model_dump(mode="json") if db is not None else None, [t.name for t in env.get_tools()]))
+
+
 def stage_candidate(checkout: Path, staging: Path) -> Path:
     """A private copy of the checkout's agent/ for the agent processes to read: they see neither
     the rest of the checkout (inside the run directory) nor its .git. Links are copied as
@@ -298,7 +313,7 @@ def run(req: EvalRequest) -> None:
             raise Stop("usage_error", f"cannot import plugin '{plugin}' ({exc}); fix the plugins setting", EXIT_USAGE) from None
     tasks = resolve_tasks(req)
     if req.list_only:
-        _status(req, "listed", tasks=[t.id for t in tasks], splits=available_splits(req.domain))
+        _status(req, "listed", tasks=[t.id for t in tasks], splits=available_splits(req.domain), identifiers=domain_identifiers(req.domain))
         return
     for role_name, role in (("agent", req.agent), ("user", req.user)):
         missing = missing_api_key(role)

@@ -159,8 +159,7 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
 def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
     """`evolver daemon stop` during a run: the run's later evaluations still get workers."""
     from evolver import bench
-    from evolver.cli import build_request
-    from evolver.config import load_config
+    from evolver.config import eval_request, load_config
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"}, environ={})
     bench.Zygote._instance = None
@@ -169,8 +168,11 @@ def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
         [daemon] = _daemons()
         assert zygote_client.stop_all() == 1
         assert not list(runtime.glob("*.sock"))  # no new clients
-        tasks, _ = bench.list_tasks(build_request(cfg, repo, repo / "runs" / "listing"))
+        tasks, _, _ = bench.list_tasks(eval_request(cfg, repo, repo / "runs" / "listing"))
         assert "create_task_1" in tasks
+        # and its workers still get sandboxed agent processes from it
+        result = bench.evaluate(eval_request(cfg, repo, repo / "runs" / "after-stop", task_ids=["create_task_1"]), "after-stop", timeout=300)
+        assert result.summary.avg_reward == 1.0 and result.isolation["mode"] == "sandbox"
     finally:
         if bench.Zygote._instance is not None:
             bench.Zygote._instance.conn.close()

@@ -98,3 +98,41 @@ def test_without_landlock_eval_refuses_unless_the_unsafe_flag_is_given(target, t
     assert proc.returncode == 0, proc.stderr
     result = json.loads(Path(json.loads(proc.stdout)["result_file"]).read_text())
     assert result["isolation"]["mode"] == "none"
+
+
+HARDCODED = '''TITLE: Remember the usual task
+RATIONALE: the create task always wants this title
+FILE: agent/agent.py
+<<<<<<< SEARCH
+H5_TOP_K = 2
+=======
+H5_TOP_K = 2
+KNOWN_TASK = "create_task_1"
+>>>>>>> REPLACE
+'''
+
+
+def hardcoding_meta(name, messages, tools):
+    from evolver.scripted import Reply
+
+    return Reply(HARDCODED)
+
+
+def test_a_patch_that_copies_task_data_is_refused_with_rule_and_line(target, monkeypatch):
+    from evolver.data import RoleModel
+    from evolver.propose import propose
+    from evolver.start import PROMPTS_DIR
+    from evolver.worker import domain_identifiers
+
+    repo, template, _, _ = target
+    (repo / "agent" / "agent.py").write_text(template)
+    identifiers = frozenset(domain_identifiers("mock"))
+    assert {"create_task_1", "user_1"} <= identifiers and "create_task" not in identifiers  # ids, not tool names
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.test_sandbox:hardcoding_meta")
+    messages = [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]
+    outcome = propose(RoleModel(model="scripted/meta"), messages, repo, prompts_dir=PROMPTS_DIR, identifiers=identifiers)
+    line = template.splitlines().index("H5_TOP_K = 2") + 2
+    assert outcome.refused.startswith(f"refused by the static scan: agent/agent.py:{line}: task-data:")
+    assert outcome.findings and "create_task_1" in outcome.findings[0]
+    clean = propose(RoleModel(model="scripted/meta"), messages, repo, prompts_dir=PROMPTS_DIR, identifiers=frozenset())
+    assert clean.refused is None  # without the identifiers nothing else in the patch is suspicious
