@@ -31,7 +31,7 @@ def valid_patches(template: str) -> dict[str, dict[str, str]]:
 
     from evolver.patch import apply_edits, parse_proposal
 
-    guide = (ROOT / "Harness.md").read_text()
+    guide = (ROOT / "Harness.md").read_text().split("## One example per layer", 1)[1]
     examples = re.findall(r"```\n(TITLE:.*?)```", guide, re.S)
     out = {}
     for n, text in enumerate(examples, 1):
@@ -50,6 +50,9 @@ def valid_patches(template: str) -> dict[str, dict[str, str]]:
 def main() -> None:
     os.environ["PYTHONPATH"] = str(ROOT)
     os.environ.setdefault("EVOLVER_RUNTIME_DIR", tempfile.mkdtemp(prefix="evolver-chaos-rt-"))
+    from evolver.llm import prepare_environment
+
+    prepare_environment()
     from evolver import zygote_client
     from evolver.scan import scan_text
     from evolver.worker import domain_identifiers
@@ -61,6 +64,7 @@ def main() -> None:
     repo, template = hostile.init_repo(work / "target", env)
     canaries = hostile.Canaries(work / "outside")
     identifiers = frozenset(domain_identifiers("mock"))
+    valid = valid_patches(template)
     rows = []
     try:
         for case in hostile.HOSTILE:
@@ -68,16 +72,19 @@ def main() -> None:
             findings = scan_text("agent/agent.py", source, identifiers)
             outcome = hostile.run_case(case, repo, canaries, template, env)
             rows.append(("hostile", case.name, findings[0].rule if findings else "-", "kept" if outcome.problems else "neutralised", outcome.problems))
+        for name, files in hostile.SCAN_ONLY.items():
+            findings = [f for path, text in files.items() for f in scan_text(path, (template if path == "agent/agent.py" else "") + text, identifiers)]
+            rows.append(("scan", name, findings[0].rule if findings else "-", "refused" if findings else "MISSED", []))
         for case in hostile.FAULTS:
             outcome = hostile.run_case(case, repo, canaries, template, env)
             rows.append(("fault", case.name, "", "candidate failure" if not outcome.problems else "WRONG", outcome.problems))
-        for name, files in valid_patches(template).items():
+        for name, files in valid.items():
             findings = [f for path, text in files.items() for f in scan_text(path, text, identifiers)]
             agent_text = files.get("agent/agent.py", template)
             (repo / "agent" / "harness.toml").write_text(files.get("agent/harness.toml", (ROOT / "agent" / "harness.toml").read_text()))
             outcome = hostile.run_case(hostile.Case(name, "import", "", "neutralised"), repo, canaries, agent_text, env)
             (repo / "agent" / "harness.toml").write_text((ROOT / "agent" / "harness.toml").read_text())
-            hostile.git(repo, "commit", "-qam", "layers back")
+            hostile.git(repo, "commit", "-qam", "layers back", "--allow-empty")
             scored = outcome.summary["avg_reward"] if outcome.summary else None
             ok = not findings and not outcome.problems and scored == hostile.BASELINE
             rows.append(("valid", name, findings[0].rule if findings else "-", f"scored {scored}" if ok else "WRONG", [str(f) for f in findings] + outcome.problems))
@@ -95,6 +102,8 @@ def main() -> None:
     print()
     print(f"hostile patches tried {len(hostile_rows)} / refused by the scan {refused} / "
           f"neutralised by the sandbox with the scan skipped {len(hostile_rows) - kept} / kept {kept} (must be 0)")
+    scan_only = [r for r in rows if r[0] == "scan"]
+    print(f"task data copied into the harness (only the scan can catch it) tried {len(scan_only)} / refused {sum(r[3] == 'refused' for r in scan_only)}")
     print(f"valid patches wrongly refused {sum(r[2] != '-' for r in valid)} of {len(valid)} (must be 0); "
           f"scored like the honest agent {sum(r[3].startswith('scored') for r in valid)} of {len(valid)}")
     print(f"faults tried {len(faults)} / scored as candidate failure {sum(r[3] == 'candidate failure' for r in faults)}")

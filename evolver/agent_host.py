@@ -8,7 +8,8 @@ serves the trusted evaluator (evolver.proxy_agent) over its channel:
 
   host -> evaluator   {"op": "confined", "isolation": {...}} | {"op": "sandbox_error", "error": ...}
                       {"op": "ready"} | {"op": "import_error", "error": ...}
-  evaluator -> host   {"op": "init", "tools": [schema], "policy": str, "history": [msg] | null, "seed": int | null}
+  evaluator -> host   {"op": "init", "tools": [schema], "policy": str, "history": [msg] | null, "seed": int | null,
+                       "max_steps": int}
                       {"op": "next", "message": msg}   ->  {"op": "reply", "message": msg, "stop": bool}
                       {"op": "is_stop", "message": msg} -> {"op": "is_stop", "stop": bool}
                       {"op": "stop"}: the simulation is over
@@ -122,6 +123,7 @@ def _serve_turns(chan: Channel, cls) -> int:
         try:
             if op == "init":
                 agent = cls(tools=[_remote_tool(s) for s in request["tools"]], domain_policy=request["policy"], llm=PLACEHOLDER_MODEL, llm_args={})
+                agent.max_steps = request.get("max_steps")  # tau2 does not tell an agent its step limit; evolver does
                 if request.get("seed") is not None:
                     agent.set_seed(request["seed"])
                 history = [decode_message(m) for m in request.get("history") or []] or None

@@ -57,29 +57,24 @@ class Zygote:
             cls._instance = cls()
         return cls._instance
 
-    def _note(self, messages: list[dict]) -> None:
-        for msg in messages:
-            if "exit" in msg:
-                self.exits[msg["exit"]] = msg["code"]
+    def _note(self, msg: dict) -> None:
+        if "exit" in msg:
+            self.exits[msg["exit"]] = msg["code"]
 
     def spawn(self, request: Path, log: Path, cwd: str) -> int:
         env = zygote_client.environment_fd(dict(os.environ))
         zygote_client.send_with_fds(self.conn.sock, {"request": str(request), "log": str(log), "cwd": cwd}, [env])
         os.close(env)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for msg in self.conn.receive(deadline - time.monotonic()):
-                if "pid" in msg:
-                    return msg["pid"]
-                self._note([msg])
-        raise RuntimeError("the worker zygote did not start a worker within 60 s")
+        return zygote_client.await_pid(self.conn, self._note, 60)
 
     def wait(self, timeout: float) -> None:
         """Return when a worker exits or ``timeout`` seconds pass."""
-        self._note(self.conn.receive(timeout))
+        for msg in self.conn.receive(timeout):
+            self._note(msg)
 
     def exit_code(self, pid: int) -> Optional[int]:
-        self._note(self.conn.receive(0))
+        for msg in self.conn.receive(0):
+            self._note(msg)
         return self.exits.get(pid)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, apply_default_models, eval_request, load_config, require_sandbox
+from evolver.config import DOMAINS, apply_default_models, eval_request, load_config, require_sandbox, setting
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
@@ -36,6 +37,15 @@ and log are in EVOLVER_RUNTIME_DIR, else $XDG_RUNTIME_DIR/evolver, else
 
 
 EVAL_ROLES = ("agent", "user")
+EXIT_NOTHING_MEASURED = 4  # eval: every simulation was an infrastructure error
+EXIT_PAUSED = 3  # run: paused because the meta-LLM stayed down; resume it
+
+
+class Parser(argparse.ArgumentParser):
+    """Argument errors in one line, like every other error, instead of a usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
 def _positive(kind):
@@ -72,23 +82,23 @@ def _add_eval_flags(p: argparse.ArgumentParser, for_run: bool = False) -> None:
         g.add_argument("--gate-split", help="split the gate decides on (default: test, or the other seeded half)")
     else:
         g.add_argument("--split", help="tau2 task split: train or test (mock has only base); default: all tasks")
-        g.add_argument("--task-ids", help="comma-separated task ids (default: all tasks of the split)")
+        g.add_argument("--task-ids", nargs="+", metavar="ID", help="task ids, comma- or space-separated (default: all tasks of the split)")
         g.add_argument("--num-tasks", type=_positive(int), help="use only the first N selected tasks")
-        g.add_argument("--trials", type=_positive(int), help="trials per task (default 1)")
-    g.add_argument("--concurrency", type=_positive(int), help="simulations run at once (default 4)")
-    g.add_argument("--seed", type=int, help="tau2 seed (default 300)")
-    g.add_argument("--max-steps", type=_positive(int), help="step limit per simulation (default 30)")
-    g.add_argument("--worker-timeout", type=_positive(float), help="wall-clock limit of the worker, seconds (default 3600)")
+        g.add_argument("--trials", help="trials per task, 1-1000 (default 1)")
+    g.add_argument("--concurrency", help="simulations run at once, 1-256 (default 4)")
+    g.add_argument("--seed", help="tau2 seed (default 300)")
+    g.add_argument("--max-steps", help="step limit per simulation, 1-1000 (default 30)")
+    g.add_argument("--worker-timeout", help="wall-clock limit of the worker, seconds (default 3600)")
     g = p.add_argument_group("sandbox (what candidate code may do: see the README's 'How honest is it')")
-    g.add_argument("--agent-timeout", type=_positive(float), help="seconds the agent may compute on one turn, LLM calls not counted; past it the simulation fails (default 120)")
-    g.add_argument("--agent-memory-mb", type=_positive(int), help="memory the agent process may use on top of its start, MiB; past it allocations fail (default 1024)")
+    g.add_argument("--agent-timeout", help="seconds the agent may compute on one turn, LLM calls not counted; past it the simulation fails (default 120)")
+    g.add_argument("--agent-memory-mb", help="memory the agent process may use on top of its start, MiB; past it allocations fail (default 1024)")
     g.add_argument("--unsafe-no-sandbox", action="store_true", default=None,
                    help="run candidate code unconfined, with your files, keys and network in reach (scores can then be forged); "
                         "only where the sandbox cannot work, and never on code you would not run yourself")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evolver", description="Evolve a tau2-bench agent's harness, keeping only changes a statistical gate confirms.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="evolver", description="Evolve a tau2-bench agent's harness, keeping only changes a statistical gate confirms.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"evolver {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -105,20 +115,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="evolve the agent: baseline, then propose -> validate -> gate -> keep or reject", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", nargs="?", default=".", help="git repository holding agent/agent.py (default: current)")
-    p.add_argument("--iterations", type=_positive(int), help="candidates to try (default 10); with --resume, the new total")
+    p.add_argument("--iterations", help="candidates to try (default 10); with --resume, the new total")
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (its configuration is kept)")
     p.add_argument("--dry-run", action="store_true", help="print the splits and the most the run can cost, then exit")
     p.add_argument("--allow-dirty", action="store_true", help="run from HEAD although agent/ has uncommitted changes")
     g = p.add_argument_group("stopping")
-    g.add_argument("--stall", type=int, help="stop after N consecutive candidates not kept (default 5; 0 never)")
-    g.add_argument("--budget-usd", type=float, help="stop when all roles together have cost this much")
-    g.add_argument("--budget-tokens", type=int, help="stop when all roles together have used this many tokens")
-    g.add_argument("--max-hours", type=float, help="stop at this wall-clock limit")
+    g.add_argument("--stall", help="stop after N consecutive candidates not kept (default 5; 0 never)")
+    g.add_argument("--budget-usd", help="stop when all roles together have cost this much (0: no limit)")
+    g.add_argument("--budget-tokens", help="stop when all roles together have used this many tokens (0: no limit)")
+    g.add_argument("--max-hours", help="stop at this wall-clock limit (0: no limit)")
     g = p.add_argument_group("gate (see docs/gate.md)")
     g.add_argument("--holdout", dest="holdout", action="store_const", const="on", help="seal part of the analysis split as a holdout")
     g.add_argument("--no-holdout", dest="holdout", action="store_const", const="off", help="no holdout (default: on when the analysis split has 40+ tasks)")
-    g.add_argument("--gate-alpha", type=float, help="false-accept probability per decision for a no-effect candidate (default 0.05)")
-    g.add_argument("--gate-min-effect", type=float, help="smallest mean gain worth keeping, reward units (0.05 = 5 points)")
+    g.add_argument("--gate-alpha", help="false-accept probability per decision for a no-effect candidate (default 0.05)")
+    g.add_argument("--gate-min-effect", help="smallest mean gain worth keeping, reward units (0.05 = 5 points)")
     g.add_argument("--gate-stages", help="cumulative candidate trials per task at each look (default 1,2,3,4,6)")
     _add_eval_flags(p, for_run=True)
     _add_model_flags(p)
@@ -197,7 +207,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     require_sandbox(cfg)
     for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
         check_api_base(base)
-    task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()] if args.task_ids else None
+    task_ids = [t.strip() for arg in args.task_ids for t in arg.split(",") if t.strip()] if args.task_ids else None
     run_id = new_run_id("eval")
     out = repo / "runs" / run_id
     checkout, lineage = repo, None
@@ -232,6 +242,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if result.candidate_error:
         console.print(f"[red]candidate error:[/red] {result.candidate_error}")
         return 1
+    if result.summary.infra_errors == result.summary.num_simulations:
+        console.print(f"[red]no simulation could be scored[/red]: all {result.summary.num_simulations} hit infrastructure errors "
+                      f"(first: {next((s.error for s in result.simulations if s.error), 'unknown')}); nothing was measured")
+        return EXIT_NOTHING_MEASURED
     if result.worker_note:
         console.print(f"[yellow]note:[/yellow] {result.worker_note}")
     return 0
@@ -281,7 +295,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         run = find_run(repo, args.resume)
         lock = run.lock()  # before anything is read or written: one driver per run
-        loop = resume_run(run, args.iterations, console)
+        iterations = None if args.iterations is None else setting("iterations", args.iterations, "--iterations")
+        loop = resume_run(run, iterations, console)
     else:
         cfg = load_config(repo, _overrides(args))
         note = apply_default_models(cfg)
@@ -304,6 +319,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         lock.close()
     out_console().print(history_table(run.run_id, history_rows(run)))
     state = run.state()
+    if state.status == "paused":
+        return EXIT_PAUSED
     alpha = run.manifest().gate["alpha"]
     out_console().print(f"{state.decisions} gate decision(s) at a false-accept rate of {alpha:g} each: "
                         f"expected false keeps {state.decisions * alpha:.2f}")
@@ -400,3 +417,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("evolver: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `evolver status | head`: the reader has gone, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # a read-only runs/, a full disk: what and where, not a traceback
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"evolver: error: cannot use{where}: {exc.strerror or exc}; check its permissions and the free space", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] != "git":
+            raise
+        # gitpython: an immutable ref, a locked index, a broken repository
+        detail = next((line.strip() for line in str(getattr(exc, "stderr", "") or exc).splitlines() if line.strip()), type(exc).__name__)
+        print(f"evolver: error: git failed: {detail.removeprefix('stderr: ').strip(chr(39))}; fix the repository and try again", file=sys.stderr)
+        return 2

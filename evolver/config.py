@@ -120,47 +120,108 @@ def apply_default_models(cfg: Config, environ: Optional[dict] = None, roles: tup
             "it is for trying the loop, real gains need a capable model (--agent-model/--user-model/--meta-model)")
 
 
-def _coerce(name: str, raw: Any, default: Any) -> Any:
+# What each setting accepts, checked the same way whether it comes from evolver.toml, an
+# EVOLVER_* variable or a flag: (low, high) bounds, inclusive; None means unbounded.
+BOUNDS: dict[str, tuple[Optional[float], Optional[float]]] = {
+    "trials": (1, 1000), "concurrency": (1, 256), "max_steps": (1, 1000), "iterations": (1, 10000),
+    "analysis_trials": (1, 100), "holdout_trials": (1, 100), "llm_retries": (0, 20), "stall": (0, None),
+    "budget_tokens": (0, None), "digest_chars": (500, None), "meta_context_tokens": (4096, None),
+    "agent_memory_mb": (64, 65536), "budget_usd": (0, None), "max_hours": (0, None), "reference_max_hours": (0, None),
+    "gate_min_effect": (0, 0.99),
+}
+POSITIVE = ("worker_timeout", "agent_timeout")  # seconds: more than 0
+CHOICES = {"holdout": ("auto", "on", "off"), "local_size": ("default", "small")}
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _coerce(name: str, where: str, raw: Any, default: Any) -> Any:
+    """The value of one setting from ``where`` (a file, a variable or a flag), strictly typed and in range."""
     kind = type(default)
-    try:
-        if kind is list:
-            return [str(x) for x in raw] if isinstance(raw, list) else [x.strip() for x in str(raw).split(",") if x.strip()]
-        if kind is bool:
-            return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes")
-        if kind in (int, float):
-            return kind(raw)
-        return str(raw)
-    except (TypeError, ValueError):
-        raise UsageError(f"config value {name}={raw!r} is not a valid {kind.__name__}; fix it in {CONFIG_FILE}, the environment or the flag") from None
+    value, problem = _convert(raw, kind)
+    if problem is None:
+        problem = _out_of_range(name, value)
+    if problem:
+        subject = f"{where} {raw}" if where.startswith("--") else f"{where}: {name} = {raw!r}"
+        raise UsageError(f"{subject} {problem}; fix it")
+    return value
+
+
+def _convert(raw: Any, kind: type) -> tuple[Any, Optional[str]]:
+    if kind is list:
+        return ([str(x) for x in raw] if isinstance(raw, list) else [x.strip() for x in str(raw).split(",") if x.strip()]), None
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw, None
+        text = str(raw).strip().lower()
+        return (text in TRUE, None) if text in TRUE + FALSE else (None, "is not true or false")
+    if kind is int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw, None
+        text = str(raw).strip()
+        return (int(text), None) if not isinstance(raw, (bool, float)) and text.lstrip("+-").isdigit() else (None, "is not a whole number")
+    if kind is float:
+        try:
+            value = float(raw) if not isinstance(raw, bool) else None
+        except (TypeError, ValueError):
+            value = None
+        if value is None or value != value or value in (float("inf"), float("-inf")):
+            return None, "is not a finite number"
+        return value, None
+    return str(raw), None
+
+
+def _out_of_range(name: str, value: Any) -> Optional[str]:
+    if name in CHOICES and value not in CHOICES[name]:
+        return f"is not one of: {', '.join(CHOICES[name])}"
+    if name in POSITIVE and value <= 0:
+        return "must be more than 0 seconds"
+    if name == "gate_alpha" and not 0 < value < 0.5:
+        return "must be between 0 and 0.5 (a false-accept probability)"
+    low, high = BOUNDS.get(name, (None, None))
+    if (low is not None and value < low) or (high is not None and value > high):
+        if high is None:
+            return f"must be at least {low:g}"
+        return f"must be between {low:g} and {high:g}"
+    return None
 
 
 def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[dict] = None) -> Config:
-    """Merge file < environment < CLI overrides (None values in overrides are ignored)."""
+    """Merge file < environment < CLI overrides (None values in overrides are ignored); one check for all three."""
     environ = os.environ if environ is None else environ
     cfg = Config()
     known = {f.name: f for f in fields(Config)}
     path = Path(repo) / CONFIG_FILE
-    if path.exists():
+    if path.exists() or path.is_symlink():
         try:
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise UsageError(f"{path} is not valid TOML ({exc}); fix the file or remove it") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {path} ({getattr(exc, 'strerror', None) or exc}); make it a readable TOML file or remove it") from None
         for key, value in data.items():
             if key in FLAG_ONLY:
                 raise UsageError(f"{path}: '{key}' may only be given as the --{key.replace('_', '-')} flag")
             if key not in known:
-                raise UsageError(f"{path}: unknown key '{key}'; known keys: {', '.join(sorted(known))}")
-            setattr(cfg, key, _coerce(key, value, getattr(cfg, key)))
+                raise UsageError(f"{path}: unknown key '{key}'; known keys: {', '.join(sorted(k for k in known if k not in INTERNAL))}")
+            setattr(cfg, key, _coerce(key, str(path), value, getattr(cfg, key)))
     for key in known:
         env_value = environ.get(ENV_PREFIX + key.upper())
         if env_value not in (None, "") and key in FLAG_ONLY:
             raise UsageError(f"{ENV_PREFIX + key.upper()} is not read: '{key}' may only be given as the --{key.replace('_', '-')} flag; unset it")
         if env_value not in (None, ""):
-            setattr(cfg, key, _coerce(ENV_PREFIX + key.upper(), env_value, getattr(cfg, key)))
+            setattr(cfg, key, _coerce(key, f"environment variable {ENV_PREFIX + key.upper()}", env_value, getattr(cfg, key)))
     for key, value in (overrides or {}).items():
         if value is not None:
-            setattr(cfg, key, _coerce("--" + key.replace("_", "-"), value, getattr(cfg, key)))
+            setattr(cfg, key, _coerce(key, "--" + key.replace("_", "-"), value, getattr(cfg, key)))
     return cfg
+
+
+INTERNAL = ("local_api_base",)  # set at run time, not a setting
+
+
+def setting(name: str, raw: Any, where: str) -> Any:
+    """One setting checked on its own (e.g. --iterations on resume), as load_config checks them all."""
+    return _coerce(name, where, raw, getattr(Config(), name))
 
 
 FLAG_ONLY = ("unsafe_no_sandbox",)

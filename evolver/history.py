@@ -39,9 +39,11 @@ def status(run: RunDir) -> dict:
     state = run.state()
     manifest = run.manifest()
     running = run.is_locked()
+    # "running" on disk with no driver holding the lock: the driver was killed before it could say so.
+    shown = "running" if running else "dead" if state.status == "running" else state.status
     return {
         "run_id": run.run_id,
-        "status": "running" if running else state.status,
+        "status": shown,
         "step": state.current_step if running else None,
         "stop_reason": state.stop_reason,
         "iterations_done": state.next_iteration - 1,

@@ -25,6 +25,7 @@ from evolver.config import Config, eval_request, gate_config
 from evolver.data import EvalResult, RoleUsage, write_json_atomic
 from evolver.digest import build_digest
 from evolver.lineage import Lineage, commit_message
+from evolver.llm import ProviderError
 from evolver.metrics import rewards_by_task
 from evolver.patch import Edit, PatchRejected, apply_edits
 from evolver.propose import agent_files_text, build_messages, propose
@@ -67,6 +68,12 @@ class Loop:
             self.run.log("stopped", reason=str(stop))
             self.console.print(f"[bold]stopped:[/bold] {stop}")
             self.holdout()
+        except ProviderError as exc:  # the meta-LLM stayed down through its retries: nothing is lost, resume later
+            self.state.status, self.state.stop_reason = "paused", f"the meta-LLM failed: {exc}"
+            self.save_state()
+            self.run.log("paused", reason=str(exc))
+            self.console.print(f"[yellow]paused[/yellow]: the meta-LLM failed after retries ({exc}); "
+                               f"resume with `evolver run --resume {self.run.run_id}` once it is back")
         except KeyboardInterrupt:
             self.state.status = "interrupted"
             self.save_state()

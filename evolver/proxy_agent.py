@@ -62,6 +62,7 @@ class Settings:
     turn_timeout: float  # seconds the agent may compute on one turn, LLM calls not counted
     completion: Callable  # litellm completion with retries (evolver.llm.retrying)
     factory: object  # zygote_client.WorkerConnection
+    max_steps: Optional[int] = None  # tau2's step limit, told to the agent (its H4 layer counts down from it)
 
 
 @dataclass
@@ -225,6 +226,7 @@ class ProxyAgent(LLMAgent):
         self.process.request({
             "op": "init", "tools": [t.openai_schema for t in self.tools], "policy": self.domain_policy,
             "history": [encode_message(m) for m in message_history or []] or None, "seed": self.seed,
+            "max_steps": settings.max_steps,
         }, "initialised")
         return ProxyState()
 

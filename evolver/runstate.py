@@ -52,7 +52,7 @@ class BestChange(BaseModel):
 class RunState(BaseModel):
     """Where the run stands (state.json)."""
 
-    status: Literal["running", "interrupted", "finished"] = "running"
+    status: Literal["running", "interrupted", "paused", "finished"] = "running"  # paused: the meta-LLM stayed down
     stop_reason: Optional[str] = None
     iterations_target: int
     next_iteration: int = 1
@@ -118,10 +118,10 @@ class RunDir:
         return (self.path / "run.json").exists()
 
     def manifest(self) -> Manifest:
-        return Manifest.model_validate_json((self.path / "run.json").read_text())
+        return _read(Manifest, self.path / "run.json")
 
     def state(self) -> RunState:
-        return RunState.model_validate_json((self.path / "state.json").read_text())
+        return _read(RunState, self.path / "state.json")
 
     def save_manifest(self, manifest: Manifest) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -132,11 +132,11 @@ class RunDir:
 
     def iteration(self, n: int) -> Optional[IterationRecord]:
         path = self.iteration_file(n)
-        return IterationRecord.model_validate_json(path.read_text()) if path.exists() else None
+        return _read(IterationRecord, path) if path.exists() else None
 
     def iterations(self) -> list[IterationRecord]:
         folder = self.path / "iterations"
-        return [IterationRecord.model_validate_json(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+        return [_read(IterationRecord, p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
     def save_iteration(self, record: IterationRecord) -> None:
         self.iteration_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +176,15 @@ class RunDir:
                 return True
             fcntl.flock(fh, fcntl.LOCK_UN)
             return False
+
+
+def _read(model, path: Path):
+    """A run file, or one line saying it is damaged: a hand edit, a full disk, a bad copy."""
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{path} is unreadable or corrupt ({why}); restore it from a copy, or start a new run") from None
 
 
 def find_run(repo: Path, run_id: Optional[str]) -> RunDir:

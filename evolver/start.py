@@ -120,21 +120,27 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
 
         shutil.rmtree(run.path, ignore_errors=True)
         return None
-    exclude_runs_dir(repo)
-    branch = None if git_repo.head.is_detached else git_repo.active_branch.name
-    manifest = Manifest(
-        run_id=run_id, created=time.time(), repo=str(repo), base_commit=base_commit, base_branch=branch,
-        config=dataclasses.asdict(cfg), versions=_versions(),
-        models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
-        analysis_tasks=analysis, gate_tasks=gate_tasks, holdout_tasks=holdout, split_note=note,
-        gate=dataclasses.asdict(gate),
-    )
-    run.save_manifest(manifest)
-    write_json_atomic(run.identifiers_file, identifiers)
-    state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
-    run.save_state(state)
-    lineage.set_branch(lineage.best_branch, base_commit)
-    run.log("started", base_commit=base_commit, iterations=cfg.iterations)
+    try:
+        exclude_runs_dir(repo)
+        branch = None if git_repo.head.is_detached else git_repo.active_branch.name
+        manifest = Manifest(
+            run_id=run_id, created=time.time(), repo=str(repo), base_commit=base_commit, base_branch=branch,
+            config=dataclasses.asdict(cfg), versions=_versions(),
+            models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
+            analysis_tasks=analysis, gate_tasks=gate_tasks, holdout_tasks=holdout, split_note=note,
+            gate=dataclasses.asdict(gate),
+        )
+        run.save_manifest(manifest)
+        write_json_atomic(run.identifiers_file, identifiers)
+        state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
+        run.save_state(state)
+        lineage.set_branch(lineage.best_branch, base_commit)
+        run.log("started", base_commit=base_commit, iterations=cfg.iterations)
+    except BaseException:  # a half-made run (git refused a branch, a disk filled) must not be left to resume
+        import shutil
+
+        shutil.rmtree(run.path, ignore_errors=True)
+        raise
     return _loop(run, manifest, state, cfg, lineage, console)
 
 

@@ -328,7 +328,7 @@ def run(req: EvalRequest) -> None:
         proxy_agent.settings = proxy_agent.Settings(
             role=req.agent, source=stage_candidate(Path(req.checkout), staging), scratch_root=staging,
             sandbox=req.sandbox, limits={"memory_mb": req.agent_memory_mb}, turn_timeout=req.agent_timeout,
-            completion=llm_utils.completion, factory=WorkerConnection.from_environment(),
+            completion=llm_utils.completion, factory=WorkerConnection.from_environment(), max_steps=req.max_steps,
         )
         isolation = check_candidate(proxy_agent.settings)
         registry.register_agent(proxy_agent.ProxyAgent, AGENT_NAME)

@@ -256,6 +256,21 @@ def run_command(argv: list[str]) -> Optional[int]:
                 return code if code >= 0 else 128 - code  # killed by a signal, as a shell reports it
 
 
+def await_pid(conn: Connection, note, timeout: float) -> int:
+    """The pid the zygote answers a fork request with. Every other message of the same read
+    (another child's exit, or this one's if it ended at once) goes to ``note``, not lost."""
+    deadline, pid = time.monotonic() + timeout, None
+    while pid is None and time.monotonic() < deadline:
+        for msg in conn.receive(deadline - time.monotonic()):
+            if "pid" in msg and pid is None:
+                pid = msg["pid"]
+            else:
+                note(msg)
+    if pid is None:
+        raise RuntimeError(f"the zygote did not start a process within {timeout:g} s")
+    return pid
+
+
 class WorkerConnection:
     """A worker's own connection to the zygote (handed over at fork): it asks for agent
     processes and learns how they ended. Thread-safe: tau2 runs simulations in threads."""
@@ -277,13 +292,7 @@ class WorkerConnection:
     def spawn_agent(self, spec: dict, channel_fd: int) -> int:
         with self.lock:
             send_with_fds(self.conn.sock, {"agent": spec}, [channel_fd])
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                for msg in self.conn.receive(deadline - time.monotonic()):
-                    if "pid" in msg:
-                        return msg["pid"]
-                    self._note(msg)
-        raise RuntimeError("the zygote did not start an agent process within 60 s")
+            return await_pid(self.conn, self._note, 60)
 
     def exit_code(self, pid: int, timeout: float) -> Optional[int]:
         """The agent's exit code (negative: killed by that signal) once the zygote reaped it, or None."""

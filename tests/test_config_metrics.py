@@ -27,7 +27,7 @@ def test_per_role_api_base_wins(tmp_path):
     assert cfg.role("user").litellm_args()["api_base"] == "http://user/v1"
 
 
-@pytest.mark.parametrize("text, fragment", [("trials = 'many'", "not a valid int"), ("colour = 1", "unknown key 'colour'"), ("trials = ", "not valid TOML")])
+@pytest.mark.parametrize("text, fragment", [("trials = 'many'", "is not a whole number"), ("colour = 1", "unknown key 'colour'"), ("trials = ", "not valid TOML")])
 def test_bad_config_file_is_a_usage_error(tmp_path, text, fragment):
     (tmp_path / "evolver.toml").write_text(text)
     with pytest.raises(UsageError, match=fragment):

@@ -186,3 +186,19 @@ def _gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] == "Z"
     except (FileNotFoundError, IndexError):
         return True
+
+
+def test_a_child_that_exits_in_the_same_read_as_its_pid_is_not_lost():
+    """The zygote's {"pid"} and {"exit"} for a child that ends at once can arrive in one read."""
+    import socket
+
+    from evolver.bench import Zygote
+
+    ours, theirs = socket.socketpair()
+    theirs.sendall(b'{"pid": 4242}\n{"exit": 4242, "code": 3}\n')
+    zygote = Zygote.__new__(Zygote)
+    zygote.conn, zygote.exits = zygote_client.Connection(ours), {}
+    assert zygote_client.await_pid(zygote.conn, zygote._note, 5) == 4242
+    assert zygote.exit_code(4242) == 3  # without the fix: None until the wall-clock limit
+    theirs.close()
+    ours.close()

@@ -116,7 +116,7 @@ def test_candidate_hanging_at_import_is_a_candidate_error(repo):
         (["--domain", "nosuch"], "unknown domain 'nosuch'"),
         (["--split", "train"], "domain 'mock' has no split 'train'; its splits: base"),
         (["--task-ids", "create_task_1,no_such_task"], "unknown task id(s) in mock: no_such_task"),
-        (["--trials", "0"], "--trials: must be at least 1"),
+        (["--trials", "0"], "--trials 0 must be between 1 and 1000"),
         (["--api-base", "http://127.0.0.1:9/v1"], "cannot reach the API base http://127.0.0.1:9/v1"),
     ],
 )

@@ -119,7 +119,7 @@ def test_all_layers_off_sends_what_tau2s_llm_agent_sends(tpl, msg, monkeypatch):
         assert reply is second
     for mine, tau2s in zip(our_llm.requests, their_llm.requests, strict=True):
         assert mine["tools"] is ours.tools and tau2s["tools"] is ours.tools
-        assert mine["messages"][1:] == tau2s["messages"][1:]  # the system prompts differ only in AGENT_INSTRUCTION
+        assert mine["messages"] == tau2s["messages"]  # the whole request, system prompt included
         assert {k: v for k, v in mine.items() if k not in ("tools", "messages")} == {k: v for k, v in tau2s.items() if k not in ("tools", "messages")}
     assert ours.is_stop(say(msg, tpl.H4_STOP_MESSAGE)) is False
 
@@ -316,3 +316,13 @@ def test_h5_puts_the_relevant_skill_into_a_real_conversation(repo):
     trajectory = json.loads((Path(summary["result_file"]).parent / sim["trajectory_file"]).read_text())
     seen = [m["content"] for m in trajectory["messages"] if m["role"] == "assistant" and m["content"].startswith("skills in context")]
     assert seen and "removing-records" in seen[0] and "flight-changes" not in seen[0]
+
+
+def test_h4_counts_down_from_the_evaluations_own_step_limit(tpl, msg, monkeypatch):
+    agent, _ = make_agent(tpl, monkeypatch, h4_trajectory_regulation=True)
+    agent.max_steps = 12  # what evolver sets from --max-steps
+    state = agent.get_init_state()
+    state.messages = [user(msg, "Hi"), say(msg, "Hello."), user(msg, "ok"), say(msg, "Sure."), user(msg, "go on"), say(msg, "Yes.")]
+    assert any("About 6 steps remain" in n for n in agent.regulation_notes(state))
+    agent.max_steps = None  # not given: the fallback
+    assert not any("steps remain" in n for n in agent.regulation_notes(state))

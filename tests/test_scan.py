@@ -228,7 +228,7 @@ Ask the user one question at a time, and read ids back to them before you act.
 RATIONALE: The same id was passed to several tools without a lookup.
 FILE: agent/agent.py
 <<<<<<< SEARCH
-def budget_note(messages: list) -> Optional[str]:
+def budget_note(messages: list, step_budget: int) -> Optional[str]:
 =======
 ID_LIKE = re.compile(r"^[A-Za-z]+_\\d+$")
 
@@ -242,7 +242,7 @@ def argument_counts(messages: list) -> Counter:
     return counts
 
 
-def budget_note(messages: list) -> Optional[str]:
+def budget_note(messages: list, step_budget: int) -> Optional[str]:
 >>>>>>> REPLACE
 ''',
     "threading-lock-and-state-field": '''TITLE: Remember who was verified

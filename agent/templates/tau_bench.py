@@ -55,7 +55,7 @@ In each turn you can either:
 - Make a tool call.
 You cannot do both at the same time.
 
-Try to be helpful and always follow the policy.
+Try to be helpful and always follow the policy. Always make sure you generate valid JSON only.
 """.strip()
 
 SYSTEM_PROMPT = """
@@ -76,7 +76,7 @@ TOOL_CONTRACTS: dict[str, str] = {
 H4_REPEAT_LIMIT = 2  # the same call this often: note; once more after it failed that often: stop
 H4_ERROR_STREAK = 2  # consecutive failed tool calls before a note
 H4_CALLS_WITHOUT_USER = 8  # tool calls since the user last spoke before a note
-H4_STEP_BUDGET = 30  # evolver's default max_steps; tau2 does not tell the agent its limit
+H4_STEP_BUDGET = 30  # the step limit when none is given (evolver gives the evaluation's max_steps as self.max_steps)
 H4_BUDGET_WARNING = 6  # warn when this few steps remain
 H4_STOP_MESSAGE = "I am sorry, I cannot complete this request. ###STOP###"
 
@@ -120,6 +120,7 @@ class HarnessAgent(LLMAgent):
 
     switches = load_switches(HERE / "harness.toml")
     skills = load_skills(HERE / "skills")
+    max_steps: Optional[int] = None  # tau2's step limit for this simulation, set by evolver before the first turn
 
     @property
     def system_prompt(self) -> str:
@@ -206,7 +207,7 @@ class HarnessAgent(LLMAgent):
             repeated_call_note(calls) if just_acted else None,
             error_streak_note(calls) if just_acted else None,
             stagnation_note(state.messages),
-            budget_note(state.messages),
+            budget_note(state.messages, self.max_steps or H4_STEP_BUDGET),
         ]
         notes = [n for n in notes if n]
         state.h4_notes += notes
@@ -420,8 +421,8 @@ def stagnation_note(messages: list) -> Optional[str]:
             "Tell the user what you found, or ask for what you need.")
 
 
-def budget_note(messages: list) -> Optional[str]:
-    remaining = H4_STEP_BUDGET - len(messages)
+def budget_note(messages: list, step_budget: int) -> Optional[str]:
+    remaining = step_budget - len(messages)
     if remaining > H4_BUDGET_WARNING:
         return None
     return (f"About {max(remaining, 0)} steps remain before the conversation is cut off. "

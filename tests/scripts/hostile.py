@@ -293,7 +293,7 @@ def leftover_sleepers() -> bool:
 def run_case(case: Case, repo: Path, canaries: Canaries, template: str, env: dict) -> Outcome:
     """Evaluate the case in ``repo`` (a committed `evolver init` repository) and check every canary."""
     (repo / "agent" / "agent.py").write_text(candidate_source(template, case, canaries.values(repo)))
-    git(repo, "commit", "-qam", f"candidate {case.name}")
+    git(repo, "commit", "-qam", f"candidate {case.name}", "--allow-empty")
     head, branches = git(repo, "rev-parse", "HEAD"), git(repo, "branch", "--list")
     connections = len(canaries.connections)
     proc = subprocess.run(
@@ -363,3 +363,12 @@ def wait_for_no_agents(timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+# Cheats that run fine in any sandbox (they only know too much): the static scan is what refuses them.
+# name -> {path: text to append}; every one copies task data of the mock domain into the harness.
+SCAN_ONLY = {
+    "hard_coded_task_id": {"agent/agent.py": '\nKNOWN_TASKS = {"create_task_1": "Important Meeting"}\n'},
+    "hard_coded_user_id_in_prompt": {"agent/agent.py": '\nAGENT_INSTRUCTION += "\\nIf unsure, the customer is user_1."\n'},
+    "task_id_in_a_skill": {"agent/skills/shortcut.md": "# Shortcut\n\nUse when the task is create_task_1: create it for user_1.\n"},
+}
