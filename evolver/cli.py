@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import secrets
+import signal
 import sys
 import time
 from pathlib import Path
@@ -263,7 +264,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     written = init_repo(Path(args.dir), force=args.force)
     print(f"initialised {Path(args.dir).resolve()}: " + ", ".join(written))
-    print("next: commit these files, then `evolver eval` (set your provider's API key, or pass --agent-model/--api-base)")
+    print("next: commit these files (git add -A && git commit), then `evolver eval`; with no OPENAI_API_KEY and no "
+          "--agent-model it runs on the embedded local model")
     return 0
 
 
@@ -293,6 +295,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()
     if args.resume:
+        given = sorted(k for k, v in _overrides(args).items() if v is not None and k != "iterations")
+        if given:  # the run's recorded settings win: say so rather than ignore the flag
+            raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join('--' + k.replace('_', '-') for k in given)} (only --iterations may change)")
         run = find_run(repo, args.resume)
         lock = run.lock()  # before anything is read or written: one driver per run
         iterations = None if args.iterations is None else setting("iterations", args.iterations, "--iterations")
@@ -397,12 +402,19 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
-        parser.print_help()
+        print("evolver: error: a command is needed (init, eval, run, history, show, rollback, status, tasks, daemon); see `evolver --help`", file=sys.stderr)
         return 2
+    # SIGTERM stops a command as Ctrl-C does: the run records "interrupted", workers and the
+    # embedded model's server are stopped on the way out instead of being left behind.
+    signal.signal(signal.SIGTERM, _interrupt)
     handler = {"eval": cmd_eval, "init": cmd_init, "tasks": cmd_tasks, "run": cmd_run, "history": cmd_history,
                "show": cmd_show, "rollback": cmd_rollback, "status": cmd_status, "daemon": cmd_daemon}[args.command]
     try:

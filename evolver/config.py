@@ -218,6 +218,51 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
 
 INTERNAL = ("local_api_base",)  # set at run time, not a setting
 
+# One line per setting: `evolver init` writes them all into evolver.toml, and a test holds
+# the README to naming every one.
+KEY_HELP: dict[str, str] = {
+    "agent_model": "the agent being evolved: a litellm model string, or \"local\" for the embedded model",
+    "user_model": "tau2's user simulator (it changes scores; every result names it)",
+    "meta_model": "the model that proposes patches",
+    "judge_model": "tau2's NL-assertion judge; empty: the user model",
+    "api_base": "an OpenAI-compatible server (vLLM, Ollama, llama.cpp) for every role",
+    "agent_api_base": "the agent's server only (wins over api_base)",
+    "user_api_base": "the user simulator's server only",
+    "meta_api_base": "the meta model's server only",
+    "local_size": "the embedded model: default (1.5B) or small (0.5B, faster)",
+    "local_model": "a GGUF file to serve for roles set to \"local\" instead",
+    "agent_temperature": "the agent's sampling temperature",
+    "user_temperature": "the user simulator's sampling temperature",
+    "domain": "tau2 domain: airline, retail, telecom or mock",
+    "split": "tau2 task split for `evolver eval` (train or test; mock has only base); empty: all tasks",
+    "trials": "trials per task for `evolver eval`, 1-1000",
+    "concurrency": "simulations run at once, 1-256",
+    "seed": "tau2's seed",
+    "max_steps": "step limit per simulation (the agent is told it, for its H4 layer)",
+    "llm_retries": "attempts per LLM call before a provider error counts as an infrastructure error",
+    "worker_timeout": "wall-clock limit of one evaluation, seconds",
+    "agent_timeout": "seconds the sandboxed agent may compute on one turn, LLM calls not counted",
+    "agent_memory_mb": "memory the sandboxed agent process may add to what it starts with, MiB",
+    "unsafe_no_sandbox": "flag only (--unsafe-no-sandbox): run candidate code unconfined",
+    "plugins": "modules the worker imports first, e.g. to register your own tau2 domain",
+    "iterations": "candidates `evolver run` tries",
+    "analysis_split": "split whose failures the meta-LLM sees (default: train, or a seeded half)",
+    "gate_split": "split the gate decides on (default: test, or the other seeded half)",
+    "analysis_trials": "trials per analysis task",
+    "holdout": "seal part of the analysis split as a holdout: auto (40+ analysis tasks), on or off",
+    "holdout_trials": "trials per holdout task",
+    "stall": "stop after this many iterations in a row that kept nothing (0: never)",
+    "budget_usd": "stop when all roles together have cost this much (0: no limit)",
+    "budget_tokens": "stop when all roles together have used this many tokens (0: no limit)",
+    "max_hours": "stop at this wall-clock limit (0: no limit)",
+    "reference_max_hours": "measure the incumbent's gate results again when older than this (0: never)",
+    "digest_chars": "size of the failure digest the meta-LLM reads, characters",
+    "meta_context_tokens": "the meta model's context window, tokens",
+    "gate_alpha": "false-accept probability per decision for a no-effect candidate",
+    "gate_min_effect": "smallest mean gain worth keeping, reward units (0.05 = 5 points)",
+    "gate_stages": "cumulative candidate trials per task at each look, e.g. [1, 2, 3, 4, 6]; empty: the tuned default",
+}
+
 
 def setting(name: str, raw: Any, where: str) -> Any:
     """One setting checked on its own (e.g. --iterations on resume), as load_config checks them all."""

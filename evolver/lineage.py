@@ -44,6 +44,13 @@ class Lineage:
         except (git.BadName, ValueError):
             return None
 
+    def agent_tree_of(self, commit: str) -> Optional[str]:
+        """The hash of a commit's agent/ tree: equal hashes, equal agents."""
+        try:
+            return (self.repo.commit(commit).tree / "agent").hexsha
+        except (git.BadName, ValueError, KeyError):
+            return None
+
     def diff(self, parent: str, child: str) -> str:
         return self.repo.git.diff(parent, child, "--", "agent")
 

@@ -21,6 +21,7 @@ def prepare_environment() -> None:
     # Without this, every import of litellm fetches a price list from the network.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_LOG", "ERROR")
+    os.environ.setdefault("LOGURU_LEVEL", "ERROR")  # tau2 logs its registry and cache set-up at import: quiet in every command
 
 
 def register_providers(models) -> None:

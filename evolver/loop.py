@@ -27,6 +27,7 @@ from evolver.digest import build_digest
 from evolver.lineage import Lineage, commit_message
 from evolver.llm import ProviderError
 from evolver.metrics import rewards_by_task
+from evolver.noop import inert_edit_reason
 from evolver.patch import Edit, PatchRejected, apply_edits
 from evolver.propose import agent_files_text, build_messages, propose
 from evolver.report import progress_bar
@@ -100,6 +101,9 @@ class Loop:
         analysis = self.analysis_result()
         reference = self.reference_table()
         self.console.print(f"baseline: analysis reward {_fmt(analysis.summary.avg_reward)}, gate reward {_fmt(_mean(reference))}")
+        if _mean(reference) == 1.0:
+            raise StopRun("the incumbent already passes every gate task in every trial, so no candidate can be shown better; "
+                          "evolve on a harder domain or split, or with a weaker agent model")
         floor = gatelib.noise_floor(reference, self.gate)
         where = f"with {len(self.manifest.gate_tasks)} gate tasks and {self.gate.stages[-1]} trial(s) per task"
         if math.isinf(floor):
@@ -163,6 +167,10 @@ class Loop:
         wt = self.candidate_worktree(record)
         if record.status != "evaluating":
             return
+        inert = self.inert_reason(record, wt)
+        if inert:
+            record.status, record.reason = "refused", inert
+            return
         self.step(f"iteration {n}: smoke test")
         # The smoke test's limit is the worker timeout's too, when that is shorter.
         smoke = self.measure(f"iter-{n:03d}-smoke", wt, self.manifest.analysis_tasks[:1], 1, self.seed(record.generation),
@@ -174,11 +182,9 @@ class Loop:
         reference = self.reference_table()
         record.gate_incumbent = _mean(reference)
         record.verdicts = []
-        previous = 0
         for stage, trials in enumerate(self.gate.stages):
             self.step(f"iteration {n}: gate stage {stage + 1}/{len(self.gate.stages)} ({trials} trial(s) per task)")
-            result = self.measure(f"iter-{n:03d}-gate", wt, self.manifest.gate_tasks, trials, self.seed(record.generation), record=record, new_from_trial=previous)
-            previous = trials
+            result = self.measure(f"iter-{n:03d}-gate", wt, self.manifest.gate_tasks, trials, self.seed(record.generation), record=record)
             table = rewards_by_task(result.simulations)
             record.gate_candidate = _mean(table)
             if result.summary.infra_errors > result.summary.num_simulations / 2:
@@ -209,13 +215,19 @@ class Loop:
         if self.state.next_iteration == n:
             if record.status in ("accepted", "rejected"):
                 self.state.decisions += 1
-            self.state.consecutive_rejections = 0 if record.status in ("accepted", "undecided") else self.state.consecutive_rejections + 1
+            # The stall rule (README): iterations in a row that kept nothing; an undecided one (too many
+            # infrastructure errors to judge) neither counts nor breaks the streak.
+            if record.status == "accepted":
+                self.state.consecutive_rejections = 0
+            elif record.status != "undecided":
+                self.state.consecutive_rejections += 1
             self.state.next_iteration = n + 1
             for name, usage in record.usage.items():
                 self.state.usage[name] = self.state.usage.get(name, RoleUsage()).add(usage)
+        if not self.run.logged("decided", iteration=n):  # before the state moves on, once: a kill never loses it
+            self.run.log("decided", iteration=n, status=record.status, reason=record.reason)
         self.save_state()
         self.lineage.remove_worktree(self.run.worktree(f"iter-{n:03d}"))
-        self.run.log("decided", iteration=n, status=record.status, reason=record.reason)
         colour = {"accepted": "green", "rejected": "red"}.get(record.status, "yellow")
         self.console.print(f"iteration {n}: [{colour}]{record.status}[/{colour}] {record.title or ''} - {record.reason}")
 
@@ -272,11 +284,12 @@ class Loop:
         return rewards_by_task(result.simulations)
 
     def measure(self, name: str, checkout: Path, tasks: list[str], trials: int, seed: int, *, timeout: Optional[float] = None,
-                record: Optional[IterationRecord] = None, new_from_trial: int = 0) -> EvalResult:
+                record: Optional[IterationRecord] = None) -> EvalResult:
         """Evaluate, reusing a finished result and finished simulations on disk.
 
-        Gate stages grow one evaluation directory trial by trial: only trials from
-        new_from_trial on are charged, so no simulation's usage is counted twice."""
+        Each simulation's usage is charged once, to the iteration (or the run), whatever
+        reuses it later: gate stages that grow one directory, an evaluation measured again
+        after an interruption. The charge is saved before the result file is written."""
         out = self.run.eval_dir(name)
         done = out / f"result-{trials}.json"
         if done.exists():
@@ -285,19 +298,37 @@ class Loop:
         req = eval_request(self.cfg, checkout, out, timeout=timeout, split=None, task_ids=tasks, trials=trials, seed=seed)
         with progress_bar(self.console, name) as update:
             result = evaluate(req, self.run.run_id, timeout=timeout, on_progress=update)
+        holder = record if record is not None else self.state
+        charged = holder.charged.setdefault(name, {})
+        for sim in result.simulations:
+            key, mark = f"{sim.task_id}#{sim.trial}", _fingerprint(sim)
+            if charged.get(key) == mark:
+                continue
+            charged[key] = mark  # a retried infrastructure error is a new simulation: charged again
+            for role, usage in sim.usage.items():
+                holder.usage[role] = holder.usage.get(role, RoleUsage()).add(usage)
+        if record is not None:
+            self.run.save_iteration(record)
+        else:
+            self.save_state()
         if not result.worker_note:  # a stopped worker's result is incomplete: measure again next time
             write_json_atomic(done, result)
-        for sim in result.simulations:
-            if sim.trial < new_from_trial:
-                continue
-            for role, usage in sim.usage.items():
-                if record is not None:
-                    self.add_usage(record, role, usage, save=False)
-                else:
-                    self.state.usage[role] = self.state.usage.get(role, RoleUsage()).add(usage)
-        if record is None:
-            self.save_state()
         return result
+
+    def inert_reason(self, record: IterationRecord, wt: Path) -> Optional[str]:
+        """Why the candidate cannot behave differently from what was already measured, if so:
+        its agent/ equals its parent's or an earlier candidate's, or it edits only layers that are off."""
+        tree = self.lineage.agent_tree_of(record.commit)
+        if tree == self.lineage.agent_tree_of(record.parent_commit):
+            return "the patch leaves agent/ as it was: nothing to measure"
+        for earlier in self.run.iterations():
+            if earlier.iteration < record.iteration and earlier.commit and self.lineage.agent_tree_of(earlier.commit) == tree:
+                return f"its agent/ is identical to iteration {earlier.iteration}'s ({earlier.status}): nothing new to measure"
+        parent = self.checkout("parent", record.parent_commit)
+        try:
+            return inert_edit_reason(parent, wt)
+        finally:
+            self.lineage.remove_worktree(parent)
 
     def candidate_worktree(self, record: IterationRecord) -> Path:
         """The candidate's worktree; its branch and commit are made once and reused on resume."""
@@ -366,6 +397,13 @@ def _best(iteration: int, commit: str, reason: str):
     from evolver.runstate import BestChange
 
     return BestChange(iteration=iteration, commit=commit, reason=reason, at=time.time())
+
+
+def _fingerprint(sim) -> str:
+    """Tells one run of a simulation from another (a retry after an infrastructure error)."""
+    import hashlib
+
+    return hashlib.sha1(sim.model_dump_json().encode()).hexdigest()[:16]
 
 
 def _mean(table: dict) -> Optional[float]:

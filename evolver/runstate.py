@@ -65,6 +65,9 @@ class RunState(BaseModel):
     best_history: list[BestChange] = Field(default_factory=list)
     elapsed: float = 0.0  # seconds spent driving the run, summed over resumes
     current_step: str = ""
+    # Evaluation name -> {simulation: fingerprint} already in `usage`: each one is charged once,
+    # and saved in the same write as the usage it added, so no kill can lose or double it.
+    charged: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
 class IterationRecord(BaseModel):
@@ -87,6 +90,7 @@ class IterationRecord(BaseModel):
     gate_incumbent: Optional[float] = None
     analysis: Optional[float] = None
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
+    charged: dict[str, dict[str, str]] = Field(default_factory=dict)  # as RunState.charged, for this iteration's evaluations
 
 
 class RunDir:
@@ -141,6 +145,21 @@ class RunDir:
     def save_iteration(self, record: IterationRecord) -> None:
         self.iteration_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.iteration_file(record.iteration), record)
+
+    def logged(self, event: str, **match) -> bool:
+        """Whether log.jsonl already has this event (so a resumed step does not write it twice)."""
+        try:
+            lines = (self.path / "log.jsonl").read_text().splitlines()
+        except OSError:
+            return False
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("event") == event and all(entry.get(k) == v for k, v in match.items()):
+                return True
+        return False
 
     def log(self, event: str, **data) -> None:
         line = json.dumps({"at": time.time(), "event": event, **data})

@@ -2,37 +2,47 @@
 
 from __future__ import annotations
 
+from dataclasses import MISSING
 from importlib import resources
 from pathlib import Path
 
 from evolver.errors import UsageError
 
-CONFIG_TEMPLATE = """\
-# evolver configuration. Environment variables (EVOLVER_<KEY>) override these
-# values, and command-line flags override both.
+# Written uncommented: what a new user most often changes.
+ACTIVE = ("domain", "trials", "concurrency", "seed", "max_steps")
 
-# One litellm model string per role, or "local" for the embedded model. Unset:
-# OpenAI's gpt-4.1-mini / gpt-4.1 when OPENAI_API_KEY is set, else "local".
-# The user simulator changes scores, so it is written into every result file.
-# For any OpenAI-compatible server (vLLM, Ollama, llama.cpp) use
-# "openai/<name>" and set api_base.
-# agent_model = "gpt-4.1-mini"
-# user_model = "gpt-4.1-mini"
-# meta_model = "gpt-4.1"
-# local_size = "default"  # the embedded model: default (1.5B) or small (0.5B)
-# judge_model = ""        # tau2's NL-assertion judge; empty means the user model
-# api_base = "http://127.0.0.1:8000/v1"
-# agent_api_base = ""     # per-role servers win over api_base
-# user_api_base = ""
-# meta_api_base = ""
 
-domain = "mock"            # airline, retail, telecom or mock
-# split = "train"          # tau2's train/test (mock has only base)
-trials = 1
-concurrency = 4
-seed = 300
-max_steps = 30
-"""
+def config_template() -> str:
+    """evolver.toml with every key, its default and what it does (config.KEY_HELP)."""
+    from dataclasses import fields
+
+    from evolver.config import FLAG_ONLY, INTERNAL, KEY_HELP, Config
+
+    lines = [
+        "# evolver configuration: every key, with its default. EVOLVER_<KEY> environment variables",
+        "# override these values, and command-line flags (--key-name) override both.",
+        "# Models: one litellm model string per role, or \"local\" for the embedded model. Unset:",
+        "# OpenAI's gpt-4.1-mini / gpt-4.1 when OPENAI_API_KEY is set, else \"local\".",
+        "",
+    ]
+    for f in fields(Config):
+        if f.name in INTERNAL or f.name in FLAG_ONLY:
+            continue
+        default = f.default if f.default_factory is MISSING else f.default_factory()
+        value = tomli_value(default)
+        line = f"{f.name} = {value}" if f.name in ACTIVE else f"# {f.name} = {value}"
+        lines.append(f"{line:<36} # {KEY_HELP[f.name]}")
+    return "\n".join(lines) + "\n"
+
+
+def tomli_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(tomli_value(v) for v in value) + "]"
+    return repr(value)
 
 
 def _template_files() -> dict[str, str]:
@@ -48,7 +58,7 @@ def _template_files() -> dict[str, str]:
         "agent/templates/harness.toml": harness,
         "agent/agent.py": agent,
         "agent/harness.toml": harness,
-        "evolver.toml": CONFIG_TEMPLATE,
+        "evolver.toml": config_template(),
     }
     for rel, text in skills.items():
         files[f"agent/templates/{rel}"] = text

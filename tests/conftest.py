@@ -72,3 +72,13 @@ def eval_json(repo: Path, *extra: str, env: dict | None = None) -> dict:
     proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, *extra], env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The bad-input table's totals, in every run's output."""
+    import sys
+
+    module = sys.modules.get("tests.test_bad_input")
+    if module is not None and module.TOTALS["cases"]:
+        t = module.TOTALS
+        terminalreporter.write_line(f"bad inputs: {t['clean']} of {t['cases']} answered with exit 2, one line on stderr, no traceback, nothing changed")

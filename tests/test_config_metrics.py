@@ -55,3 +55,43 @@ def test_infra_errors_are_missing_not_zero():
     assert (s.scored, s.failed, s.infra_errors) == (3, 1, 1)
     assert s.pass_hat_k["2"] == 0.0  # only task b has two valid trials, and it failed one
     assert s.usage["agent"].prompt_tokens == 40 and s.usage["agent"].cost == pytest.approx(2.0)
+
+
+def test_every_setting_is_documented_in_evolver_toml_and_the_readme():
+    import tomllib
+    from dataclasses import fields
+    from pathlib import Path
+
+    from evolver.config import FLAG_ONLY, INTERNAL, KEY_HELP, Config
+    from evolver.scaffold import config_template
+
+    keys = [f.name for f in fields(Config) if f.name not in INTERNAL]
+    assert sorted(KEY_HELP) == sorted(keys)
+    template = config_template()
+    assert tomllib.loads(template)  # valid TOML
+    for key in keys:
+        if key not in FLAG_ONLY:
+            assert f"{key} = " in template, key
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    missing = [k for k in keys if f"`{k}`" not in readme]
+    assert missing == [], f"README does not name: {missing}"
+
+
+@pytest.mark.parametrize("source", ["file", "env", "flag"])
+@pytest.mark.parametrize("key, raw, fragment", [
+    ("trials", "0", "between 1 and 1000"), ("trials", "-3", "between 1 and 1000"), ("trials", "1.7", "not a whole number"),
+    ("trials", "1000000000", "between 1 and 1000"), ("concurrency", "0", "between 1 and 256"), ("max_steps", "-1", "between 1 and 1000"),
+    ("worker_timeout", "-5", "more than 0"), ("worker_timeout", "nan", "not a finite number"), ("worker_timeout", "inf", "not a finite number"),
+    ("iterations", "0", "between 1 and 10000"), ("holdout", "maybe", "not one of: auto, on, off"), ("gate_min_effect", "-1", "between 0 and 0.99"),
+    ("stall", "-1", "at least 0"), ("budget_usd", "-5", "at least 0"), ("max_hours", "-1", "at least 0"), ("budget_tokens", "-1", "at least 0"),
+    ("gate_alpha", "0.7", "between 0 and 0.5"), ("agent_timeout", "0", "more than 0"), ("agent_memory_mb", "1", "between 64 and 65536"),
+    ("local_size", "huge", "not one of: default, small"),
+])
+def test_one_validation_for_file_environment_and_flags(tmp_path, source, key, raw, fragment):
+    if source == "file":
+        (tmp_path / "evolver.toml").write_text(f"{key} = {raw if raw.lstrip('-').replace('.', '').isdigit() else repr(raw)}\n")
+    env = {f"EVOLVER_{key.upper()}": raw} if source == "env" else {}
+    args = {key: raw} if source == "flag" else {}
+    with pytest.raises(UsageError, match=fragment) as info:
+        load_config(tmp_path, args, environ=env)
+    assert {"file": "evolver.toml", "env": f"EVOLVER_{key.upper()}", "flag": f"--{key.replace('_', '-')}"}[source] in str(info.value)

@@ -295,3 +295,15 @@ def test_false_accept_rate_of_the_sequential_gate_stays_under_alpha():
         accepted += verdicts[-1].decision == "accept"
     rate, se = accepted / decisions, math.sqrt(CONFIG.alpha * (1 - CONFIG.alpha) / decisions)
     assert rate <= CONFIG.alpha + 3 * se
+
+
+def test_an_accept_never_quotes_a_bound_that_contradicts_it():
+    """Five tasks all better, one by a lot: the permutation test accepts (p = 1/32) while the
+    t-approximation's lower bound is negative; the verdict must not say both."""
+    from evolver.gate import GateConfig, decide
+
+    incumbent = {f"t{i}": [0.0] for i in range(5)}
+    candidate = {"t0": [1.0], **{f"t{i}": [0.05] for i in range(1, 5)}}
+    verdict = decide(incumbent, candidate, GateConfig(stages=(1,), futility=()), stage=0)
+    assert verdict.decision == "accept" and verdict.ci_low < 0
+    assert "lower bound" not in verdict.reason and "(permutation test)" in verdict.reason

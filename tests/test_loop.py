@@ -50,10 +50,14 @@ def final_state(repo: Path, run_id: str) -> dict:
     prefix = f"evolver/{run_id}/"
     branches = sorted(b.strip().removeprefix(prefix) for b in git(repo, "branch", "--list", f"{prefix}*", "--format=%(refname:short)").split())
     trees = {b: git(repo, "rev-parse", f"{prefix}{b}^{{tree}}").strip() for b in branches}
+    status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"], env=LOOP_ENV).stdout)
+    log = [json.loads(line) for line in (repo / "runs" / run_id / "log.jsonl").read_text().splitlines()]
     return {
         "candidates": [(c["title"], c["verdict"], c["gate_candidate"], c["gate_incumbent"]) for c in history["candidates"]],
         "branches": branches,
         "trees": trees,
+        "usage": status["usage"],
+        "decided": [e["iteration"] for e in log if e["event"] == "decided"],
     }
 
 
@@ -173,6 +177,8 @@ def test_killed_run_resumes_to_the_same_final_state(finished_run, tmp_path):
     assert got["candidates"] == want["candidates"] and got["branches"] == want["branches"]
     assert got["trees"]["iter-003"] == want["trees"]["iter-003"] and got["trees"]["iter-004"] == want["trees"]["iter-004"]
     assert got["trees"]["best"] == got["trees"]["iter-004"]
+    # every simulation charged once and every decision logged once, killed or not
+    assert got["usage"] == want["usage"] and got["decided"] == want["decided"] == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize(
@@ -181,7 +187,7 @@ def test_killed_run_resumes_to_the_same_final_state(finished_run, tmp_path):
         ("nogit", [], "is not a git repository"),
         ("noagent", [], "no agent/agent.py"),
         ("dirty", [], "agent/ has uncommitted changes"),
-        ("ok", ["--iterations", "0"], "--iterations: must be at least 1"),
+        ("ok", ["--iterations", "0"], "--iterations 0 must be between 1 and 10000"),
         ("ok", ["--resume", "run-nope"], "unknown run id 'run-nope'"),
     ],
 )
@@ -220,15 +226,19 @@ def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     assert not list((repo / "runs").glob("run-*"))
 
 
-def test_dry_run_estimate_counts_the_embedded_servers_concurrency(tmp_path):
-    # No meta model and no API key: the embedded model serves the meta role, one simulation at a time.
+@pytest.mark.parametrize("local_role, capped", [("meta", False), ("agent", True)])
+def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embedded_server(tmp_path, local_role, capped):
+    # The embedded server has a slot per simulated role: a local agent or user means one simulation
+    # at a time; a local meta-LLM, called between evaluations, changes nothing.
     repo = make_target(tmp_path / "target")
-    models = SCRIPTED_MODELS[: SCRIPTED_MODELS.index("--meta-model")]
-    args = ["run", str(repo), "--dry-run", "--iterations", "4", "--concurrency", "8", "--holdout", *models]
+    models = dict(zip(SCRIPTED_MODELS[::2], SCRIPTED_MODELS[1::2]))
+    models[f"--{local_role}-model"] = "local"
+    args = ["run", str(repo), "--dry-run", "--iterations", "4", "--concurrency", "8", "--holdout", *[x for kv in models.items() for x in kv]]
     proc = run_cli(args, env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
-    assert "concurrency 8 -> 1" in proc.stderr
-    assert "at most 2,203 simulations; at about 30 s each with 1 at once, up to 18.4 h" in proc.stderr
+    assert ("concurrency 8 -> 1" in proc.stderr) is capped
+    expected = "with 1 at once, up to 18.4 h" if capped else "with 8 at once, up to 2.3 h"
+    assert f"at most 2,203 simulations; at about 30 s each {expected}" in proc.stderr
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
 
 
@@ -245,7 +255,8 @@ def test_eval_ref_evaluates_a_candidate_without_touching_the_tree(finished_run):
     assert bad.returncode == 2 and "unknown git ref 'no-such-branch'" in bad.stderr
 
 
-def test_ctrl_c_stops_cleanly_and_leaves_a_resumable_run(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_cleanly_and_leaves_a_resumable_run(tmp_path, sig):
     repo = make_target(tmp_path / "target")
     controller = subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *RUN_ARGS],
                                   env={**os.environ, **LOOP_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -256,7 +267,7 @@ def test_ctrl_c_stops_cleanly_and_leaves_a_resumable_run(tmp_path):
         sims = found[0] if found and found[0].read_text().count("\n") >= 20 else None
         time.sleep(0.1)
     assert sims is not None
-    controller.send_signal(signal.SIGINT)
+    controller.send_signal(sig)
     _, err = controller.communicate(timeout=60)
     assert controller.returncode == 130, err
     run_id = run_id_of(repo)

@@ -37,7 +37,9 @@ def cap_concurrency(cfg: Config, console: Console, roles: tuple[str, ...] = ("ag
     Called before the run's estimate too, so that the estimate counts the simulations that really run at once."""
     from evolver.local.server import PARALLEL
 
-    if cfg.uses_local_server(roles) and cfg.concurrency > PARALLEL // 2:
+    # Only the roles inside a simulation hold server slots; a local meta-LLM is called between evaluations.
+    simulated = tuple(r for r in roles if r in ("agent", "user"))
+    if cfg.uses_local_server(simulated) and cfg.concurrency > PARALLEL // 2:
         # Each simulation's agent and user keep a server slot (and its prompt cache) each.
         console.print(f"concurrency {cfg.concurrency} -> {PARALLEL // 2}: the embedded server has {PARALLEL} slots, one per role of a simulation")
         cfg.concurrency = PARALLEL // 2
