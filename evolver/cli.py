@@ -191,7 +191,7 @@ def _check_repo(path: Path) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from evolver.bench import check_api_base, evaluate
+    from evolver.bench import check_api_base, evaluate, list_tasks
     from evolver.local.backend import serve_local
     from evolver.report import eval_table, progress_bar
 
@@ -200,9 +200,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         _check_repo(repo)
     cfg = load_config(repo, _overrides(args))
     console = Console(stderr=True, soft_wrap=True)
-    note = apply_default_models(cfg, roles=EVAL_ROLES)  # no meta-LLM in an evaluation
-    if note:
-        console.print(note)
+    note = apply_default_models(cfg, roles=EVAL_ROLES)  # no meta-LLM in an evaluation; said once the input is known good
     if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
     require_sandbox(cfg)
@@ -224,8 +222,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
+        req = eval_request(cfg, checkout, out, task_ids=task_ids, num_tasks=args.num_tasks)
+        if cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails before minutes of model start-up
+            list_tasks(req.model_copy(update={"out_dir": str(out / "tasks")}))
+        if note:
+            console.print(note)
         with serve_local(cfg, console, EVAL_ROLES), progress_bar(console, "simulations") as update:
-            req = eval_request(cfg, checkout, out, task_ids=task_ids, num_tasks=args.num_tasks)
             result = evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
         if lineage:
@@ -295,23 +297,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()
     if args.resume:
+        run = find_run(repo, args.resume)
         given = sorted(k for k, v in _overrides(args).items() if v is not None and k != "iterations")
         if given:  # the run's recorded settings win: say so rather than ignore the flag
             raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join('--' + k.replace('_', '-') for k in given)} (only --iterations may change)")
-        run = find_run(repo, args.resume)
         lock = run.lock()  # before anything is read or written: one driver per run
         iterations = None if args.iterations is None else setting("iterations", args.iterations, "--iterations")
         loop = resume_run(run, iterations, console)
     else:
         cfg = load_config(repo, _overrides(args))
-        note = apply_default_models(cfg)
-        if note:
-            console.print(note)
+        note = apply_default_models(cfg)  # said once the run could start: bad input gets one line
         if cfg.domain not in DOMAINS and not cfg.plugins:
             raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
         require_sandbox(cfg)
         cap_concurrency(cfg, console)  # before the estimate, which divides by it
         loop = new_run(repo, cfg, new_run_id("run"), allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console)
+        if note:
+            console.print(note)
         if loop is None:
             return 0
         run = loop.run

@@ -217,13 +217,14 @@ def test_unknown_run_id(tmp_path, command):
 
 def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     repo = make_target(tmp_path / "target")
+    before = sorted(p.name for p in (repo / "runs").iterdir())  # fails if runs/ is missing: the check below must not be vacuous
     proc = run_cli(["run", str(repo), "--dry-run", *RUN_ARGS], env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert "analysis on tau2's train split, gate on its test split" in proc.stderr
     # baseline 7 + 240, then 4 x (1 smoke + 2 x 240 + 7), then 2 x 1 holdout task x 2 trials
     assert "at most 2,203 simulations" in proc.stderr
     assert "1 analysis tasks sealed as a holdout" in proc.stderr
-    assert not list((repo / "runs").glob("run-*"))
+    assert sorted(p.name for p in (repo / "runs").iterdir()) == before
 
 
 @pytest.mark.parametrize("local_role, capped", [("meta", False), ("agent", True)])

@@ -58,3 +58,13 @@ def sloppy_meta(name, messages, tools):
 
 def prose_meta(name, messages, tools):
     return Reply("No patch today.")
+
+
+def outage_script(name, messages, tools):
+    """The agent's provider fails whenever the agent was told to transfer everyone (iteration 3):
+    that candidate's gate is all infrastructure errors, so it is undecided."""
+    from litellm import ServiceUnavailableError
+
+    if name == "agent" and TRANSFER in str(messages[0].get("content") or ""):
+        raise ServiceUnavailableError(message="scripted outage", llm_provider="scripted", model="scripted/agent")
+    return script(name, messages, tools)

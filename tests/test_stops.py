@@ -1,0 +1,117 @@
+"""How a run stops and goes on: the stall rule, budgets, the clock, undecided candidates, resuming,
+split flags, --allow-dirty, the stale reference. Quick runs (one trial per gate task) on the loop
+tests' 48-task domain, where the scripted baseline fails half the gate; scripted LLMs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SCRIPTED_MODELS, git, run_cli
+from tests.test_loop import make_target
+
+LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
+QUICK = ["--gate-stages", "1", "--no-holdout", *SCRIPTED_MODELS]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_target(tmp_path / "target")
+
+
+def _run_id(repo: Path) -> str:
+    [run] = [p.name for p in (repo / "runs").glob("run-*")]
+    return run
+
+
+def _status(repo: Path, run_id: str) -> dict:
+    return json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
+
+
+def _verdicts(repo: Path, run_id: str) -> list[str]:
+    return [c["verdict"] for c in json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"]]
+
+
+def test_the_stall_rule_stops_after_n_iterations_that_kept_nothing(repo):
+    proc = run_cli(["run", str(repo), "--iterations", "5", "--stall", "2", *QUICK], env=LOOP_ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_id = _run_id(repo)
+    assert _verdicts(repo, run_id) == ["invalid", "refused"]
+    status = _status(repo, run_id)
+    assert status["status"] == "finished" and "2 consecutive" in status["stop_reason"] and status["iterations_done"] == 2
+
+
+def test_an_undecided_iteration_neither_counts_nor_resets_the_stall(repo):
+    env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:outage_script"}
+    proc = run_cli(["run", str(repo), "--iterations", "3", "--stall", "3", *QUICK], env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_id = _run_id(repo)
+    assert _verdicts(repo, run_id) == ["invalid", "refused", "undecided"]
+    state = json.loads((repo / "runs" / run_id / "state.json").read_text())
+    assert state["consecutive_rejections"] == 2 and state["decisions"] == 0
+    assert _status(repo, run_id)["stop_reason"] == "completed 3 iteration(s)"
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--budget-tokens", "1"], "token budget reached"),
+    (["--max-hours", "0.00001"], "wall-clock limit of 1e-05 h reached"),
+])
+def test_budget_and_clock_stop_right_after_the_baseline_and_the_run_can_be_extended(repo, flags, reason):
+    proc = run_cli(["run", str(repo), "--iterations", "2", *flags, *QUICK], env=LOOP_ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_id = _run_id(repo)
+    status = _status(repo, run_id)
+    assert reason in status["stop_reason"] and status["iterations_done"] == 0 and status["status"] == "finished"
+
+
+def test_resuming_with_more_iterations_extends_a_finished_run(repo):
+    assert run_cli(["run", str(repo), "--iterations", "1", *QUICK], env=LOOP_ENV).returncode == 0
+    run_id = _run_id(repo)
+    again = run_cli(["run", str(repo), "--resume", run_id], env=LOOP_ENV)
+    assert again.returncode == 2 and "is finished" in again.stderr
+    more = run_cli(["run", str(repo), "--resume", run_id, "--iterations", "2"], env=LOOP_ENV)
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert _verdicts(repo, run_id) == ["invalid", "refused"] and _status(repo, run_id)["iterations_done"] == 2
+
+
+def test_a_stale_reference_is_measured_again_before_the_next_candidate(repo):
+    env = {**LOOP_ENV, "EVOLVER_REFERENCE_MAX_HOURS": "0.001"}  # 3.6 s, recorded in the run's settings
+    proc = run_cli(["run", str(repo), "--iterations", "1", *QUICK], env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = repo / "runs" / _run_id(repo)
+    time.sleep(4)  # the reference measured at the start is now older than the limit
+    more = run_cli(["run", str(repo), "--resume", run.name, "--iterations", "2"], env=LOOP_ENV)
+    assert more.returncode == 0, more.stderr[-2000:]
+    events = [json.loads(line)["event"] for line in (run / "log.jsonl").read_text().splitlines()]
+    assert "reference_stale" in events
+    # a new generation: fresh seeds and a fresh measurement of the incumbent before it is compared again
+    assert json.loads((run / "state.json").read_text())["generation"] == 1 and (run / "evals" / "analysis-g1").is_dir()
+
+
+def test_allow_dirty_runs_from_head_and_says_so(repo):
+    agent = repo / "agent" / "agent.py"
+    agent.write_text(agent.read_text() + "\n# not committed\n")
+    refused = run_cli(["run", str(repo), "--dry-run", *QUICK], env=LOOP_ENV)
+    assert refused.returncode == 2 and "uncommitted changes" in refused.stderr
+    allowed = run_cli(["run", str(repo), "--dry-run", "--allow-dirty", *QUICK], env=LOOP_ENV)
+    assert allowed.returncode == 0 and "this run starts from HEAD and does not include them" in allowed.stderr
+    assert git(repo, "status", "--porcelain").strip() == "M agent/agent.py"  # the user's change is left alone
+
+
+def test_split_flags_choose_what_the_meta_llm_sees_and_what_the_gate_decides_on(repo):
+    proc = run_cli(["run", str(repo), "--dry-run", "--analysis-split", "test", "--gate-split", "train", "--no-holdout", *SCRIPTED_MODELS], env=LOOP_ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "analysis split 'test', gate split 'train'" in proc.stderr
+    same = run_cli(["run", str(repo), "--dry-run", "--analysis-split", "train", "--gate-split", "train", *SCRIPTED_MODELS], env=LOOP_ENV)
+    assert same.returncode == 2 and "share 8 task(s)" in same.stderr
+
+
+def test_tasks_lists_ids_quietly():
+    proc = run_cli(["tasks", "mock"])
+    assert proc.returncode == 0 and proc.stderr == ""
+    ids = proc.stdout.split()
+    assert len(ids) == 9 and "create_task_1" in ids
+    assert run_cli(["tasks", "mock", "--split", "base"]).stdout.split() == ids
