@@ -23,6 +23,7 @@ carries only messages and tools, and the trusted side answers it.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
@@ -143,8 +144,21 @@ def _serve_turns(chan: Channel, cls) -> int:
             return 1
 
 
+def prepare() -> None:
+    """Warm, in the zygote, what every agent process needs before it runs candidate code."""
+    _remote_tool_class()
+
+
 def _remote_tool(schema: dict):
     """A tool as the agent needs it: its name and OpenAI schema. Tools run in tau2's environment, not here."""
+    return _remote_tool_class()(name=schema["function"]["name"], spec=schema)
+
+
+@functools.lru_cache(maxsize=1)
+def _remote_tool_class():
+    """Made once: a pydantic class costs milliseconds, and every simulation has several tools."""
+    import copy
+
     from tau2.environment.tool import BaseTool
 
     class RemoteTool(BaseTool):
@@ -152,14 +166,12 @@ def _remote_tool(schema: dict):
 
         @property
         def openai_schema(self) -> dict:
-            import copy
-
             return copy.deepcopy(self.spec)
 
         def _call(self, *args, **kwargs):
             raise RuntimeError("tools run in tau2's environment, not in the agent")
 
-    return RemoteTool(name=schema["function"]["name"], spec=schema)
+    return RemoteTool
 
 
 def _describe(exc: BaseException) -> str:

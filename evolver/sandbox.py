@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import os
+import functools
 import resource
 import sys
 import sysconfig
@@ -49,7 +49,7 @@ DENIED_SYSCALLS = (
     "fork", "vfork", "execve", "execveat",
     "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4",
     "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "kcmp",
-    "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+    "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",  # no signals at all (abort() still ends the process)
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig",
     "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
     "keyctl", "add_key", "request_key", "mknod", "mknodat", "personality", "ioperm", "iopl", "swapon", "reboot",
@@ -71,6 +71,7 @@ class SandboxUnavailable(RuntimeError):
     """The mechanisms are missing here; the message says which and what to do."""
 
 
+@functools.lru_cache(maxsize=1)
 def unavailable_reason() -> Optional[str]:
     """None when the sandbox can be set up on this system, else one line saying what is missing."""
     if not sys.platform.startswith("linux"):
@@ -97,6 +98,12 @@ def unavailable_reason() -> Optional[str]:
 def readable_paths(extra: list[Path]) -> list[Path]:
     """What a confined agent process may read: the interpreter's libraries, site-packages
     without tau2's data (task answers live there), evolver's package and ``extra``."""
+    return _base_readable() + [p for p in extra if p.exists()]
+
+
+@functools.lru_cache(maxsize=1)
+def _base_readable() -> list[Path]:
+    """The same for every agent process: computed once, in the zygote, before it forks."""
     import evolver
 
     paths: list[Path] = [Path(p) for p in SYSTEM_LIBS]
@@ -108,7 +115,6 @@ def readable_paths(extra: list[Path]) -> list[Path]:
     for site in sorted(sites):
         paths += _without_tau2_data(site)
     paths.append(Path(evolver.__file__).resolve().parent)
-    paths += extra
     seen, out = set(), []
     for p in paths:
         if p.exists() and p not in seen:
@@ -140,7 +146,7 @@ def confine(readable: list[Path], scratch: Path, limits: Limits) -> dict:
     _set_limits(limits)
     namespaces = _unshare(libc)
     abi = _landlock(readable, scratch)
-    _seccomp()
+    _seccomp_filter().load()
     return {
         "mode": "sandbox",
         "landlock_abi": abi,
@@ -194,7 +200,16 @@ def _landlock(readable: list[Path], scratch: Path) -> int:
     return landlock.landlock_abi_version()
 
 
-def _seccomp() -> None:
+def prepare() -> None:
+    """Do once, in the zygote, what is the same for every agent process it will fork."""
+    if unavailable_reason() is None:
+        _base_readable()
+        _seccomp_filter()
+
+
+@functools.lru_cache(maxsize=1)
+def _seccomp_filter():
+    """The filter, built once (libseccomp's context is plain memory: a fork inherits it)."""
     import pyseccomp as sc
 
     deny = sc.ERRNO(errno.EPERM)
@@ -209,7 +224,4 @@ def _seccomp() -> None:
     # clone3 hides its flags in memory a filter cannot read: say it does not exist, and
     # the C library falls back to clone for threads.
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    me = os.getpid()
-    for name in ("kill", "tgkill"):  # signals to ourselves only (abort() uses tgkill)
-        f.add_rule(deny, name, sc.Arg(0, sc.NE, me))
-    f.load()
+    return f

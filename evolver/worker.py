@@ -72,6 +72,9 @@ def preload() -> None:
     import evolver.agent_host, evolver.proxy_agent, evolver.sandbox, evolver.toolcalls  # noqa: E401, F401
     import landlock, pyseccomp  # noqa: E401, F401 - an agent process confines itself right after the fork
 
+    evolver.sandbox.prepare()
+    evolver.agent_host.prepare()
+
 
 def available_splits(domain: str) -> dict[str, list[str]]:
     """A domain's task splits; tau2 registers no split loader for mock, whose module has one."""
@@ -132,8 +135,12 @@ def stage_candidate(checkout: Path, staging: Path) -> Path:
     """A private copy of the checkout's agent/ for the agent processes to read: they see neither
     the rest of the checkout (inside the run directory) nor its .git. Links are copied as
     links, never followed, so the copy reads nothing outside agent/."""
+    import compileall
+
     source = staging / "src"
     shutil.copytree(checkout / "agent", source / "agent", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    # Bytecode compiled here (compiling runs none of it) spares every agent process the compile.
+    compileall.compile_dir(source, quiet=2)
     return source
 
 
