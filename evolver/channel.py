@@ -53,7 +53,7 @@ class Channel:
         data = self._read(size, deadline)
         try:
             message = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # RecursionError: nesting deep enough to exhaust the parser
             raise ChannelError("a message that is not valid JSON") from None
         if not isinstance(message, dict) or not isinstance(message.get("op"), str):
             raise ChannelError("a message without an 'op'")

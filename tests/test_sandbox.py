@@ -136,3 +136,21 @@ def test_a_patch_that_copies_task_data_is_refused_with_rule_and_line(target, mon
     assert outcome.findings and "create_task_1" in outcome.findings[0]
     clean = propose(RoleModel(model="scripted/meta"), messages, repo, prompts_dir=PROMPTS_DIR, identifiers=frozenset())
     assert clean.refused is None  # without the identifiers nothing else in the patch is suspicious
+
+
+def test_the_channel_refuses_what_is_not_a_message():
+    import socket
+
+    from evolver.channel import HEADER, MAX_FRAME, Channel, ChannelError
+
+    ours, theirs = socket.socketpair()
+    chan = Channel(ours)
+    for payload in (b"[" * 100_000 + b"]" * 100_000, b"\xff\xfe", b"[1, 2]", b'{"no": "op"}'):
+        theirs.sendall(HEADER.pack(len(payload)) + payload)
+        with pytest.raises(ChannelError):
+            chan.receive(5)
+    theirs.sendall(HEADER.pack(MAX_FRAME + 1))
+    with pytest.raises(ChannelError, match="over the"):
+        chan.receive(5)
+    ours.close()
+    theirs.close()
