@@ -5,7 +5,9 @@ Model strings `scripted/<name>` are answered by a *script*: a function
 (default: `mock_script` below, which plays tau2's mock domain). Replies depend
 only on the request's content, never on call order, so results do not depend
 on thread scheduling, retries or resuming. EVOLVER_SCRIPTED_LATENCY adds a
-fixed sleep per call (seconds), to model a hosted API in benchmarks.
+fixed sleep per call (seconds), to model a hosted API in benchmarks;
+EVOLVER_SCRIPTED_PRICE gives every scripted model a price (dollars per 1,000
+tokens, in and out), so costs and budgets can be tested.
 """
 
 from __future__ import annotations
@@ -51,12 +53,22 @@ def register() -> None:
             name = model.split("/", 1)[-1]
             tools = (optional_params or {}).get("tools") or kwargs.get("tools")
             reply = load_script()(name, messages, tools)  # read per call: tests switch scripts
+            _price(litellm, name)
             latency = float(os.environ.get("EVOLVER_SCRIPTED_LATENCY", "0") or 0)
             if latency:
                 time.sleep(latency)
             return _to_model_response(ModelResponse, model, messages, reply)
 
     litellm.custom_provider_map.append({"provider": PROVIDER, "custom_handler": ScriptedLLM()})
+
+
+def _price(litellm, name: str) -> None:
+    """litellm prices a response by its bare model name; register the scripted one's, once."""
+    price = float(os.environ.get("EVOLVER_SCRIPTED_PRICE", "0") or 0)
+    if price and name not in litellm.model_cost:
+        per_token = price / 1000
+        litellm.register_model({name: {"input_cost_per_token": per_token, "output_cost_per_token": per_token,
+                                       "litellm_provider": "openai", "mode": "chat"}})
 
 
 def _to_model_response(ModelResponse, model: str, messages: list[dict], reply: Reply):

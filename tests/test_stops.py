@@ -128,3 +128,12 @@ def test_gate_flags_on_a_run_are_recorded_and_used(repo):
     assert rejected["status"] == "rejected" and len(rejected["verdicts"]) <= 2
     status = _status(repo, run.name)
     assert status["decisions"] == 1 and status["expected_false_keeps"] == pytest.approx(0.1)  # one decision at alpha 0.1
+
+
+def test_the_dollar_budget_stops_the_run_and_costs_are_counted(repo):
+    env = {**LOOP_ENV, "EVOLVER_SCRIPTED_PRICE": "1.0"}  # $1 per 1,000 tokens: the baseline alone costs dollars
+    proc = run_cli(["run", str(repo), "--iterations", "2", "--budget-usd", "0.5", *QUICK], env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status = _status(repo, _run_id(repo))
+    assert "budget reached" in status["stop_reason"] and status["iterations_done"] == 0
+    assert status["cost"] >= 0.5 and status["usage"]["agent"]["cost"] > 0 and status["usage"]["user"]["cost"] > 0
