@@ -137,3 +137,14 @@ def test_the_dollar_budget_stops_the_run_and_costs_are_counted(repo):
     status = _status(repo, _run_id(repo))
     assert "budget reached" in status["stop_reason"] and status["iterations_done"] == 0
     assert status["cost"] >= 0.5 and status["usage"]["agent"]["cost"] > 0 and status["usage"]["user"]["cost"] > 0
+
+
+def test_a_candidate_identical_to_an_earlier_one_costs_no_simulation(repo):
+    env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:repeating_script"}
+    proc = run_cli(["run", str(repo), "--iterations", "2", *QUICK], env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = repo / "runs" / _run_id(repo)
+    assert _verdicts(repo, run.name) == ["rejected", "refused"]
+    second = json.loads((run / "iterations" / "002.json").read_text())
+    assert "identical to iteration 1's (rejected)" in second["reason"]
+    assert not (run / "evals" / "iter-002-smoke").exists() and not (run / "evals" / "iter-002-gate").exists()

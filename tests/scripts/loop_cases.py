@@ -68,3 +68,10 @@ def outage_script(name, messages, tools):
     if name == "agent" and TRANSFER in str(messages[0].get("content") or ""):
         raise ServiceUnavailableError(message="scripted outage", llm_provider="scripted", model="scripted/agent")
     return script(name, messages, tools)
+
+
+def repeating_script(name, messages, tools):
+    """A meta-LLM with one idea, proposed again and again: the worse 'Transfer everyone' patch."""
+    if name == "meta":
+        return Reply(PROPOSALS[2])
+    return script(name, messages, tools)
