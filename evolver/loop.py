@@ -367,10 +367,9 @@ class Loop:
             lines.append(f"- Iteration {r.iteration}: \"{r.title or '(no patch)'}\" -> {r.status}{delta}. {r.reason}")
         return lines
 
-    def add_usage(self, record: IterationRecord, role: str, usage: RoleUsage, save: bool = True) -> None:
+    def add_usage(self, record: IterationRecord, role: str, usage: RoleUsage) -> None:
         record.usage[role] = record.usage.get(role, RoleUsage()).add(usage)
-        if save:
-            self.run.save_iteration(record)
+        self.run.save_iteration(record)
 
     def step(self, text: str) -> None:
         self.state.current_step = text

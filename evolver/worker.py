@@ -307,7 +307,6 @@ def run(req: EvalRequest) -> None:
     preload()
     import litellm
     import tau2.evaluator.evaluator_nl_assertions as nl
-    import tau2.run
     import tau2.utils.llm_utils as llm_utils
     from loguru import logger
     from tau2.registry import registry

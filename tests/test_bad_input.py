@@ -10,8 +10,6 @@ root, for whom permission bits mean nothing.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import shutil
 import subprocess
 from pathlib import Path

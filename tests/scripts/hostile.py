@@ -18,7 +18,6 @@ listener), @KEY@ (the canary key).
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
