@@ -20,6 +20,7 @@ import signal
 import socket
 import tempfile
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -79,6 +80,7 @@ class SimContext:
 
 
 settings: Optional[Settings] = None
+pool: Optional[AgentPool] = None  # set by the worker once the candidate imports
 _local = threading.local()
 
 
@@ -96,10 +98,12 @@ def _context() -> SimContext:
 
 
 class AgentProcess:
-    """One sandboxed agent process and its channel."""
+    """One sandboxed agent process and its channel. Started ahead of its simulation (see
+    AgentPool), it confines itself and imports the candidate meanwhile; attach() hands it to
+    one simulation, and it serves no other."""
 
-    def __init__(self, s: Settings, context: SimContext):
-        self.s, self.context = s, context
+    def __init__(self, s: Settings):
+        self.s, self.context = s, None
         self.scratch = Path(tempfile.mkdtemp(prefix="sim-", dir=s.scratch_root))
         ours, theirs = socket.socketpair()
         spec = {"source": str(s.source), "scratch": str(self.scratch), "sandbox": s.sandbox, "limits": s.limits}
@@ -110,6 +114,10 @@ class AgentProcess:
         self.chan = Channel(ours)
         self.closed = self.reaped = False
         self.turn_usage = RoleUsage()
+
+    def attach(self, context: SimContext) -> "AgentProcess":
+        """Give this process to one simulation, once it has confined itself and imported the candidate."""
+        self.context = context
         context.processes.append(self)
         # Nothing of the candidate's has run yet: this first answer is still trustworthy.
         first = self._receive(("confined", "sandbox_error"), "setting up its sandbox")
@@ -120,6 +128,7 @@ class AgentProcess:
         ready = self._receive(("ready", "import_error"), "importing agent/agent.py")
         if ready["op"] == "import_error":
             raise AgentFault(f"agent/agent.py failed to import: {_text(ready.get('error'))}")
+        return self
 
     def request(self, message: dict, expect: str) -> dict:
         """Send one request and serve the agent's LLM calls until its answer arrives."""
@@ -205,6 +214,53 @@ class AgentProcess:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+class AgentPool:
+    """Agent processes started before their simulations need them, so that starting one (fork,
+    confinement, importing the candidate: tens of milliseconds of CPU) overlaps the LLM calls
+    of the simulations already running instead of delaying the next one. ``want()`` says how
+    many may wait at a time; it falls to 0 once every simulation has its process, so none is
+    started for nothing. Each process still serves exactly one simulation."""
+
+    def __init__(self, s: Settings, want: Callable[[], int]):
+        self.s, self.want = s, want
+        self.ready: deque[AgentProcess] = deque()
+        self.cond = threading.Condition()
+        self.closed = False
+        self.thread = threading.Thread(target=self._refill, name="agent-pool", daemon=True)
+        self.thread.start()
+
+    def take(self, context: SimContext) -> AgentProcess:
+        with self.cond:
+            process = self.ready.popleft() if self.ready else None
+            self.cond.notify()
+        return (process or AgentProcess(self.s)).attach(context)
+
+    def _refill(self) -> None:
+        while True:
+            with self.cond:
+                while not self.closed and len(self.ready) >= self.want():
+                    self.cond.wait(0.2)  # other workers' claims change want() without telling us
+                if self.closed:
+                    return
+            try:
+                process = AgentProcess(self.s)
+            except Exception:  # noqa: BLE001 - the simulations' own start will raise it where it is reported
+                return
+            with self.cond:
+                if self.closed:
+                    process.close()
+                    return
+                self.ready.append(process)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+        self.thread.join()
+        while self.ready:
+            self.ready.popleft().close()
+
+
 class ProxyState:
     """What tau2 keeps as the agent's state; the real one lives in the agent process."""
 
@@ -222,7 +278,8 @@ class ProxyAgent(LLMAgent):
         self.seed = seed
 
     def get_init_state(self, message_history=None) -> ProxyState:
-        self.process = AgentProcess(settings, _context())
+        context = _context()
+        self.process = pool.take(context) if pool else AgentProcess(settings).attach(context)
         self.process.request({
             "op": "init", "tools": [t.openai_schema for t in self.tools], "policy": self.domain_policy,
             "history": [encode_message(m) for m in message_history or []] or None, "seed": self.seed,

@@ -39,6 +39,7 @@ AGENT_NAME = "evolver_harness"
 EXIT_USAGE = 2
 EXIT_CANDIDATE = 3
 EXIT_ORPHANED = 4
+PREFORK = 8  # agent processes a worker starts ahead of its simulations, at most (each holds ~15 MB)
 
 
 class Stop(Exception):
@@ -151,7 +152,7 @@ def check_candidate(s) -> dict:
 
     context = proxy_agent.SimContext()
     try:
-        process = proxy_agent.AgentProcess(s, context)
+        process = proxy_agent.AgentProcess(s).attach(context)
     except proxy_agent.SandboxFailure as exc:
         raise Stop("usage_error", f"{exc}; fix the system, or pass --unsafe-no-sandbox to run candidates unconfined", EXIT_USAGE) from None
     except proxy_agent.AgentFault as exc:
@@ -190,8 +191,9 @@ def _is_infra_error(exc: BaseException) -> bool:
 class Recorder:
     """Wraps tau2's run_task: classifies each outcome and writes it as soon as it ends."""
 
-    def __init__(self, req: EvalRequest, run_task):
-        self.req, self.run_task = req, run_task
+    def __init__(self, req: EvalRequest, run_task, total: int):
+        self.req, self.run_task, self.total = req, run_task, total
+        self.started = 0
         self.out = Path(req.out_dir)
         (self.out / "trajectories").mkdir(parents=True, exist_ok=True)
         self.lock = threading.Lock()
@@ -233,6 +235,8 @@ class Recorder:
         trial = self._trial(task.id, seed, sys._getframe(1))
         if (task.id, trial) in self.done or not self._claim(task.id, trial):
             return self._placeholder(task.id, trial, seed)
+        with self.lock:
+            self.started += 1
         context = proxy_agent.begin_simulation()
         try:
             sim = self.run_task(*args, **kwargs)
@@ -264,6 +268,11 @@ class Recorder:
         )
         self._write(record, sim)
         return sim
+
+    def waiting(self) -> int:
+        """Simulations of the grid no worker has started yet: this worker's share of them."""
+        started = len(os.listdir(self.claims)) if self.claims else self.started
+        return max(0, -(-(self.total - len(self.done) - started) // self.req.shards))
 
     def _claim(self, task_id: str, trial: int) -> bool:
         """First come, first served between the workers of an evaluation: a shared queue
@@ -355,18 +364,25 @@ def run(req: EvalRequest) -> None:
 def _simulate(req: EvalRequest, tasks: list, isolation: dict) -> None:
     import tau2.run
 
+    from evolver import proxy_agent
+
     running_at = time.time()
     _status(req, "running", tasks=[t.id for t in tasks], running_at=running_at, isolation=isolation)
-
-    tau2.run.run_task = Recorder(req, tau2.run.run_task)
-    tau2.run.run_tasks(
-        domain=req.domain, tasks=tasks, agent=AGENT_NAME, user="user_simulator",
-        llm_agent=req.agent.model, llm_args_agent=req.agent.litellm_args(),
-        llm_user=req.user.model, llm_args_user=req.user.litellm_args(),
-        num_trials=req.trials, max_steps=req.max_steps, max_errors=req.max_errors,
-        save_to=None, console_display=False, max_concurrency=req.concurrency,
-        seed=req.seed, log_level="ERROR",
-    )
+    recorder = Recorder(req, tau2.run.run_task, len(tasks) * req.trials)
+    tau2.run.run_task = recorder
+    proxy_agent.pool = proxy_agent.AgentPool(proxy_agent.settings, lambda: min(req.concurrency, PREFORK, recorder.waiting()))
+    try:
+        tau2.run.run_tasks(
+            domain=req.domain, tasks=tasks, agent=AGENT_NAME, user="user_simulator",
+            llm_agent=req.agent.model, llm_args_agent=req.agent.litellm_args(),
+            llm_user=req.user.model, llm_args_user=req.user.litellm_args(),
+            num_trials=req.trials, max_steps=req.max_steps, max_errors=req.max_errors,
+            save_to=None, console_display=False, max_concurrency=req.concurrency,
+            seed=req.seed, log_level="ERROR",
+        )
+    finally:
+        proxy_agent.pool.close()
+        proxy_agent.pool = None
     # The simulation window, so benchmarks can tell simulation time from overhead.
     _status(req, "done", tasks=[t.id for t in tasks], running_at=running_at, done_at=time.time(), isolation=isolation)
 
