@@ -192,7 +192,7 @@ def bench_speed(address: str) -> dict:
 
 
 def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, user: str) -> dict:
-    from evolver.bench import evaluate
+    from evolver.backends.local import LocalBackend
     from evolver.data import EvalRequest, RoleModel
     from evolver.scaffold import init_repo
 
@@ -209,7 +209,8 @@ def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, us
                       concurrency=1, max_steps=max_steps,
                       agent=role("agent"), user=scripted if user == "scripted" else role("user"),
                       judge=RoleModel(model="scripted/judge") if user == "scripted" else role("judge"))
-    result = evaluate(req, "bench", timeout=4 * 3600)
+    with LocalBackend() as backend:
+        result = backend.evaluate(req, "bench", timeout=4 * 3600)
     sims = result.simulations
     return {
         "handling": handling,

@@ -34,6 +34,7 @@ def main() -> None:
     from rich.console import Console
 
     import evolver.loop as loop_mod
+    from evolver.backends.local import LocalBackend
     from evolver.config import load_config
     from evolver.scaffold import init_repo
     from evolver.start import new_run
@@ -48,7 +49,8 @@ def main() -> None:
 
     windows: list[float] = []
     meta_seconds: list[float] = []
-    evaluate, propose = loop_mod.evaluate, loop_mod.propose
+    backend = LocalBackend()
+    evaluate, propose = backend.evaluate, loop_mod.propose
 
     def timed_evaluate(req, *a, **kw):
         result = evaluate(req, *a, **kw)
@@ -64,9 +66,9 @@ def main() -> None:
         finally:
             meta_seconds.append(time.perf_counter() - start)
 
-    loop_mod.evaluate, loop_mod.propose = timed_evaluate, timed_propose
+    backend.evaluate, loop_mod.propose = timed_evaluate, timed_propose
     console = Console(stderr=True, quiet=True)
-    loop = new_run(repo, cfg, "run-overhead", allow_dirty=False, dry_run=False, console=console)
+    loop = new_run(repo, cfg, "run-overhead", backend, allow_dirty=False, dry_run=False, console=console)
     start = time.perf_counter()
     loop.measure_baseline()
     baseline_wall, baseline_sim = time.perf_counter() - start, sum(windows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -90,6 +91,9 @@ def _add_eval_flags(p: argparse.ArgumentParser, for_run: bool = False) -> None:
     g.add_argument("--seed", help="tau2 seed (default 300)")
     g.add_argument("--max-steps", help="step limit per simulation, 1-1000 (default 30)")
     g.add_argument("--worker-timeout", help="wall-clock limit of the worker, seconds (default 3600)")
+    g.add_argument("--backend", help="where simulations run: local (this machine, default) or ray")
+    g.add_argument("--ray-address", metavar="ADDRESS", help="with --backend ray: the cluster to join, or auto for a running one; "
+                                                           "default: start a local Ray instance and stop it at exit")
     g = p.add_argument_group("sandbox (what candidate code may do: see the README's 'How honest is it')")
     g.add_argument("--agent-timeout", help="seconds the agent may compute on one turn, LLM calls not counted; past it the simulation fails (default 120)")
     g.add_argument("--agent-memory-mb", help="memory the agent process may use on top of its start, MiB; past it allocations fail (default 1024)")
@@ -116,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="evolve the agent: baseline, then propose -> validate -> gate -> keep or reject", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", nargs="?", default=".", help="git repository holding agent/agent.py (default: current)")
-    p.add_argument("--iterations", help="candidates to try (default 10); with --resume, the new total")
+    p.add_argument("--iterations", help="iterations to make (default 10); with --resume, the new total")
+    p.add_argument("--candidates", help="candidates proposed from the same parent and evaluated at once per iteration, 1-8 (default 1); "
+                                        "at most one is kept")
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (its configuration is kept)")
     p.add_argument("--dry-run", action="store_true", help="print the splits and the most the run can cost, then exit")
     p.add_argument("--allow-dirty", action="store_true", help="run from HEAD although agent/ has uncommitted changes")
@@ -141,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("show", help="one candidate: rationale, diff, tasks that flipped")
     p.add_argument("run")
-    p.add_argument("iteration", type=int)
+    p.add_argument("iteration", help="a candidate (3, or 3b in an iteration of several), or an iteration (3) to see all its candidates")
     p.add_argument("--repo", default=".")
     p.add_argument("--json", action="store_true")
 
@@ -168,8 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> dict:
     keys = ["agent_model", "user_model", "meta_model", "judge_model", "local_size", "local_model", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
-            "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout", "agent_timeout", "agent_memory_mb", "unsafe_no_sandbox",
-            "analysis_split", "gate_split", "iterations", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages"]
+            "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout", "backend", "ray_address", "agent_timeout", "agent_memory_mb", "unsafe_no_sandbox",
+            "analysis_split", "gate_split", "iterations", "candidates", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages"]
     return {k: getattr(args, k, None) for k in keys}
 
 
@@ -191,7 +197,8 @@ def _check_repo(path: Path) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from evolver.bench import check_api_base, evaluate, list_tasks
+    from evolver.backends import make_backend
+    from evolver.llm import check_api_base
     from evolver.local.backend import serve_local
     from evolver.report import eval_table, progress_bar
 
@@ -223,12 +230,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
         req = eval_request(cfg, checkout, out, task_ids=task_ids, num_tasks=args.num_tasks)
-        if cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails before minutes of model start-up
-            list_tasks(req.model_copy(update={"out_dir": str(out / "tasks")}))
-        if note:
-            console.print(note)
-        with serve_local(cfg, console, EVAL_ROLES), progress_bar(console, "simulations") as update:
-            result = evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
+        with make_backend(cfg.backend, cfg.ray_address) as backend:
+            if cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails before minutes of model start-up
+                backend.list_tasks(req.model_copy(update={"out_dir": str(out / "tasks")}))
+            if note:
+                console.print(note)
+            with serve_local(cfg, console, EVAL_ROLES), progress_bar(console, "simulations") as update:
+                result = backend.evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
         if lineage:
             lineage.remove_worktree(checkout)
@@ -288,6 +296,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from evolver.backends import make_backend
     from evolver.history import history_rows
     from evolver.local.backend import cap_concurrency, serve_local
     from evolver.report import history_table
@@ -296,34 +305,34 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()
-    if args.resume:
-        run = find_run(repo, args.resume)
-        given = sorted(k for k, v in _overrides(args).items() if v is not None and k != "iterations")
-        if given:  # the run's recorded settings win: say so rather than ignore the flag
-            raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join('--' + k.replace('_', '-') for k in given)} (only --iterations may change)")
-        lock = run.lock()  # before anything is read or written: one driver per run
-        iterations = None if args.iterations is None else setting("iterations", args.iterations, "--iterations")
-        loop = resume_run(run, iterations, console)
-    else:
-        cfg = load_config(repo, _overrides(args))
-        note = apply_default_models(cfg)  # said once the run could start: bad input gets one line
-        if cfg.domain not in DOMAINS and not cfg.plugins:
-            raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
-        require_sandbox(cfg)
-        cap_concurrency(cfg, console)  # before the estimate, which divides by it
-        loop = new_run(repo, cfg, new_run_id("run"), allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console)
-        if note:
-            console.print(note)
-        if loop is None:
-            return 0
-        run = loop.run
-        lock = run.lock()
-    console.print(f"run {run.run_id}: {run.path}")
-    try:
+    with contextlib.ExitStack() as stack:
+        if args.resume:
+            run = find_run(repo, args.resume)
+            given = sorted(k for k, v in _overrides(args).items() if v is not None and k != "iterations")
+            if given:  # the run's recorded settings win: say so rather than ignore the flag
+                raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join('--' + k.replace('_', '-') for k in given)} (only --iterations may change)")
+            stack.enter_context(run.lock())  # before anything is read or written: one driver per run
+            iterations = None if args.iterations is None else setting("iterations", args.iterations, "--iterations")
+            loop = resume_run(run, iterations, console)
+            loop.backend = stack.enter_context(make_backend(loop.cfg.backend, loop.cfg.ray_address))
+        else:
+            cfg = load_config(repo, _overrides(args))
+            note = apply_default_models(cfg)  # said once the run could start: bad input gets one line
+            if cfg.domain not in DOMAINS and not cfg.plugins:
+                raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
+            require_sandbox(cfg)
+            cap_concurrency(cfg, console)  # before the estimate, which divides by it
+            backend = stack.enter_context(make_backend(cfg.backend, cfg.ray_address))
+            loop = new_run(repo, cfg, new_run_id("run"), backend, allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console)
+            if note:
+                console.print(note)
+            if loop is None:
+                return 0
+            run = loop.run
+            stack.enter_context(run.lock())
+        console.print(f"run {run.run_id}: {run.path}")
         with serve_local(loop.cfg, console):
             loop.drive()
-    finally:
-        lock.close()
     out_console().print(history_table(run.run_id, history_rows(run)))
     state = run.state()
     if state.status == "paused":

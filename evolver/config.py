@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from evolver.backends import BACKENDS
 from evolver.data import EvalRequest, RoleModel
 from evolver.errors import UsageError
 
@@ -61,8 +62,13 @@ class Config:
     unsafe_no_sandbox: bool = False
     # Modules the worker imports first, e.g. to register an extra tau2 domain.
     plugins: list = field(default_factory=list)
+    # Where simulations run (evolver.backends): this machine, or Ray. With ray and no
+    # address, evolver starts a local Ray instance and stops it at exit; "auto" joins a running one.
+    backend: str = "local"
+    ray_address: str = ""
     # The loop (`evolver run`).
     iterations: int = 10
+    candidates: int = 1  # proposed from the same parent and evaluated at once per iteration; at most one is kept
     analysis_split: str = ""  # default: train, or a seeded split for domains without one
     gate_split: str = ""  # default: test (the test gate), or the seeded rest
     analysis_trials: int = 1
@@ -123,14 +129,14 @@ def apply_default_models(cfg: Config, environ: Optional[dict] = None, roles: tup
 # What each setting accepts, checked the same way whether it comes from evolver.toml, an
 # EVOLVER_* variable or a flag: (low, high) bounds, inclusive; None means unbounded.
 BOUNDS: dict[str, tuple[Optional[float], Optional[float]]] = {
-    "trials": (1, 1000), "concurrency": (1, 256), "max_steps": (1, 1000), "iterations": (1, 10000),
+    "trials": (1, 1000), "concurrency": (1, 256), "candidates": (1, 8), "max_steps": (1, 1000), "iterations": (1, 10000),
     "analysis_trials": (1, 100), "holdout_trials": (1, 100), "llm_retries": (0, 20), "stall": (0, None),
     "budget_tokens": (0, None), "digest_chars": (500, None), "meta_context_tokens": (4096, None),
     "agent_memory_mb": (64, 65536), "budget_usd": (0, None), "max_hours": (0, None), "reference_max_hours": (0, None),
     "gate_min_effect": (0, 0.99),
 }
 POSITIVE = ("worker_timeout", "agent_timeout")  # seconds: more than 0
-CHOICES = {"holdout": ("auto", "on", "off"), "local_size": ("default", "small")}
+CHOICES = {"holdout": ("auto", "on", "off"), "local_size": ("default", "small"), "backend": BACKENDS}
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -245,7 +251,10 @@ KEY_HELP: dict[str, str] = {
     "agent_memory_mb": "memory the sandboxed agent process may add to what it starts with, MiB",
     "unsafe_no_sandbox": "flag only (--unsafe-no-sandbox): run candidate code unconfined",
     "plugins": "modules the worker imports first, e.g. to register your own tau2 domain",
-    "iterations": "candidates `evolver run` tries",
+    "backend": "where simulations run: local (this machine) or ray",
+    "ray_address": "the Ray cluster to join with backend = ray: an address, or auto for a running one; empty: start a local Ray instance",
+    "iterations": "iterations `evolver run` makes",
+    "candidates": "candidates proposed and evaluated at once per iteration, 1-8; at most one is kept",
     "analysis_split": "split whose failures the meta-LLM sees (default: train, or a seeded half)",
     "gate_split": "split the gate decides on (default: test, or the other seeded half)",
     "analysis_trials": "trials per analysis task",

@@ -149,8 +149,12 @@ def _describe(label: str, record: SimRecord, messages: list[dict]) -> Failure:
     return Failure(label=label, record=record, checks=checks, goal=goal, actions=actions, transcript=transcript)
 
 
-def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, full_examples: int = 2) -> str:
-    """A markdown digest of the failures in `result` (an analysis-set evaluation)."""
+def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, full_examples: int = 2, focus: tuple[int, int] = (0, 1)) -> str:
+    """A markdown digest of the failures in `result` (an analysis-set evaluation).
+
+    ``focus`` (i, k): the digest for candidate i of k proposed at once. Every candidate sees all
+    failure patterns, but the full trajectories and the stated focus are patterns i, i+k, ...,
+    so that the k proposals address different failures instead of repeating one fix."""
     labels = {task: f"T{i + 1}" for i, task in enumerate(result.task_ids)}
     failures = [
         _describe(labels.get(r.task_id, "T?"), r, _load_messages(result_dir, r))
@@ -176,8 +180,14 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
             body.append(f"- {f.label} (trial {f.record.trial}): user wanted: \"{f.goal}\"")
             body.append(f"  agent did: {'; '.join(f.actions) or 'no tool calls'}; {ended}")
         body.append("")
+    ranked = sorted(groups.values(), key=len, reverse=True)
+    index, count = focus
+    mine = list(range(len(ranked)))[index::count] or list(range(len(ranked)))
+    if count > 1:
+        head.append(f"This is proposal {index + 1} of {count} for the same agent. Focus on Pattern {', '.join(str(i + 1) for i in mine)}; "
+                    "the other proposals address the other patterns.\n")
     examples: list[str] = ["## Full trajectories (masked)"]
-    for f in [g[0] for g in sorted(groups.values(), key=len, reverse=True)][:full_examples]:
+    for f in [ranked[i][0] for i in mine][:full_examples]:
         examples.append(f"### {f.label}: {f.signature}")
         examples.extend(line for line in f.transcript[:30])
         examples.append("")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Optional
 
@@ -9,29 +10,31 @@ from evolver.data import EvalResult
 from evolver.errors import UsageError
 from evolver.lineage import Lineage
 from evolver.metrics import rewards_by_task
-from evolver.runstate import BestChange, RunDir
+from evolver.runstate import BestChange, RunDir, slug
 
 
 def history_rows(run: RunDir) -> list[dict]:
+    """One row per candidate; an iteration's cost (all its candidates and roles) on its first row."""
     state = run.state()
     rows = []
     for r in run.iterations():
-        cost = sum(u.cost for u in r.usage.values())
-        rows.append({
-            "iteration": r.iteration,
-            "branch": r.branch,
-            "parent": "base" if r.parent == 0 else r.parent,
-            "title": r.title,
-            "analysis": r.analysis,
-            "gate_incumbent": r.gate_incumbent,
-            "gate_candidate": r.gate_candidate,
-            "gate_delta": None if r.gate_candidate is None or r.gate_incumbent is None else r.gate_candidate - r.gate_incumbent,
-            "verdict": r.status,
-            "reason": r.reason,
-            "cost": cost,
-            "tokens": sum(u.prompt_tokens + u.completion_tokens for u in r.usage.values()),
-            "is_best": r.iteration == state.incumbent,
-        })
+        for i, c in enumerate(r.candidates):
+            rows.append({
+                "iteration": r.iteration,
+                "candidate": c.label,
+                "branch": c.branch,
+                "parent": "base" if r.parent == 0 else r.parent,
+                "title": c.title,
+                "analysis": r.analysis if r.kept == c.label else None,
+                "gate_incumbent": r.gate_incumbent,
+                "gate_candidate": c.gate_candidate,
+                "gate_delta": None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent,
+                "verdict": c.status,
+                "reason": c.reason,
+                "cost": sum(u.cost for u in r.usage.values()) if i == 0 else None,
+                "tokens": sum(u.prompt_tokens + u.completion_tokens for u in r.usage.values()) if i == 0 else None,
+                "is_best": r.iteration == state.incumbent and r.kept == c.label,
+            })
     return rows
 
 
@@ -68,15 +71,32 @@ def _table(run: RunDir, name: str) -> Optional[dict]:
     return rewards_by_task(EvalResult.model_validate_json(files[-1].read_text()).simulations)
 
 
-def show(run: RunDir, iteration: int) -> dict:
-    record = run.iteration(iteration)
+LABEL = re.compile(r"^(\d+)([a-z]?)$")
+
+
+def show(run: RunDir, which: str) -> dict:
+    """One candidate ("3", "3b"), or, for an iteration of several candidates ("3"), all of them."""
+    match = LABEL.match(which)
+    if not match:
+        raise UsageError(f"'{which}' is neither an iteration (e.g. 3) nor a candidate (e.g. 3b); see `evolver history {run.run_id}`")
+    record = run.iteration(int(match.group(1)))
     if record is None:
         known = [r.iteration for r in run.iterations()]
-        raise UsageError(f"run {run.run_id} has no iteration {iteration}; it has {', '.join(map(str, known)) or 'none yet'}")
+        raise UsageError(f"run {run.run_id} has no iteration {match.group(1)}; it has {', '.join(map(str, known)) or 'none yet'}")
     lineage = Lineage(run.repo, run.run_id)
-    diff = lineage.diff(record.parent_commit, record.commit) if record.commit else ""
+    cand = next((c for c in record.candidates if c.label == which), None)
+    if cand is not None:
+        return _candidate_info(run, lineage, record, cand)
+    if match.group(2):
+        raise UsageError(f"iteration {record.iteration} has no candidate {which}; it has {', '.join(c.label for c in record.candidates)}")
+    return {**record.model_dump(exclude={"candidates", "charged"}),
+            "candidates": [_candidate_info(run, lineage, record, c) for c in record.candidates]}
+
+
+def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
+    diff = lineage.diff(record.parent_commit, cand.commit) if cand.commit else ""
     flips = []
-    candidate = _table(run, f"iter-{iteration:03d}-gate")
+    candidate = _table(run, f"iter-{slug(cand.label)}-gate")
     incumbent = _table(run, f"reference-g{record.generation}")
     if candidate and incumbent:
         for task in sorted(candidate):
@@ -84,8 +104,9 @@ def show(run: RunDir, iteration: int) -> dict:
             i = [x for x in incumbent.get(task, []) if x is not None]
             if c and i and round(sum(c) / len(c), 3) != round(sum(i) / len(i), 3):
                 flips.append({"task": task, "incumbent": sum(i) / len(i), "candidate": sum(c) / len(c)})
-    return {**record.model_dump(exclude={"responses"}), "diff": diff, "flips": flips,
-            "note": lineage.note(record.commit) if record.commit else ""}
+    return {**cand.model_dump(exclude={"responses"}), "iteration": record.iteration, "parent": record.parent,
+            "gate_incumbent": record.gate_incumbent, "kept": record.kept == cand.label,
+            "diff": diff, "flips": flips, "note": lineage.note(cand.commit) if cand.commit else ""}
 
 
 def rollback(run: RunDir, to: str, reason: str) -> BestChange:
@@ -101,10 +122,10 @@ def rollback(run: RunDir, to: str, reason: str) -> BestChange:
             except ValueError:
                 raise UsageError(f"--to takes an iteration number or 'base', not '{to}'") from None
             record = run.iteration(iteration)
-            if record is None or record.status != "accepted":
-                kept = [str(r.iteration) for r in run.iterations() if r.status == "accepted"]
+            if record is None or record.winner is None:
+                kept = [str(r.iteration) for r in run.iterations() if r.winner]
                 raise UsageError(f"iteration {to} is not a kept candidate of run {run.run_id}; kept: {', '.join(kept) or 'none'} (or 'base')")
-            commit = record.commit
+            commit = record.winner.commit
         lineage = Lineage(run.repo, run.run_id)
         lineage.set_branch(lineage.best_branch, commit)
         change = BestChange(iteration=iteration, commit=commit, reason=f"rollback: {reason}", at=time.time())

@@ -7,7 +7,9 @@ scores/verdicts go into git notes (refs/notes/commits, so `git log` shows them).
 
 from __future__ import annotations
 
+import functools
 import shutil
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -23,27 +25,42 @@ def open_repo(path: Path) -> git.Repo:
         raise UsageError(f"{path} is not a git repository; run `git init` there (evolver keeps candidates as git branches)") from None
 
 
+def _serial(method):
+    """One git call at a time: the candidates of an iteration share the repository, and neither
+    git's worktree and ref locks nor gitpython's cat-file pipes take concurrent callers."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return call
+
+
 class Lineage:
     def __init__(self, repo_path: Path, run_id: str):
         self.repo = open_repo(repo_path)
         self.run_id = run_id
         self.prefix = f"evolver/{run_id}"
+        self.lock = threading.RLock()
 
     # -- names -------------------------------------------------------------
     @property
     def best_branch(self) -> str:
         return f"{self.prefix}/best"
 
-    def candidate_branch(self, iteration: int) -> str:
-        return f"{self.prefix}/iter-{iteration:03d}"
+    def candidate_branch(self, slug: str) -> str:
+        return f"{self.prefix}/iter-{slug}"
 
     # -- reading -----------------------------------------------------------
+    @_serial
     def commit_of(self, ref: str) -> Optional[str]:
         try:
             return self.repo.commit(ref).hexsha
         except (git.BadName, ValueError):
             return None
 
+    @_serial
     def agent_tree_of(self, commit: str) -> Optional[str]:
         """The hash of a commit's agent/ tree: equal hashes, equal agents."""
         try:
@@ -51,9 +68,11 @@ class Lineage:
         except (git.BadName, ValueError, KeyError):
             return None
 
+    @_serial
     def diff(self, parent: str, child: str) -> str:
         return self.repo.git.diff(parent, child, "--", "agent")
 
+    @_serial
     def is_dirty(self, path: str = "agent") -> bool:
         return bool(self.repo.git.status("--porcelain", "--", path).strip())
 
@@ -66,10 +85,12 @@ class Lineage:
         return {"GIT_AUTHOR_NAME": "evolver", "GIT_AUTHOR_EMAIL": "evolver@localhost",
                 "GIT_COMMITTER_NAME": "evolver", "GIT_COMMITTER_EMAIL": "evolver@localhost"}
 
+    @_serial
     def set_branch(self, name: str, commit: str) -> None:
         """Create or move a branch without checking anything out."""
         self.repo.git.branch("-f", name, commit)
 
+    @_serial
     def open_worktree(self, path: Path, commit: str) -> Path:
         """A detached worktree at `commit` (re-created if a crash left it half-made)."""
         path = Path(path)
@@ -79,6 +100,7 @@ class Lineage:
         self.repo.git.worktree("add", "--detach", "--force", str(path), commit)
         return path
 
+    @_serial
     def remove_worktree(self, path: Path) -> None:
         if Path(path).exists():
             try:
@@ -87,6 +109,7 @@ class Lineage:
                 shutil.rmtree(path, ignore_errors=True)
         self.repo.git.worktree("prune")
 
+    @_serial
     def commit_candidate(self, worktree: Path, branch: str, message: str) -> str:
         """Commit everything changed under agent/ in the worktree and point `branch` at it."""
         wt = git.Repo(worktree)
@@ -97,10 +120,12 @@ class Lineage:
         self.set_branch(branch, sha)
         return sha
 
+    @_serial
     def add_note(self, commit: str, text: str) -> None:
         with self.repo.git.custom_environment(**self._env()):
             self.repo.git.notes("add", "-f", "-m", text, commit)
 
+    @_serial
     def note(self, commit: str) -> str:
         try:
             return self.repo.git.notes("show", commit)

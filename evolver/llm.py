@@ -7,9 +7,12 @@ environment is prepared before litellm's import-time side effects run.
 from __future__ import annotations
 
 import os
+import urllib.error
+import urllib.request
 from typing import Callable
 
 from evolver.data import RoleModel
+from evolver.errors import UsageError
 
 
 class ProviderError(RuntimeError):
@@ -90,3 +93,14 @@ def missing_api_key(role: RoleModel) -> str | None:
         return None
     missing = check.get("missing_keys") or []
     return ", ".join(missing) if missing else None
+
+
+def check_api_base(url: str) -> None:
+    """Fail fast, in one line, when an OpenAI-compatible server is not there."""
+    try:
+        urllib.request.urlopen(url.rstrip("/") + "/models", timeout=5)
+    except urllib.error.HTTPError:
+        return  # it answered: reachable (it may want a key for /models)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UsageError(f"cannot reach the API base {url} ({reason}); start the server or fix --api-base") from None

@@ -1,7 +1,7 @@
-"""The evolution loop: one iteration = one candidate.
+"""The evolution loop: one iteration = K candidates from the same parent, at most one kept.
 
-    measure the baseline -> repeat: digest -> propose -> validate -> commit -> smoke
-    -> staged gate -> keep or reject -> (end) holdout and report
+    measure the baseline -> repeat: digest -> propose K (at once) -> validate -> commit
+    -> smoke -> staged gate over the K -> keep one or none -> (end) holdout and report
 
 Every step writes its result to the run directory before the next starts, and
 every step first looks there for its own result, so a run killed at any point
@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import string
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from rich.console import Console
 
 from evolver import gate as gatelib
-from evolver.bench import evaluate
+from evolver.backends import Backend
 from evolver.config import Config, eval_request, gate_config
 from evolver.data import EvalResult, RoleUsage, write_json_atomic
 from evolver.digest import build_digest
@@ -31,9 +34,11 @@ from evolver.noop import inert_edit_reason
 from evolver.patch import Edit, PatchRejected, apply_edits
 from evolver.propose import agent_files_text, build_messages, propose
 from evolver.report import progress_bar
-from evolver.runstate import FINAL_STATUSES, IterationRecord, Manifest, RunDir, RunState
+from evolver.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
 
 SMOKE_TIMEOUT = 600.0
+# How far a candidate got, best first: an iteration is as far as its furthest candidate.
+PROGRESS = ("accepted", "rejected", "undecided", "invalid", "refused", "no_patch")
 
 
 class StopRun(Exception):
@@ -52,7 +57,9 @@ class Loop:
     guide: str
     console: Console
     identifiers: frozenset = frozenset()  # the domain's task-data identifiers, for the static scan
+    backend: Optional[Backend] = None  # where simulations run; set by the command that drives the loop
     started: float = dataclasses.field(default_factory=time.monotonic)
+    saving: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # candidates' threads share the iteration file
 
     # ------------------------------------------------------------------ the loop
     def drive(self) -> None:
@@ -83,16 +90,14 @@ class Loop:
             raise
 
     def iterate(self, n: int) -> None:
-        record = self.run.iteration(n) or IterationRecord(
-            iteration=n, parent=self.state.incumbent, parent_commit=self.state.incumbent_commit, generation=self.state.generation,
-        )
-        self.run.save_iteration(record)
+        record = self.run.iteration(n) or self.new_iteration(n)
+        self.save(record)
         if record.status not in FINAL_STATUSES:
-            self.step(f"iteration {n}: proposing")
-            if record.status == "proposing":
-                self.propose(record)
-            if record.status == "evaluating":
-                self.validate_and_gate(record)
+            self.step(f"iteration {n}: proposing {_count(record.candidates, 'candidate')}")
+            self.each(record, "proposing", self.propose)
+            self.each(record, "evaluating", self.prepare)
+            self.gate_candidates(record)
+            self.conclude(record)
         self.finish_iteration(record)
 
     # ------------------------------------------------------------------ steps
@@ -138,83 +143,120 @@ class Loop:
             self.run.log("reference_stale", generation=self.state.generation)
             self.save_state()
 
-    def propose(self, record: IterationRecord) -> None:
-        parent_tree = self.checkout("parent", record.parent_commit)
-        digest = build_digest(self.analysis_result(), self.run.eval_dir(f"analysis-g{record.generation}"), max_chars=self.cfg.digest_chars)
-        self.run.digest_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
-        self.run.digest_file(record.iteration).write_text(digest)
+    def new_iteration(self, n: int) -> IterationRecord:
+        k = self.cfg.candidates
+        labels = [str(n)] if k == 1 else [f"{n}{letter}" for letter in string.ascii_lowercase[:k]]
+        return IterationRecord(iteration=n, parent=self.state.incumbent, parent_commit=self.state.incumbent_commit,
+                               generation=self.state.generation, candidates=[CandidateRecord(label=label) for label in labels])
+
+    def each(self, record: IterationRecord, status: str, step: Callable[[IterationRecord, CandidateRecord], None]) -> None:
+        """Run one step for every candidate at ``status``, all at once (each in its own worktree)."""
+        todo = [c for c in record.candidates if c.status == status]
+        if len(todo) == 1:
+            step(record, todo[0])
+            return
+        with ThreadPoolExecutor(max_workers=max(1, len(todo))) as pool:
+            for future in [pool.submit(step, record, c) for c in todo]:
+                future.result()
+
+    def propose(self, record: IterationRecord, cand: CandidateRecord) -> None:
+        name = slug(cand.label)
+        parent_tree = self.checkout(f"parent-{name}", record.parent_commit)
+        focus = (record.candidates.index(cand), len(record.candidates))
+        digest = build_digest(self.analysis_result(), self.run.eval_dir(f"analysis-g{record.generation}"), max_chars=self.cfg.digest_chars, focus=focus)
+        self.run.digest_file(name).parent.mkdir(parents=True, exist_ok=True)
+        self.run.digest_file(name).write_text(digest)
         messages = build_messages(self.prompts_dir, self.guide, agent_files_text(parent_tree), digest, self.learnings(), self.cfg.meta_context_tokens)
         outcome = propose(self.cfg.role("meta"), messages, parent_tree, prompts_dir=self.prompts_dir, llm_retries=self.cfg.llm_retries,
                           identifiers=self.identifiers)
-        self.add_usage(record, "meta", outcome.usage)
-        record.responses, record.errors, record.findings = outcome.responses, outcome.errors, outcome.findings
+        cand.responses, cand.errors, cand.findings = outcome.responses, outcome.errors, outcome.findings
         if outcome.proposal is None:
-            record.status, record.reason = "no_patch", f"no valid patch after {len(outcome.responses)} answer(s): {outcome.errors[-1] if outcome.errors else 'empty'}"
+            cand.status, cand.reason = "no_patch", f"no valid patch after {len(outcome.responses)} answer(s): {outcome.errors[-1] if outcome.errors else 'empty'}"
         else:
             p = outcome.proposal
-            record.title, record.rationale = p.title, p.rationale
-            record.edits = [dataclasses.asdict(e) for e in p.edits]
-            if outcome.refused:
-                record.status, record.reason = "refused", outcome.refused
-            else:
-                record.status = "evaluating"
-        self.run.save_iteration(record)
-        self.run.log("proposed", iteration=record.iteration, status=record.status, title=record.title)
+            cand.title, cand.rationale = p.title, p.rationale
+            cand.edits = [dataclasses.asdict(e) for e in p.edits]
+            cand.status, cand.reason = ("refused", outcome.refused) if outcome.refused else ("evaluating", "")
+        self.add_usage(record, "meta", outcome.usage)  # saves the candidate's outcome with the meta-LLM's charge
+        self.run.log("proposed", iteration=record.iteration, candidate=cand.label, status=cand.status, title=cand.title)
         self.lineage.remove_worktree(parent_tree)
 
-    def validate_and_gate(self, record: IterationRecord) -> None:
-        n = record.iteration
-        wt = self.candidate_worktree(record)
-        if record.status != "evaluating":
-            return
-        inert = self.inert_reason(record, wt)
-        if inert:
-            record.status, record.reason = "refused", inert
-            return
-        self.step(f"iteration {n}: smoke test")
-        # The smoke test's limit is the worker timeout's too, when that is shorter.
-        smoke = self.measure(f"iter-{n:03d}-smoke", wt, self.manifest.analysis_tasks[:1], 1, self.seed(record.generation),
-                             timeout=min(SMOKE_TIMEOUT, self.cfg.worker_timeout), record=record)
-        broken = smoke.candidate_error or next((s.error.splitlines()[0] for s in smoke.simulations if s.outcome == "failed" and s.error), None)
-        if broken:
-            record.status, record.reason = "invalid", f"smoke test failed: {broken}"
+    def prepare(self, record: IterationRecord, cand: CandidateRecord) -> None:
+        """Commit the candidate, refuse it when it cannot behave differently, and smoke-test it."""
+        wt = self.candidate_worktree(record, cand)
+        if cand.status == "evaluating":
+            inert = self.inert_reason(record, cand)
+            if inert:
+                cand.status, cand.reason = "refused", inert
+        if cand.status == "evaluating":
+            self.step(f"iteration {record.iteration}: smoke test")
+            # The smoke test's limit is the worker timeout's too, when that is shorter.
+            smoke = self.measure(f"iter-{slug(cand.label)}-smoke", wt, self.manifest.analysis_tasks[:1], 1, self.seed(record.generation),
+                                 timeout=min(SMOKE_TIMEOUT, self.cfg.worker_timeout), record=record)
+            broken = smoke.candidate_error or next((s.error.splitlines()[0] for s in smoke.simulations if s.outcome == "failed" and s.error), None)
+            if broken:
+                cand.status, cand.reason = "invalid", f"smoke test failed: {broken}"
+        self.save(record)
+
+    def gate_candidates(self, record: IterationRecord) -> None:
+        """The staged gate over the candidates still in the running, measured at once, stage by stage."""
+        alive = [c for c in record.candidates if c.status == "evaluating"]
+        if not alive:
             return
         reference = self.reference_table()
         record.gate_incumbent = _mean(reference)
-        record.verdicts = []
+        for cand in alive:
+            cand.verdicts = []
+        n, seed = record.iteration, self.seed(record.generation)
         for stage, trials in enumerate(self.gate.stages):
-            self.step(f"iteration {n}: gate stage {stage + 1}/{len(self.gate.stages)} ({trials} trial(s) per task)")
-            result = self.measure(f"iter-{n:03d}-gate", wt, self.manifest.gate_tasks, trials, self.seed(record.generation), record=record)
-            table = rewards_by_task(result.simulations)
-            record.gate_candidate = _mean(table)
-            if result.summary.infra_errors > result.summary.num_simulations / 2:
-                record.status, record.reason = "undecided", f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations hit infrastructure errors"
+            self.step(f"iteration {n}: gate stage {stage + 1}/{len(self.gate.stages)} ({trials} trial(s) per task, {_count(alive, 'candidate')})")
+            results = self.concurrently(lambda c: self.measure(f"iter-{slug(c.label)}-gate", self.run.worktree(f"iter-{slug(c.label)}"),
+                                                               self.manifest.gate_tasks, trials, seed, record=record), alive)
+            tables = {}
+            for cand, result in zip(alive, results):
+                tables[cand.label] = rewards_by_task(result.simulations)
+                cand.gate_candidate = _mean(tables[cand.label])
+                if result.summary.infra_errors > result.summary.num_simulations / 2:
+                    cand.status, cand.reason = "undecided", f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations hit infrastructure errors"
+            alive = [c for c in alive if c.status == "evaluating"]
+            verdicts = decide_set(reference, {c.label: tables[c.label] for c in alive}, self.gate, stage)
+            for cand in alive:
+                verdict = verdicts[cand.label]
+                cand.verdicts.append(dataclasses.asdict(verdict))
+                cand.reason = verdict.reason
+                if verdict.decision != "continue":
+                    cand.status = "accepted" if verdict.decision == "accept" else "rejected"
+            self.save(record)
+            alive = [c for c in alive if c.status == "evaluating"]
+            if not alive:
                 return
-            verdict = gatelib.decide(reference, table, self.gate, stage=stage)
-            record.verdicts.append(dataclasses.asdict(verdict))
-            record.reason = verdict.reason
-            self.run.save_iteration(record)
-            if verdict.decision != "continue":
-                record.status = "accepted" if verdict.decision == "accept" else "rejected"
-                return
+
+    def conclude(self, record: IterationRecord) -> None:
+        """The iteration's outcome: its kept candidate, or how far the furthest one got."""
+        furthest = min(record.candidates, key=lambda c: PROGRESS.index(c.status))
+        record.kept = furthest.label if furthest.status == "accepted" else None
+        record.status = furthest.status
+        record.reason = furthest.reason if len(record.candidates) == 1 else f"{furthest.label}: {furthest.reason}"
+        self.save(record)
 
     def finish_iteration(self, record: IterationRecord) -> None:
         """Record the outcome in git and state; idempotent, so a resume can repeat it."""
         n = record.iteration
-        self.run.save_iteration(record)
-        if record.commit:
-            note = (f"evolver {record.status}: {record.reason}\n"
-                    f"iteration {n}, parent {'base' if record.parent == 0 else record.parent}, "
-                    f"gate {_fmt(record.gate_candidate)} vs incumbent {_fmt(record.gate_incumbent)}")
-            self.lineage.add_note(record.commit, note)
-        if record.status == "accepted" and self.state.incumbent != n and self.state.next_iteration == n:
-            self.state.incumbent, self.state.incumbent_commit = n, record.commit
+        self.save(record)
+        for cand in record.candidates:
+            if cand.commit:
+                note = (f"evolver {cand.status}: {cand.reason}\n"
+                        f"iteration {n}, candidate {cand.label}, parent {'base' if record.parent == 0 else record.parent}, "
+                        f"gate {_fmt(cand.gate_candidate)} vs incumbent {_fmt(record.gate_incumbent)}")
+                self.lineage.add_note(cand.commit, note)
+        winner = record.winner
+        if winner and self.state.incumbent != n and self.state.next_iteration == n:
+            self.state.incumbent, self.state.incumbent_commit = n, winner.commit
             self.state.generation += 1
-            self.lineage.set_branch(self.lineage.best_branch, record.commit)
-            self.state.best_history.append(_best(n, record.commit, record.reason))
+            self.lineage.set_branch(self.lineage.best_branch, winner.commit)
+            self.state.best_history.append(_best(n, winner.commit, winner.reason))
         if self.state.next_iteration == n:
-            if record.status in ("accepted", "rejected"):
-                self.state.decisions += 1
+            self.state.decisions += sum(c.status in ("accepted", "rejected") for c in record.candidates)
             # The stall rule (README): iterations in a row that kept nothing; an undecided one (too many
             # infrastructure errors to judge) neither counts nor breaks the streak.
             if record.status == "accepted":
@@ -225,11 +267,12 @@ class Loop:
             for name, usage in record.usage.items():
                 self.state.usage[name] = self.state.usage.get(name, RoleUsage()).add(usage)
         if not self.run.logged("decided", iteration=n):  # before the state moves on, once: a kill never loses it
-            self.run.log("decided", iteration=n, status=record.status, reason=record.reason)
+            self.run.log("decided", iteration=n, status=record.status, kept=record.kept, reason=record.reason)
         self.save_state()
-        self.lineage.remove_worktree(self.run.worktree(f"iter-{n:03d}"))
-        colour = {"accepted": "green", "rejected": "red"}.get(record.status, "yellow")
-        self.console.print(f"iteration {n}: [{colour}]{record.status}[/{colour}] {record.title or ''} - {record.reason}")
+        for cand in record.candidates:
+            self.lineage.remove_worktree(self.run.worktree(f"iter-{slug(cand.label)}"))
+            colour = {"accepted": "green", "rejected": "red"}.get(cand.status, "yellow")
+            self.console.print(f"iteration {cand.label}: [{colour}]{cand.status}[/{colour}] {cand.title or ''} - {cand.reason}")
 
     def holdout(self) -> None:
         """Evaluate the base and the kept lineage on the sealed holdout (never used for a decision)."""
@@ -297,59 +340,62 @@ class Loop:
         timeout = timeout or self.cfg.worker_timeout
         req = eval_request(self.cfg, checkout, out, timeout=timeout, split=None, task_ids=tasks, trials=trials, seed=seed)
         with progress_bar(self.console, name) as update:
-            result = evaluate(req, self.run.run_id, timeout=timeout, on_progress=update)
+            result = self.backend.evaluate(req, self.run.run_id, timeout=timeout, on_progress=update)
         holder = record if record is not None else self.state
-        charged = holder.charged.setdefault(name, {})
-        for sim in result.simulations:
-            key, mark = f"{sim.task_id}#{sim.trial}", _fingerprint(sim)
-            if charged.get(key) == mark:
-                continue
-            charged[key] = mark  # a retried infrastructure error is a new simulation: charged again
-            for role, usage in sim.usage.items():
-                holder.usage[role] = holder.usage.get(role, RoleUsage()).add(usage)
-        if record is not None:
-            self.run.save_iteration(record)
-        else:
+        with self.saving:
+            charged = holder.charged.setdefault(name, {})
+            for sim in result.simulations:
+                key, mark = f"{sim.task_id}#{sim.trial}", _fingerprint(sim)
+                if charged.get(key) == mark:
+                    continue
+                charged[key] = mark  # a retried infrastructure error is a new simulation: charged again
+                for role, usage in sim.usage.items():
+                    holder.usage[role] = holder.usage.get(role, RoleUsage()).add(usage)
+            if record is not None:
+                self.run.save_iteration(record)
+        if record is None:
             self.save_state()
         if not result.worker_note:  # a stopped worker's result is incomplete: measure again next time
             write_json_atomic(done, result)
         return result
 
-    def inert_reason(self, record: IterationRecord, wt: Path) -> Optional[str]:
-        """Why the candidate cannot behave differently from what was already measured, if so:
-        its agent/ equals its parent's or an earlier candidate's, or it edits only layers that are off."""
-        tree = self.lineage.agent_tree_of(record.commit)
+    def inert_reason(self, record: IterationRecord, cand: CandidateRecord) -> Optional[str]:
+        """Why the candidate cannot behave differently from what was already measured, if so: its
+        agent/ equals its parent's or an earlier candidate's, or it edits only layers that are off."""
+        tree = self.lineage.agent_tree_of(cand.commit)
         if tree == self.lineage.agent_tree_of(record.parent_commit):
             return "the patch leaves agent/ as it was: nothing to measure"
-        for earlier in self.run.iterations():
-            if earlier.iteration < record.iteration and earlier.commit and self.lineage.agent_tree_of(earlier.commit) == tree:
-                return f"its agent/ is identical to iteration {earlier.iteration}'s ({earlier.status}): nothing new to measure"
-        parent = self.checkout("parent", record.parent_commit)
+        siblings = record.candidates[:record.candidates.index(cand)]
+        for earlier in [c for r in self.run.iterations() if r.iteration < record.iteration for c in r.candidates] + siblings:
+            if earlier.commit and self.lineage.agent_tree_of(earlier.commit) == tree:
+                which = f"iteration {earlier.label}" if earlier.label.isdigit() else f"candidate {earlier.label}"
+                return f"its agent/ is identical to {which}'s ({earlier.status}): nothing new to measure"
+        parent = self.checkout(f"parent-{slug(cand.label)}", record.parent_commit)
         try:
-            return inert_edit_reason(parent, wt)
+            return inert_edit_reason(parent, self.run.worktree(f"iter-{slug(cand.label)}"))
         finally:
             self.lineage.remove_worktree(parent)
 
-    def candidate_worktree(self, record: IterationRecord) -> Path:
+    def candidate_worktree(self, record: IterationRecord, cand: CandidateRecord) -> Path:
         """The candidate's worktree; its branch and commit are made once and reused on resume."""
-        n = record.iteration
-        branch = self.lineage.candidate_branch(n)
+        name = slug(cand.label)
+        branch = self.lineage.candidate_branch(name)
         existing = self.lineage.commit_of(branch)
         if existing:
-            record.branch, record.commit = branch, existing
-            return self.checkout(f"iter-{n:03d}", existing)
-        wt = self.checkout(f"iter-{n:03d}", record.parent_commit)
+            cand.branch, cand.commit = branch, existing
+            return self.checkout(f"iter-{name}", existing)
+        wt = self.checkout(f"iter-{name}", record.parent_commit)
         try:
-            apply_edits(wt, [Edit(**e) for e in record.edits])
+            apply_edits(wt, [Edit(**e) for e in cand.edits])
         except PatchRejected as exc:
-            record.status, record.reason = "invalid", str(exc)
+            cand.status, cand.reason = "invalid", str(exc)
             return wt
-        message = commit_message(record.title, record.rationale, {
-            "Evolver-Run": self.run.run_id, "Evolver-Iteration": str(n),
+        message = commit_message(cand.title, cand.rationale, {
+            "Evolver-Run": self.run.run_id, "Evolver-Iteration": str(record.iteration), "Evolver-Candidate": cand.label,
             "Evolver-Parent": "base" if record.parent == 0 else str(record.parent),
         })
-        record.branch, record.commit = branch, self.lineage.commit_candidate(wt, branch, message)
-        self.run.save_iteration(record)
+        cand.branch, cand.commit = branch, self.lineage.commit_candidate(wt, branch, message)
+        self.save(record)
         return wt
 
     def checkout(self, name: str, commit: str) -> Path:
@@ -363,13 +409,26 @@ class Loop:
         for r in self.run.iterations():
             if r.status not in FINAL_STATUSES:
                 continue
-            delta = "" if r.gate_candidate is None or r.gate_incumbent is None else f", gate {r.gate_incumbent:.3f} -> {r.gate_candidate:.3f}"
-            lines.append(f"- Iteration {r.iteration}: \"{r.title or '(no patch)'}\" -> {r.status}{delta}. {r.reason}")
+            for c in r.candidates:
+                delta = "" if c.gate_candidate is None or r.gate_incumbent is None else f", gate {r.gate_incumbent:.3f} -> {c.gate_candidate:.3f}"
+                lines.append(f"- Iteration {c.label}: \"{c.title or '(no patch)'}\" -> {c.status}{delta}. {c.reason}")
         return lines
 
     def add_usage(self, record: IterationRecord, role: str, usage: RoleUsage) -> None:
-        record.usage[role] = record.usage.get(role, RoleUsage()).add(usage)
-        self.run.save_iteration(record)
+        with self.saving:
+            record.usage[role] = record.usage.get(role, RoleUsage()).add(usage)
+            self.run.save_iteration(record)
+
+    def save(self, record: IterationRecord) -> None:
+        with self.saving:
+            self.run.save_iteration(record)
+
+    def concurrently(self, work: Callable, items: list) -> list:
+        """work(item) for every item at once, results in order (one evaluation per candidate)."""
+        if len(items) == 1:
+            return [work(items[0])]
+        with ThreadPoolExecutor(max_workers=len(items)) as pool:
+            return list(pool.map(work, items))
 
     def step(self, text: str) -> None:
         self.state.current_step = text
@@ -403,6 +462,30 @@ def _fingerprint(sim) -> str:
     import hashlib
 
     return hashlib.sha1(sim.model_dump_json().encode()).hexdigest()[:16]
+
+
+def decide_set(reference: dict, tables: dict[str, dict], config: gatelib.GateConfig, stage: int) -> dict[str, gatelib.Verdict]:
+    """The gate's verdict on each candidate of one iteration at one stage, at most one accepted.
+    Each is tested at alpha / K (Bonferroni), so the chance that any of K candidates with no
+    real effect is kept stays at most alpha; among several accepted, the largest effect is kept."""
+    if not tables:
+        return {}
+    strict = dataclasses.replace(config, alpha=config.alpha / len(tables))
+    verdicts = {label: gatelib.decide(reference, table, strict, stage=stage) for label, table in tables.items()}
+    accepted = sorted((v.effect, label) for label, v in verdicts.items() if v.decision == "accept")
+    for effect, label in accepted[:-1]:
+        best_effect, best = accepted[-1]
+        verdicts[label] = dataclasses.replace(verdicts[label], decision="reject",
+                                              reason=f"passed the gate, but candidate {best} did better ({_points(best_effect)} against {_points(effect)})")
+    return verdicts
+
+
+def _count(items: list, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+def _points(effect: float) -> str:
+    return f"{effect * 100:+.1f} points"
 
 
 def _mean(table: dict) -> Optional[float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -32,25 +33,39 @@ def eval_table(result: EvalResult) -> Table:
     return table
 
 
+_bars: dict[int, list] = {}  # console -> [its one live Progress, evaluations drawing on it]
+_bars_lock = threading.Lock()
+
+
 @contextmanager
 def progress_bar(console: Console, label: str):
     """Yields a callback (done, total) that drives a progress bar on the console.
 
-    Off when the console is not a terminal: piped output stays clean.
+    Evaluations running at once (the candidates of an iteration) share one live
+    display, a bar each. Off when the console is not a terminal: piped output stays clean.
     """
     if not console.is_terminal:
         yield lambda done, total: None
         return
-    with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
-    ) as progress:
+    with _bars_lock:
+        entry = _bars.get(id(console))
+        if entry is None:
+            progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=console, transient=True)
+            progress.start()
+            entry = _bars[id(console)] = [progress, 0]
+        entry[1] += 1
+        progress = entry[0]
         task = progress.add_task(label, total=None)
-
-        def update(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total or None)
-
-        yield update
+    try:
+        yield lambda done, total: progress.update(task, completed=done, total=total or None)
+    finally:
+        with _bars_lock:
+            progress.remove_task(task)
+            entry[1] -= 1
+            if entry[1] == 0:
+                progress.stop()
+                del _bars[id(console)]
 
 
 def _score(x) -> str:
@@ -59,21 +74,29 @@ def _score(x) -> str:
 
 def history_table(run_id: str, rows: list[dict]) -> Table:
     table = Table(title=f"evolver history {run_id}", title_justify="left")
-    for col in ("iter", "branch", "parent", "title", "analysis", "gate (inc -> cand)", "delta", "verdict", "reason", "cost"):
+    for col in ("cand", "branch", "parent", "title", "analysis", "gate (inc -> cand)", "delta", "verdict", "reason", "cost"):
         table.add_column(col, overflow="fold")
     for r in rows:
         colour = {"accepted": "green", "rejected": "red"}.get(r["verdict"], "yellow")
         delta = "-" if r["gate_delta"] is None else f"{r['gate_delta']:+.3f}"
         table.add_row(
-            f"{r['iteration']}{' *' if r['is_best'] else ''}", r["branch"] or "-", str(r["parent"]), r["title"] or "-",
+            f"{r['candidate']}{' *' if r['is_best'] else ''}", r["branch"] or "-", str(r["parent"]), r["title"] or "-",
             _score(r["analysis"]), f"{_score(r['gate_incumbent'])} -> {_score(r['gate_candidate'])}", delta,
-            f"[{colour}]{r['verdict']}[/{colour}]", r["reason"], f"${r['cost']:.4f}",
+            f"[{colour}]{r['verdict']}[/{colour}]", r["reason"], "" if r["cost"] is None else f"${r['cost']:.4f}",
         )
     return table
 
 
 def show_candidate(console: Console, info: dict) -> None:
-    console.print(f"[bold]iteration {info['iteration']}[/bold]: {info['title'] or '(no patch)'}  [{info['status']}]")
+    """One candidate, or each candidate of an iteration that had several."""
+    if "candidates" in info:
+        console.print(f"[bold]iteration {info['iteration']}[/bold]: {len(info['candidates'])} candidates, "
+                      f"kept {info['kept'] or 'none'}  [{info['status']}]\n")
+        for cand in info["candidates"]:
+            show_candidate(console, cand)
+            console.print()
+        return
+    console.print(f"[bold]candidate {info['label']}[/bold]: {info['title'] or '(no patch)'}  [{info['status']}]")
     console.print(f"branch {info['branch'] or '-'}  commit {info['commit'] or '-'}  parent {'base' if info['parent'] == 0 else info['parent']}")
     console.print(f"verdict: {info['reason']}")
     if info["rationale"]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import string
 import time
 from pathlib import Path
 from typing import Literal, Optional
@@ -70,11 +71,10 @@ class RunState(BaseModel):
     charged: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
-class IterationRecord(BaseModel):
-    iteration: int
-    parent: int
-    parent_commit: str
-    generation: int
+class CandidateRecord(BaseModel):
+    """One proposal of an iteration: its patch, branch, and how far it got."""
+
+    label: str  # "3" when the iteration has one candidate; "3a", "3b", ... when it has several
     status: IterationStatus = "proposing"
     title: str = ""
     rationale: str = ""
@@ -87,10 +87,36 @@ class IterationRecord(BaseModel):
     findings: list[str] = Field(default_factory=list)  # the static scan's, one line each: path:line: rule: detail
     verdicts: list[dict] = Field(default_factory=list)
     gate_candidate: Optional[float] = None
+
+
+class IterationRecord(BaseModel):
+    """One iteration: its candidates, all from the same parent, and the one kept, if any."""
+
+    iteration: int
+    parent: int
+    parent_commit: str
+    generation: int
+    status: IterationStatus = "proposing"  # the furthest any candidate got; "accepted" when one was kept
+    reason: str = ""
+    candidates: list[CandidateRecord] = Field(default_factory=list)
+    kept: Optional[str] = None  # the label of the kept candidate
     gate_incumbent: Optional[float] = None
-    analysis: Optional[float] = None
-    usage: dict[str, RoleUsage] = Field(default_factory=dict)
+    analysis: Optional[float] = None  # the kept candidate's analysis score, once measured
+    usage: dict[str, RoleUsage] = Field(default_factory=dict)  # every role, all candidates together
     charged: dict[str, dict[str, str]] = Field(default_factory=dict)  # as RunState.charged, for this iteration's evaluations
+
+    def candidate(self, label: str) -> CandidateRecord:
+        return next(c for c in self.candidates if c.label == label)
+
+    @property
+    def winner(self) -> Optional[CandidateRecord]:
+        return self.candidate(self.kept) if self.kept else None
+
+
+def slug(label: str) -> str:
+    """A candidate's label as file and branch names use it: "3" -> "003", "3b" -> "003b"."""
+    digits = label.rstrip(string.ascii_lowercase)
+    return f"{int(digits):03d}{label[len(digits):]}"
 
 
 class RunDir:
@@ -114,8 +140,9 @@ class RunDir:
         """Task-data identifiers of the run's domain, for the static scan (never shown to the meta-LLM)."""
         return self.path / "scan-identifiers.json"
 
-    def digest_file(self, n: int) -> Path:
-        return self.path / "digests" / f"{n:03d}.md"
+    def digest_file(self, slug: str) -> Path:
+        """What the meta-LLM saw for one candidate ("003", or "003b" in an iteration of several)."""
+        return self.path / "digests" / f"{slug}.md"
 
     # -- reading and writing ------------------------------------------------
     def exists(self) -> bool:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolver.bench import check_api_base, list_tasks
+from evolver.backends import Backend
+from evolver.llm import check_api_base
 from evolver.config import LOCAL, Config, eval_request, gate_config, require_sandbox
 from evolver.local.server import CTX_PER_SLOT
 from evolver.data import write_json_atomic
@@ -79,7 +80,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run: bool, console: Console) -> Loop | None:
+def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console) -> Loop | None:
     prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
@@ -105,8 +106,8 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
     run = RunDir(repo, run_id)
     probe = eval_request(cfg, repo, run.path / "evals" / "tasks", split=None)
     try:
-        all_tasks, splits, identifiers = list_tasks(probe)
-        analysis, gate_tasks, holdout, note = choose_splits(cfg, all_tasks, splits)
+        listing = backend.list_tasks(probe)
+        analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
     except UsageError:
         import shutil
 
@@ -132,7 +133,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
             gate=dataclasses.asdict(gate),
         )
         run.save_manifest(manifest)
-        write_json_atomic(run.identifiers_file, identifiers)
+        write_json_atomic(run.identifiers_file, listing.identifiers)
         state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
         run.save_state(state)
         lineage.set_branch(lineage.best_branch, base_commit)
@@ -143,7 +144,9 @@ def new_run(repo: Path, cfg: Config, run_id: str, *, allow_dirty: bool, dry_run:
         shutil.rmtree(run.path, ignore_errors=True)
         raise
     console.print(plan)  # once the run exists: a run that could not start says only why
-    return _loop(run, manifest, state, cfg, lineage, console)
+    loop = _loop(run, manifest, state, cfg, lineage, console)
+    loop.backend = backend
+    return loop
 
 
 def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:

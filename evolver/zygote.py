@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
 
         worker.preload()
         # What `evolver eval` imports, so that commands run here start as fast as workers.
-        import evolver.bench, evolver.cli, evolver.local.backend, evolver.report  # noqa: E401, F401
+        import evolver.backends.local, evolver.cli, evolver.local.backend, evolver.report  # noqa: E401, F401
         zygote.serve()
     finally:
         zygote.close()

@@ -36,10 +36,6 @@ def offline_env():
         try:
             yield
         finally:
-            from evolver.bench import Zygote
-
-            if Zygote._instance is not None:  # this process's own connection, from in-process evaluations
-                Zygote._instance.conn.close()
             zygote_client.stop_all()
 
 

@@ -158,25 +158,20 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
 
 def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
     """`evolver daemon stop` during a run: the run's later evaluations still get workers."""
-    from evolver import bench
+    from evolver.backends.local import LocalBackend
     from evolver.config import eval_request, load_config
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"}, environ={})
-    bench.Zygote._instance = None
-    try:
-        bench.Zygote.get()  # a controller's connection, held across evaluations
+    with LocalBackend() as backend:
+        backend.list_tasks(eval_request(cfg, repo, repo / "runs" / "first"))  # a controller's connection, held across evaluations
         [daemon] = _daemons()
         assert zygote_client.stop_all() == 1
         assert not list(runtime.glob("*.sock"))  # no new clients
-        tasks, _, _ = bench.list_tasks(eval_request(cfg, repo, repo / "runs" / "listing"))
-        assert "create_task_1" in tasks
+        listing = backend.list_tasks(eval_request(cfg, repo, repo / "runs" / "listing"))
+        assert "create_task_1" in listing.tasks
         # and its workers still get sandboxed agent processes from it
-        result = bench.evaluate(eval_request(cfg, repo, repo / "runs" / "after-stop", task_ids=["create_task_1"]), "after-stop", timeout=300)
+        result = backend.evaluate(eval_request(cfg, repo, repo / "runs" / "after-stop", task_ids=["create_task_1"]), "after-stop", timeout=300)
         assert result.summary.avg_reward == 1.0 and result.isolation["mode"] == "sandbox"
-    finally:
-        if bench.Zygote._instance is not None:
-            bench.Zygote._instance.conn.close()
-        bench.Zygote._instance = None
     assert _wait_for(lambda: _gone(daemon["pid"])), "the stopped daemon outlived its last client"
 
 
@@ -192,7 +187,7 @@ def test_a_child_that_exits_in_the_same_read_as_its_pid_is_not_lost():
     """The zygote's {"pid"} and {"exit"} for a child that ends at once can arrive in one read."""
     import socket
 
-    from evolver.bench import Zygote
+    from evolver.backends.local import Zygote
 
     ours, theirs = socket.socketpair()
     theirs.sendall(b'{"pid": 4242}\n{"exit": 4242, "code": 3}\n')

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from evolver.bench import evaluate
+from evolver.backends.local import LocalBackend
 from evolver.data import EvalRequest, RoleModel
 from evolver.errors import UsageError
 from evolver.llm import prepare_environment
@@ -283,7 +283,8 @@ def test_one_mock_simulation_with_the_embedded_model(small_model, repo, tmp_path
             trials=1, concurrency=1, max_steps=12,
             agent=role("agent"), user=role("user"), judge=role("judge"),
         )
-        result = evaluate(req, "local-model-ci", timeout=600)
+        with LocalBackend() as backend:
+            result = backend.evaluate(req, "local-model-ci", timeout=600)
         # The path a vLLM or Ollama user takes: a plain OpenAI-compatible model string plus api_base.
         prepare_environment()
         import litellm

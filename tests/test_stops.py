@@ -125,7 +125,7 @@ def test_gate_flags_on_a_run_are_recorded_and_used(repo):
     gate = json.loads((run / "run.json").read_text())["gate"]
     assert gate["alpha"] == 0.1 and gate["stages"] == [1, 2] and gate["min_effect"] == 0.05
     rejected = json.loads((run / "iterations" / "003.json").read_text())  # "Transfer everyone": worse
-    assert rejected["status"] == "rejected" and len(rejected["verdicts"]) <= 2
+    assert rejected["status"] == "rejected" and len(rejected["candidates"][0]["verdicts"]) <= 2
     status = _status(repo, run.name)
     assert status["decisions"] == 1 and status["expected_false_keeps"] == pytest.approx(0.1)  # one decision at alpha 0.1
 

@@ -75,3 +75,13 @@ def repeating_script(name, messages, tools):
     if name == "meta":
         return Reply(PROPOSALS[2])
     return script(name, messages, tools)
+
+
+def candidates_script(name, messages, tools):
+    """Three candidates per iteration, told apart by the digest's "proposal N of 3": the fix,
+    the worse patch and the broken one."""
+    if name == "meta":
+        found = re.search(r"proposal (\d) of 3", str(messages[1].get("content") or ""))
+        if found:
+            return Reply(PROPOSALS[{"1": 3, "2": 2, "3": 0}[found.group(1)]])
+    return script(name, messages, tools)

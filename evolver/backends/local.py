@@ -1,4 +1,4 @@
-"""Evaluate a checkout on tau2 through worker subprocesses (the controller side).
+"""The local backend: simulations in worker processes forked by this machine's zygote.
 
 The controller never imports the candidate's code: it writes the request,
 has the zygote (evolver.zygote) fork workers, watches sims.jsonl for progress,
@@ -8,17 +8,18 @@ EvalResult.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Callable, Optional
 
 from evolver import zygote_client
+from evolver.backends import Cancelled, Progress, TaskListing
 from evolver.data import EvalRequest, EvalResult, SimRecord, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
 from evolver.metrics import summarize
@@ -28,34 +29,16 @@ from evolver.worker import claims_dir, status_file
 # so two processes use both cores of a small machine.
 WORKER_PROCESSES = min(2, os.cpu_count() or 1)
 
-Progress = Callable[[int, int], None]  # (finished simulations, total simulations)
-
-
-def check_api_base(url: str) -> None:
-    """Fail fast, in one line, when an OpenAI-compatible server is not there."""
-    try:
-        urllib.request.urlopen(url.rstrip("/") + "/models", timeout=5)
-    except urllib.error.HTTPError:
-        return  # it answered: reachable (it may want a key for /models)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise UsageError(f"cannot reach the API base {url} ({reason}); start the server or fix --api-base") from None
+LIST_TIMEOUT = 600.0
 
 
 class Zygote:
-    """This controller's connection to the warm zygote (evolver.zygote_client finds or starts it)."""
-
-    _instance: Optional["Zygote"] = None
+    """One connection to the warm zygote (evolver.zygote_client finds or starts it), used by one
+    evaluation at a time: its messages say which of that evaluation's workers exited."""
 
     def __init__(self) -> None:
         self.conn = zygote_client.connect()
         self.exits: dict[int, int] = {}
-
-    @classmethod
-    def get(cls) -> "Zygote":
-        if cls._instance is None or cls._instance.conn.closed:
-            cls._instance = cls()
-        return cls._instance
 
     def _note(self, msg: dict) -> None:
         if "exit" in msg:
@@ -118,8 +101,57 @@ def _shards(req: EvalRequest) -> list[EvalRequest]:
     return [req.model_copy(update={"shard": i, "shards": n, "concurrency": per}) for i in range(n)]
 
 
-def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[], None]] = None) -> tuple[dict, Optional[str], int]:
-    """Run the workers of one evaluation to the end or the time limit.
+class LocalBackend:
+    """Evaluations on this machine. Several may run at once (one per thread: the candidates of an
+    iteration); each holds its own connection to the zygote, kept for the next one afterwards."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.idle: list[Zygote] = []
+        self.lock = threading.Lock()
+        self.cancelled = threading.Event()
+
+    def evaluate(self, req: EvalRequest, run_id: str, *, timeout: float, on_progress: Optional[Progress] = None) -> EvalResult:
+        """Evaluate; simulations already on disk in req.out_dir are kept, not run again."""
+        with self._connection() as zygote:
+            return _evaluate(zygote, req, run_id, timeout, on_progress, self.cancelled)
+
+    def list_tasks(self, req: EvalRequest) -> TaskListing:
+        with self._connection() as zygote:
+            return _list_tasks(zygote, req, self.cancelled)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def close(self) -> None:
+        with self.lock:
+            for zygote in self.idle:
+                zygote.conn.close()
+            self.idle.clear()
+
+    def __enter__(self) -> "LocalBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _connection(self):
+        with self.lock:
+            zygote = self.idle.pop() if self.idle else None
+        if zygote is None or zygote.conn.closed:
+            zygote = Zygote()
+        try:
+            yield zygote
+        finally:
+            with self.lock:
+                self.idle.append(zygote)
+
+
+def _run_worker(zygote: Zygote, req: EvalRequest, timeout: float, cancelled: threading.Event,
+                on_tick: Optional[Callable[[], None]] = None) -> tuple[dict, Optional[str], int]:
+    """Run the workers of one evaluation to the end, the time limit or a cancel.
     Returns (merged status, why they were stopped, worst exit code)."""
     out = Path(req.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -127,7 +159,6 @@ def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[],
     for old in out.glob("status-*.json"):  # a resumed evaluation must not read the last workers' verdict
         old.unlink()
     shutil.rmtree(claims_dir(out), ignore_errors=True)  # nor skip what they claimed but never finished
-    zygote = Zygote.get()
     shards = _shards(req)
     pids = []
     for shard in shards:
@@ -138,6 +169,8 @@ def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[],
     note = None
     try:
         while any(zygote.exit_code(pid) is None for pid in pids):
+            if cancelled.is_set():
+                raise Cancelled("the evaluation was cancelled")
             if time.monotonic() - started > timeout:
                 note = f"the worker was stopped at the wall-clock limit of {timeout:g} s"
                 for pid in pids:
@@ -146,7 +179,7 @@ def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[],
             if on_tick:
                 on_tick()
             zygote.wait(0.2)
-    except BaseException:  # Ctrl-C or the controller failing: leave no worker behind
+    except BaseException:  # Ctrl-C, a cancel or the controller failing: leave no worker behind
         for pid in pids:
             _stop(zygote, pid)
         raise
@@ -157,23 +190,17 @@ def _run_worker(req: EvalRequest, timeout: float, on_tick: Optional[Callable[[],
     return status, note, max((c for c in codes if c is not None), default=-1)
 
 
-def list_tasks(req: EvalRequest, timeout: float = 600) -> tuple[list[str], dict[str, list[str]], list[str]]:
+def _list_tasks(zygote: Zygote, req: EvalRequest, cancelled: threading.Event) -> TaskListing:
     """The task ids a request selects, the domain's splits, and the identifiers in its task data
     (for the static scan), resolved by tau2 in a worker."""
-    status, note, code = _run_worker(req.model_copy(update={"list_only": True}), timeout)
+    status, note, code = _run_worker(zygote, req.model_copy(update={"list_only": True}), LIST_TIMEOUT, cancelled)
     if status.get("state") != "listed":
         raise RuntimeError(note or f"listing tasks failed (worker exit code {code}); see {Path(req.out_dir) / 'worker.log'}")
-    return status["tasks"], status.get("splits") or {}, status.get("identifiers") or []
+    return TaskListing(tasks=status["tasks"], splits=status.get("splits") or {}, identifiers=status.get("identifiers") or [])
 
 
-def evaluate(
-    req: EvalRequest,
-    run_id: str,
-    *,
-    timeout: float,
-    on_progress: Optional[Progress] = None,
-) -> EvalResult:
-    """Evaluate; simulations already on disk in req.out_dir are kept, not run again."""
+def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_progress: Optional[Progress],
+              cancelled: threading.Event) -> EvalResult:
     out = Path(req.out_dir)
     started = time.monotonic()
 
@@ -182,7 +209,7 @@ def evaluate(
             tasks = _merge([_read_status(p) for p in out.glob("status-*.json")] or [{}])["tasks"]
             on_progress(_count_lines(out / "sims.jsonl"), len(tasks) * req.trials)
 
-    status, note, code = _run_worker(req, timeout, tick)
+    status, note, code = _run_worker(zygote, req, timeout, cancelled, tick)
     state = status.get("state")
     candidate_error = status.get("message") if state == "candidate_error" else None
     if state == "importing" and note:
