@@ -151,13 +151,7 @@ class Loop:
 
     def each(self, record: IterationRecord, status: str, step: Callable[[IterationRecord, CandidateRecord], None]) -> None:
         """Run one step for every candidate at ``status``, all at once (each in its own worktree)."""
-        todo = [c for c in record.candidates if c.status == status]
-        if len(todo) == 1:
-            step(record, todo[0])
-            return
-        with ThreadPoolExecutor(max_workers=max(1, len(todo))) as pool:
-            for future in [pool.submit(step, record, c) for c in todo]:
-                future.result()
+        self.concurrently(lambda c: step(record, c), [c for c in record.candidates if c.status == status])
 
     def propose(self, record: IterationRecord, cand: CandidateRecord) -> None:
         name = slug(cand.label)
@@ -424,11 +418,16 @@ class Loop:
             self.run.save_iteration(record)
 
     def concurrently(self, work: Callable, items: list) -> list:
-        """work(item) for every item at once, results in order (one evaluation per candidate)."""
-        if len(items) == 1:
-            return [work(items[0])]
+        """work(item) for every item at once, results in order. Ctrl-C or a failure in one cancels
+        the evaluations of the others, so nothing runs on unseen."""
+        if len(items) <= 1:
+            return [work(item) for item in items]
         with ThreadPoolExecutor(max_workers=len(items)) as pool:
-            return list(pool.map(work, items))
+            try:
+                return list(pool.map(work, items))
+            except BaseException:
+                self.backend.cancel()
+                raise
 
     def step(self, text: str) -> None:
         self.state.current_step = text

@@ -126,3 +126,26 @@ def test_a_run_killed_mid_iteration_resumes_to_the_same_end(three, tmp_path):
     assert again["branches"] == original["branches"]
     assert {b: again["trees"][b] for b in ("iter-001a", "iter-001b", "best")} == {b: original["trees"][b] for b in ("iter-001a", "iter-001b", "best")}
     assert again["usage"] == original["usage"] and again["decisions"] == original["decisions"]
+
+
+def test_ctrl_c_while_candidates_are_evaluated_stops_all_of_them(tmp_path):
+    repo = make_target(tmp_path / "target")
+    controller = subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *ARGS], env={**os.environ, **ENV},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    files: list[Path] = []
+    while time.monotonic() < deadline and controller.poll() is None:
+        files = [p for p in (repo / "runs").glob("run-*/evals/iter-001[ab]-gate/sims.jsonl") if p.read_text().count("\n") >= 5]
+        if len(files) == 2:
+            break
+        time.sleep(0.1)
+    assert len(files) == 2 and controller.poll() is None, "the two gate evaluations were never seen running at once"
+    controller.send_signal(signal.SIGINT)
+    _, err = controller.communicate(timeout=60)
+    assert controller.returncode == 130, err
+    counts = [p.read_text().count("\n") for p in files]
+    assert max(counts) < 40, counts  # stopped mid-stage (40 gate tasks), not left to finish it
+    time.sleep(2)
+    assert [p.read_text().count("\n") for p in files] == counts  # both candidates' workers were stopped
+    state = json.loads((repo / "runs" / run_id_of(repo) / "state.json").read_text())
+    assert state["status"] == "interrupted"
