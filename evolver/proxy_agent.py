@@ -112,13 +112,16 @@ class AgentProcess:
         finally:
             theirs.close()
         self.chan = Channel(ours)
-        self.closed = self.reaped = False
+        self.closed = self.reaped = self.ready = False
         self.turn_usage = RoleUsage()
 
     def attach(self, context: SimContext) -> "AgentProcess":
-        """Give this process to one simulation, once it has confined itself and imported the candidate."""
+        """Give this process to one simulation, once it has confined itself and imported the candidate
+        (the worker's import check attaches it first, then hands it on to the first simulation)."""
         self.context = context
         context.processes.append(self)
+        if self.ready:
+            return self
         # Nothing of the candidate's has run yet: this first answer is still trustworthy.
         first = self._receive(("confined", "sandbox_error"), "setting up its sandbox")
         if first["op"] == "sandbox_error":
@@ -128,6 +131,7 @@ class AgentProcess:
         ready = self._receive(("ready", "import_error"), "importing agent/agent.py")
         if ready["op"] == "import_error":
             raise AgentFault(f"agent/agent.py failed to import: {_text(ready.get('error'))}")
+        self.ready = True
         return self
 
     def request(self, message: dict, expect: str) -> dict:
@@ -221,9 +225,9 @@ class AgentPool:
     many may wait at a time; it falls to 0 once every simulation has its process, so none is
     started for nothing. Each process still serves exactly one simulation."""
 
-    def __init__(self, s: Settings, want: Callable[[], int]):
+    def __init__(self, s: Settings, want: Callable[[], int], ready: tuple[AgentProcess, ...] = ()):
         self.s, self.want = s, want
-        self.ready: deque[AgentProcess] = deque()
+        self.ready: deque[AgentProcess] = deque(ready)
         self.cond = threading.Condition()
         self.closed = False
         self.thread = threading.Thread(target=self._refill, name="agent-pool", daemon=True)

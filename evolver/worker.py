@@ -145,24 +145,23 @@ def stage_candidate(checkout: Path, staging: Path) -> Path:
     return source
 
 
-def check_candidate(s) -> dict:
-    """Import the candidate once in a sandboxed agent process before any simulation:
-    a broken candidate fails fast and clearly. Returns the isolation in force."""
+def check_candidate(s):
+    """Import the candidate in a sandboxed agent process before any simulation: a broken
+    candidate fails fast and clearly. Returns that process, ready: it serves the first simulation."""
     from evolver import proxy_agent
 
     context = proxy_agent.SimContext()
     try:
-        process = proxy_agent.AgentProcess(s).attach(context)
+        return proxy_agent.AgentProcess(s).attach(context)
     except proxy_agent.SandboxFailure as exc:
+        context.close()
         raise Stop("usage_error", f"{exc}; fix the system, or pass --unsafe-no-sandbox to run candidates unconfined", EXIT_USAGE) from None
     except proxy_agent.AgentFault as exc:
+        context.close()
         message = str(exc)
         if "did not answer within" in message:
             message = f"agent/agent.py did not finish importing within {s.turn_timeout:g} s"
         raise Stop("candidate_error", message, EXIT_CANDIDATE) from None
-    finally:
-        context.close()
-    return process.isolation
 
 
 def _usage(messages, kind) -> RoleUsage:
@@ -354,23 +353,26 @@ def run(req: EvalRequest) -> None:
             sandbox=req.sandbox, limits={"memory_mb": req.agent_memory_mb}, turn_timeout=req.agent_timeout,
             completion=llm_utils.completion, factory=WorkerConnection.from_environment(), max_steps=req.max_steps,
         )
-        isolation = check_candidate(proxy_agent.settings)
-        registry.register_agent(proxy_agent.ProxyAgent, AGENT_NAME)
-        _simulate(req, tasks, isolation)
+        checked = check_candidate(proxy_agent.settings)
+        try:
+            registry.register_agent(proxy_agent.ProxyAgent, AGENT_NAME)
+            _simulate(req, tasks, checked)
+        finally:
+            checked.close()  # a no-op once a simulation has had it
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _simulate(req: EvalRequest, tasks: list, isolation: dict) -> None:
+def _simulate(req: EvalRequest, tasks: list, checked) -> None:
     import tau2.run
 
     from evolver import proxy_agent
 
-    running_at = time.time()
+    running_at, isolation = time.time(), checked.isolation
     _status(req, "running", tasks=[t.id for t in tasks], running_at=running_at, isolation=isolation)
     recorder = Recorder(req, tau2.run.run_task, len(tasks) * req.trials)
     tau2.run.run_task = recorder
-    proxy_agent.pool = proxy_agent.AgentPool(proxy_agent.settings, lambda: min(req.concurrency, PREFORK, recorder.waiting()))
+    proxy_agent.pool = proxy_agent.AgentPool(proxy_agent.settings, lambda: min(req.concurrency, PREFORK, recorder.waiting()), ready=(checked,))
     try:
         tau2.run.run_tasks(
             domain=req.domain, tasks=tasks, agent=AGENT_NAME, user="user_simulator",

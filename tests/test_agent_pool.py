@@ -76,3 +76,15 @@ def test_spares_left_when_the_evaluation_ends_are_killed(settings):
     spares = list(factory.spawned)
     pool.close()
     assert all(factory.exit_code(pid, 10) is not None for pid in spares)
+
+
+def test_the_process_that_checked_the_import_serves_the_first_simulation(settings):
+    checked = proxy_agent.AgentProcess(settings).attach(proxy_agent.SimContext())  # the worker's import check
+    pool = proxy_agent.AgentPool(settings, lambda: 0, ready=(checked,))
+    context = proxy_agent.SimContext()
+    try:
+        assert pool.take(context) is checked and context.processes == [checked]
+        assert settings.factory.spawned == [checked.pid]  # no second process was started for it
+    finally:
+        pool.close()
+        context.close()
