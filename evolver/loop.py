@@ -20,8 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
-from rich.console import Console
-
+from evolver import events as ev
 from evolver import gate as gatelib
 from evolver.backends import Backend
 from evolver.config import Config, eval_request, gate_config
@@ -33,7 +32,6 @@ from evolver.metrics import rewards_by_task
 from evolver.noop import inert_edit_reason
 from evolver.patch import Edit, PatchRejected, apply_edits
 from evolver.propose import agent_files_text, build_messages, propose
-from evolver.report import progress_bar
 from evolver.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
 
 SMOKE_TIMEOUT = 600.0
@@ -55,7 +53,7 @@ class Loop:
     lineage: Lineage
     prompts_dir: Path
     guide: str
-    console: Console
+    events: ev.Events
     identifiers: frozenset = frozenset()  # the domain's task-data identifiers, for the static scan
     backend: Optional[Backend] = None  # where simulations run; set by the command that drives the loop
     started: float = dataclasses.field(default_factory=time.monotonic)
@@ -74,19 +72,18 @@ class Loop:
             self.state.status = "finished"
             self.save_state()
             self.run.log("stopped", reason=str(stop))
-            self.console.print(f"[bold]stopped:[/bold] {stop}")
+            self.events.emit(ev.Ended("stopped", str(stop), self.run.run_id))
             self.holdout()
         except ProviderError as exc:  # the meta-LLM stayed down through its retries: nothing is lost, resume later
             self.state.status, self.state.stop_reason = "paused", f"the meta-LLM failed: {exc}"
             self.save_state()
             self.run.log("paused", reason=str(exc))
-            self.console.print(f"[yellow]paused[/yellow]: the meta-LLM failed after retries ({exc}); "
-                               f"resume with `evolver run --resume {self.run.run_id}` once it is back")
+            self.events.emit(ev.Ended("paused", str(exc), self.run.run_id))
         except KeyboardInterrupt:
             self.state.status = "interrupted"
             self.save_state()
             self.run.log("interrupted")
-            self.console.print(f"[yellow]interrupted[/yellow]: resume with `evolver run --resume {self.run.run_id}`")
+            self.events.emit(ev.Ended("interrupted", "", self.run.run_id))
             raise
 
     def iterate(self, n: int) -> None:
@@ -105,21 +102,16 @@ class Loop:
         self.step("measuring the baseline")
         analysis = self.analysis_result()
         reference = self.reference_table()
-        self.console.print(f"baseline: analysis reward {_fmt(analysis.summary.avg_reward)}, gate reward {_fmt(_mean(reference))}")
+        self.events.emit(ev.Baseline(analysis.summary.avg_reward, _mean(reference)))
         if _mean(reference) == 1.0:
             raise StopRun("the incumbent already passes every gate task in every trial, so no candidate can be shown better; "
                           "evolve on a harder domain or split, or with a weaker agent model")
         floor = gatelib.noise_floor(reference, self.gate)
-        where = f"with {len(self.manifest.gate_tasks)} gate tasks and {self.gate.stages[-1]} trial(s) per task"
-        if math.isinf(floor):
-            self.console.print(f"[yellow]warning:[/yellow] {where} no effect reaches 80% power: only a candidate that fixes nearly every gate task can be kept; add gate tasks or trials")
-        else:
-            self.console.print(f"noise floor: {where} the gate resolves effects of about {floor * 100:.1f} points (80% power)")
-        if 0 < self.gate.min_effect < floor and not math.isinf(floor):  # 0 means no minimum was asked for
-            self.console.print(f"[yellow]warning:[/yellow] the minimum effect ({self.gate.min_effect * 100:.1f} points) is below the noise floor; smaller gains will usually be rejected")
-        self.print_estimate(analysis)
+        self.events.emit(ev.NoiseFloor(len(self.manifest.gate_tasks), self.gate.stages[-1], None if math.isinf(floor) else floor * 100,
+                                       self.gate.min_effect * 100))
+        self.estimate(analysis)
 
-    def print_estimate(self, analysis: EvalResult) -> None:
+    def estimate(self, analysis: EvalResult) -> None:
         """What the rest of the run can cost at most, priced by the baseline's own simulations."""
         sims = analysis.summary.num_simulations + len(self.manifest.gate_tasks) * self.gate.stages[-1]
         cost = sum(u.cost for u in self.state.usage.values())
@@ -127,10 +119,9 @@ class Loop:
             self.cfg, len(self.manifest.analysis_tasks), len(self.manifest.gate_tasks), len(self.manifest.holdout_tasks),
             iterations=self.state.iterations_target - self.state.next_iteration + 1, baseline=False,
         )
-        self.console.print(
-            f"estimate from the baseline: ${cost / max(1, sims):.4f} per simulation; the remaining run takes at most "
-            f"{remaining:,} simulations, about ${remaining * cost / max(1, sims):.2f} and {remaining * analysis.summary.duration / max(1, analysis.summary.num_simulations) / 3600:.1f} h"
-        )
+        per_sim = cost / max(1, sims)
+        hours = remaining * analysis.summary.duration / max(1, analysis.summary.num_simulations) / 3600
+        self.events.emit(ev.Estimate(per_sim, remaining, remaining * per_sim, hours))
 
     def refresh_stale_reference(self) -> None:
         """A reference older than reference_max_hours is measured again, with fresh seeds,
@@ -265,8 +256,7 @@ class Loop:
         self.save_state()
         for cand in record.candidates:
             self.lineage.remove_worktree(self.run.worktree(f"iter-{slug(cand.label)}"))
-            colour = {"accepted": "green", "rejected": "red"}.get(cand.status, "yellow")
-            self.console.print(f"iteration {cand.label}: [{colour}]{cand.status}[/{colour}] {cand.title or ''} - {cand.reason}")
+            self.events.emit(ev.Decided(cand.label, cand.status, cand.title, cand.reason))
 
     def holdout(self) -> None:
         """Evaluate the base and the kept lineage on the sealed holdout (never used for a decision)."""
@@ -281,7 +271,7 @@ class Loop:
             results[label] = res.summary.avg_reward
             self.lineage.remove_worktree(wt)
         write_json_atomic(self.run.path / "holdout.json", results)
-        self.console.print(f"holdout: base {_fmt(results['base'])}, best {_fmt(results['best'])} (never used for any decision)")
+        self.events.emit(ev.Holdout(results["base"], results["best"]))
 
     # ------------------------------------------------------------------ helpers
     def check_stop(self) -> None:
@@ -333,8 +323,11 @@ class Loop:
             return EvalResult.model_validate_json(done.read_text())
         timeout = timeout or self.cfg.worker_timeout
         req = eval_request(self.cfg, checkout, out, timeout=timeout, split=None, task_ids=tasks, trials=trials, seed=seed)
-        with progress_bar(self.console, name) as update:
-            result = self.backend.evaluate(req, self.run.run_id, timeout=timeout, on_progress=update)
+        try:
+            result = self.backend.evaluate(req, self.run.run_id, timeout=timeout,
+                                           on_progress=lambda done, total: self.events.emit(ev.EvalProgress(name, done, total)))
+        finally:
+            self.events.emit(ev.EvalFinished(name))
         holder = record if record is not None else self.state
         with self.saving:
             charged = holder.charged.setdefault(name, {})
@@ -432,6 +425,7 @@ class Loop:
     def step(self, text: str) -> None:
         self.state.current_step = text
         self.save_state()
+        self.events.emit(ev.Phase(text))
 
     def elapsed(self) -> float:
         return self.state.elapsed + time.monotonic() - self.started

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from evolver import events as ev
 from evolver.data import EvalResult
 
 
@@ -66,6 +68,65 @@ def progress_bar(console: Console, label: str):
             if entry[1] == 0:
                 progress.stop()
                 del _bars[id(console)]
+
+
+class ConsoleView:
+    """The terminal's view of a run: renders the loop's events (evolver.events), from any thread."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.bars: dict[str, tuple] = {}  # evaluation -> (its progress_bar context, update)
+        self.lock = threading.Lock()
+
+    def __call__(self, event: ev.Event) -> None:
+        with self.lock:
+            if isinstance(event, ev.EvalProgress):
+                if event.name not in self.bars:
+                    bar = progress_bar(self.console, event.name)
+                    self.bars[event.name] = (bar, bar.__enter__())
+                self.bars[event.name][1](event.done, event.total)
+            elif isinstance(event, ev.EvalFinished):
+                bar = self.bars.pop(event.name, None)
+                if bar:
+                    bar[0].__exit__(None, None, None)
+            else:
+                for line in _lines(event, self.console.is_terminal):
+                    self.console.print(line)
+
+
+def _lines(event: ev.Event, terminal: bool) -> list[str]:
+    if isinstance(event, ev.Phase):  # a log file hears of every phase; a terminal sees the bars
+        return [] if terminal else [f"{time.strftime('%H:%M:%S')} {event.text}"]
+    if isinstance(event, ev.Baseline):
+        return [f"baseline: analysis reward {_fmt(event.analysis)}, gate reward {_fmt(event.gate)}"]
+    if isinstance(event, ev.NoiseFloor):
+        where = f"with {event.tasks} gate tasks and {event.trials} trial(s) per task"
+        if event.points is None:
+            return [f"[yellow]warning:[/yellow] {where} no effect reaches 80% power: only a candidate that fixes nearly every gate task can be kept; add gate tasks or trials"]
+        lines = [f"noise floor: {where} the gate resolves effects of about {event.points:.1f} points (80% power)"]
+        if 0 < event.min_effect_points < event.points:  # 0 means no minimum was asked for
+            lines.append(f"[yellow]warning:[/yellow] the minimum effect ({event.min_effect_points:.1f} points) is below the noise floor; smaller gains will usually be rejected")
+        return lines
+    if isinstance(event, ev.Estimate):
+        return [f"estimate from the baseline: ${event.usd_per_simulation:.4f} per simulation; the remaining run takes at most "
+                f"{event.simulations:,} simulations, about ${event.usd:.2f} and {event.hours:.1f} h"]
+    if isinstance(event, ev.Decided):
+        colour = {"accepted": "green", "rejected": "red"}.get(event.status, "yellow")
+        return [f"iteration {event.label}: [{colour}]{event.status}[/{colour}] {event.title or ''} - {event.reason}"]
+    if isinstance(event, ev.Holdout):
+        return [f"holdout: base {_fmt(event.base)}, best {_fmt(event.best)} (never used for any decision)"]
+    if isinstance(event, ev.Ended):
+        return {
+            "stopped": [f"[bold]stopped:[/bold] {event.reason}"],
+            "paused": [f"[yellow]paused[/yellow]: the meta-LLM failed after retries ({event.reason}); "
+                       f"resume with `evolver run --resume {event.run_id}` once it is back"],
+            "interrupted": [f"[yellow]interrupted[/yellow]: resume with `evolver run --resume {event.run_id}`"],
+        }[event.how]
+    return []
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 def _score(x) -> str:

@@ -60,7 +60,7 @@ def test_the_worker_reads_the_trial_from_tau2_and_never_guesses(tmp_path):
 
     role = RoleModel(model="scripted/agent")
     req = EvalRequest(checkout=str(tmp_path), out_dir=str(tmp_path / "out"), domain="mock", trials=3, seed=300, agent=role, user=role, judge=role)
-    recorder = Recorder(req, run_task=None)
+    recorder = Recorder(req, run_task=None, total=3)
 
     def _run(task, trial, seed, progress_str):  # shaped like tau2's run_tasks._run
         return recorder._trial("t", seed, sys._getframe(0))

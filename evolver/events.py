@@ -1,0 +1,93 @@
+"""What a run reports as it goes: typed events, and the bus the loop emits them on.
+
+The loop never prints. Subscribers render the events: the terminal view
+(evolver.report.ConsoleView) today; a live dashboard, a log or an experiment
+tracker can subscribe the same way. Events are plain data, emitted from the
+loop's thread and from the threads that evaluate candidates at once, so a
+subscriber must be thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+
+@dataclass(frozen=True)
+class Phase:
+    text: str  # "iteration 3: gate stage 2/5 (2 trial(s) per task, 2 candidates)"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    analysis: Optional[float]
+    gate: Optional[float]
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    tasks: int
+    trials: int
+    points: Optional[float]  # smallest effect with 80% power, points; None: no effect reaches it
+    min_effect_points: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    usd_per_simulation: float
+    simulations: int  # the most the rest of the run can take
+    usd: float
+    hours: float
+
+
+@dataclass(frozen=True)
+class EvalProgress:
+    name: str  # the evaluation, e.g. "iter-003b-gate"
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class EvalFinished:
+    name: str
+
+
+@dataclass(frozen=True)
+class Decided:
+    label: str  # the candidate
+    status: str
+    title: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Holdout:
+    base: Optional[float]
+    best: Optional[float]
+
+
+@dataclass(frozen=True)
+class Ended:
+    how: str  # "stopped", "paused" (the meta-LLM stayed down) or "interrupted"
+    reason: str
+    run_id: str
+
+
+Event = Phase | Baseline | NoiseFloor | Estimate | EvalProgress | EvalFinished | Decided | Holdout | Ended
+
+
+class Events:
+    def __init__(self) -> None:
+        self.subscribers: list[Callable[[Event], None]] = []
+        self.lock = threading.Lock()
+
+    def subscribe(self, subscriber: Callable[[Event], None]) -> None:
+        with self.lock:
+            self.subscribers.append(subscriber)
+
+    def emit(self, event: Event) -> None:
+        with self.lock:
+            subscribers = list(self.subscribers)
+        for subscriber in subscribers:
+            subscriber(event)
