@@ -85,3 +85,13 @@ def candidates_script(name, messages, tools):
         if found:
             return Reply(PROPOSALS[{"1": 3, "2": 2, "3": 0}[found.group(1)]])
     return script(name, messages, tools)
+
+
+def distinct_candidates_script(name, messages, tools):
+    """Candidate i of K adds its own harmless line to the instruction: K distinct candidates,
+    each evaluated in full (benchmarks/parallel_candidates.py)."""
+    if name == "meta":
+        found = re.search(r"proposal (\d+) of \d+", str(messages[1].get("content") or ""))
+        i = found.group(1) if found else "1"
+        return Reply(f"TITLE: Note {i}\nRATIONALE: a harmless note\n" + _anchor_edit(f"Note {i}: be courteous."))
+    return script(name, messages, tools)
