@@ -95,3 +95,22 @@ def distinct_candidates_script(name, messages, tools):
         i = found.group(1) if found else "1"
         return Reply(f"TITLE: Note {i}\nRATIONALE: a harmless note\n" + _anchor_edit(f"Note {i}: be courteous."))
     return script(name, messages, tools)
+
+
+THOROUGH = "Be thorough: check every detail before you act."
+PATCHES = {"exact": EXACT, "thorough": THOROUGH, "worse": TRANSFER, "note1": "Note 1: be courteous.", "note2": "Note 2: be brief."}
+
+
+def policy_script(name, messages, tools):
+    """The meta-LLM of the loop-policy tests (tests/test_loop_policy.py). EVOLVER_TEST_PROPOSALS
+    lists, iteration by iteration, the patches to propose, e.g. "worse,note1"; "exact+thorough"
+    gives candidate 1 of 2 'exact' and candidate 2 'thorough'."""
+    import os
+
+    prompt = str(messages[1].get("content") or "")
+    plan = os.environ["EVOLVER_TEST_PROPOSALS"].split(",")
+    done = len(set(re.findall(r"^- Iteration (\d+)[a-z]?:", prompt, re.M)))
+    choices = plan[min(done, len(plan) - 1)].split("+")
+    which = re.search(r"proposal (\d+) of \d+", prompt)
+    key = choices[int(which.group(1)) - 1 if which else 0]
+    return Reply(f"TITLE: {key}\nRATIONALE: policy test\n" + _anchor_edit(PATCHES[key]))

@@ -1,0 +1,145 @@
+"""The loop's policy, branch by branch, against a fake evaluation backend.
+
+The backend (evolver.backends.Backend) is the loop's only way to simulations, so
+a fake one that scores each task from the candidate's instruction text lets
+these tests run the real loop, git lineage, proposer (scripted meta-LLM), gate
+and run store in seconds: what is kept, what becomes the parent, when the run
+stops, what an undecided iteration does to the stall rule, which of several
+good candidates wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from rich.console import Console
+
+from evolver.backends import TaskListing
+from evolver.config import load_config
+from evolver.data import EvalResult, RoleUsage, SimRecord
+from evolver.metrics import summarize
+from evolver.start import new_run
+from tests.conftest import git
+from tests.scripts.loop_cases import EXACT, THOROUGH, TRANSFER
+
+TASKS = [f"task_{i:02d}" for i in range(60)]
+
+
+def _uniform(*key) -> float:
+    return int(hashlib.sha256(repr(key).encode()).hexdigest()[:8], 16) / 16**8
+
+
+class FakeBackend:
+    """Each task passes with a base rate of its own, raised or lowered by markers in the agent's
+    instruction. Draws depend on task, trial and seed only (common random numbers), so a better
+    agent never loses a simulation the worse one wins."""
+
+    name = "fake"
+
+    def __init__(self, base: float = 0.4, infra_marker: str | None = None):
+        self.base, self.infra_marker = base, infra_marker
+        self.evaluations: list[tuple[str, int]] = []  # (evaluation name, seed)
+
+    def rate(self, task: str, text: str) -> float:
+        rate = min(1.0, self.base + 0.4 * _uniform(task))
+        if TRANSFER in text:
+            return 0.0
+        return min(1.0, rate + 0.25 * (EXACT in text) + 0.45 * (THOROUGH in text))
+
+    def evaluate(self, req, run_id, *, timeout, on_progress=None) -> EvalResult:
+        text = (Path(req.checkout) / "agent" / "agent.py").read_text()
+        Path(req.out_dir).mkdir(parents=True, exist_ok=True)
+        self.evaluations.append((Path(req.out_dir).name, req.seed))
+        infra = self.infra_marker is not None and self.infra_marker in text
+        records = []
+        for trial in range(req.trials):
+            for task in req.task_ids:
+                if infra:
+                    records.append(SimRecord(task_id=task, trial=trial, outcome="infra_error", error="fake outage"))
+                    continue
+                passed = _uniform(task, trial, req.seed) < self.rate(task, text)
+                records.append(SimRecord(task_id=task, trial=trial, seed=req.seed, outcome="ok", reward=float(passed),
+                                         usage={"agent": RoleUsage(prompt_tokens=100, completion_tokens=10, cost=0.001)}))
+        return EvalResult(run_id=run_id, checkout=req.checkout, domain=req.domain, split=req.split, task_ids=list(req.task_ids),
+                          trials=req.trials, seed=req.seed, max_steps=req.max_steps, models={"agent": req.agent, "user": req.user, "judge": req.judge},
+                          summary=summarize(records, len(req.task_ids), req.trials, 0.0), simulations=records)
+
+    def list_tasks(self, req) -> TaskListing:
+        return TaskListing(tasks=TASKS)
+
+    def cancel(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def run_loop(tmp_path, monkeypatch, proposals: str, backend: FakeBackend | None = None, **settings):
+    """A whole run, in-process; returns the loop (its run directory and state are on disk)."""
+    from evolver.scaffold import init_repo
+
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:policy_script")
+    monkeypatch.setenv("EVOLVER_TEST_PROPOSALS", proposals)
+    repo = tmp_path / "target"
+    init_repo(repo)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge",
+                             "meta_model": "scripted/meta", "domain": "fake", "holdout": "off", "gate_stages": ["1", "2"], **settings},
+                      environ={})
+    backend = backend or FakeBackend()
+    loop = new_run(repo, cfg, "run-policy", backend, allow_dirty=False, dry_run=False, console=Console(quiet=True))
+    loop.drive()
+    return loop
+
+
+def statuses(loop) -> list[tuple[str, str]]:
+    return [(c.label, c.status) for r in loop.run.iterations() for c in r.candidates]
+
+
+def test_a_kept_candidate_becomes_the_parent_and_is_measured_afresh(tmp_path, monkeypatch):
+    backend = FakeBackend()
+    loop = run_loop(tmp_path, monkeypatch, "exact,note1", backend, iterations=2)
+    assert statuses(loop) == [("1", "accepted"), ("2", "rejected")]
+    first, second = loop.run.iterations()
+    assert second.parent == 1 and second.parent_commit == first.winner.commit
+    assert loop.lineage.commit_of(loop.lineage.best_branch) == first.winner.commit
+    # the new incumbent's reference is measured again, with fresh seeds, not reused from its own gate
+    seeds = dict(backend.evaluations)
+    assert seeds["reference-g1"] == seeds["reference-g0"] + 1000
+
+
+def test_the_stall_rule_stops_the_run(tmp_path, monkeypatch):
+    loop = run_loop(tmp_path, monkeypatch, "worse", iterations=6, stall=2)
+    assert statuses(loop) == [("1", "rejected"), ("2", "refused")]  # the second is identical to the first: refused for free
+    assert loop.state.status == "finished" and "2 consecutive candidates were not kept" in loop.state.stop_reason
+
+
+def test_an_undecided_iteration_neither_counts_nor_resets_the_stall(tmp_path, monkeypatch):
+    backend = FakeBackend(infra_marker="Note 1")
+    loop = run_loop(tmp_path, monkeypatch, "worse,note1,note2", backend, iterations=6, stall=2)
+    assert statuses(loop) == [("1", "rejected"), ("2", "undecided"), ("3", "rejected")]
+    assert "2 consecutive candidates were not kept" in loop.state.stop_reason
+
+
+def test_of_two_good_candidates_the_better_one_is_kept(tmp_path, monkeypatch):
+    loop = run_loop(tmp_path, monkeypatch, "exact+thorough", iterations=1, candidates=2)
+    [record] = loop.run.iterations()
+    assert record.kept == "1b" and record.status == "accepted"
+    loser = record.candidate("1a")
+    assert loser.status == "rejected" and "candidate 1b did better" in loser.reason
+    assert loop.state.incumbent == 1 and loop.state.incumbent_commit == record.candidate("1b").commit
+    assert loop.state.decisions == 2
+
+
+def test_the_dollar_budget_stops_the_run(tmp_path, monkeypatch):
+    loop = run_loop(tmp_path, monkeypatch, "worse,note1,note2", iterations=10, budget_usd=0.2, stall=0)
+    assert "budget reached" in loop.state.stop_reason
+    assert len(loop.run.iterations()) < 10
+
+
+def test_a_baseline_that_passes_everything_ends_the_run_at_once(tmp_path, monkeypatch):
+    loop = run_loop(tmp_path, monkeypatch, "exact", FakeBackend(base=1.0), iterations=3)
+    assert loop.run.iterations() == [] and "already passes every gate task" in loop.state.stop_reason
