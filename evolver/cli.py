@@ -1,4 +1,4 @@
-"""Command line: `evolver init | eval | run | history | show | rollback | status | tasks | daemon`."""
+"""Command line: `evolver init | eval | run | history | show | rollback | status | runs | tasks | daemon`."""
 
 from __future__ import annotations
 
@@ -157,9 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", required=True, help="why (recorded in the run log)")
     p.add_argument("--repo", default=".")
 
-    p = sub.add_parser("status", help="what a running or finished run is doing")
+    p = sub.add_parser("status", help="what a running or finished run is doing: phase, simulations, cost per role, ETA")
     p.add_argument("run", nargs="?", help="run id (default: the newest)")
     p.add_argument("--repo", default=".")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("runs", help="the runs of a repository: status, best gate score, cost")
+    p.add_argument("--repo", default=".", help="repository (default: current)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("daemon", help="the warm worker process that makes evaluations start fast: status or stop",
@@ -385,14 +389,29 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from evolver.history import status
+    from evolver.report import status_table
     from evolver.runstate import find_run
 
     info = status(find_run(Path(args.repo).resolve(), args.run))
     if args.json:
         print(json.dumps(info, indent=2))
     else:
-        for key in ("run_id", "status", "step", "stop_reason", "iterations_done", "iterations_target", "best", "decisions", "expected_false_keeps", "cost", "elapsed_seconds", "split_note", "models"):
-            print(f"{key}: {info[key]}")
+        out_console().print(status_table(info))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from evolver.history import runs
+    from evolver.report import runs_table
+
+    repo = Path(args.repo).resolve()
+    rows = runs(repo)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print(f"no runs in {repo / 'runs'}; start one with `evolver run`")
+    else:
+        out_console().print(runs_table(rows))
     return 0
 
 
@@ -421,13 +440,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
-        print("evolver: error: a command is needed (init, eval, run, history, show, rollback, status, tasks, daemon); see `evolver --help`", file=sys.stderr)
+        print("evolver: error: a command is needed (init, eval, run, history, show, rollback, status, runs, tasks, daemon); see `evolver --help`", file=sys.stderr)
         return 2
     # SIGTERM stops a command as Ctrl-C does: the run records "interrupted", workers and the
     # embedded model's server are stopped on the way out instead of being left behind.
     signal.signal(signal.SIGTERM, _interrupt)
     handler = {"eval": cmd_eval, "init": cmd_init, "tasks": cmd_tasks, "run": cmd_run, "history": cmd_history,
-               "show": cmd_show, "rollback": cmd_rollback, "status": cmd_status, "daemon": cmd_daemon}[args.command]
+               "show": cmd_show, "rollback": cmd_rollback, "status": cmd_status, "runs": cmd_runs, "daemon": cmd_daemon}[args.command]
     try:
         if args.command in ("eval", "run"):
             from evolver import zygote_client

@@ -69,6 +69,7 @@ class Config:
     # The loop (`evolver run`).
     iterations: int = 10
     candidates: int = 1  # proposed from the same parent and evaluated at once per iteration; at most one is kept
+    log_interval: float = 60.0  # seconds: with output to a file, a progress line at least this often
     analysis_split: str = ""  # default: train, or a seeded split for domains without one
     gate_split: str = ""  # default: test (the test gate), or the seeded rest
     analysis_trials: int = 1
@@ -135,7 +136,7 @@ BOUNDS: dict[str, tuple[Optional[float], Optional[float]]] = {
     "agent_memory_mb": (64, 65536), "budget_usd": (0, None), "max_hours": (0, None), "reference_max_hours": (0, None),
     "gate_min_effect": (0, 0.99),
 }
-POSITIVE = ("worker_timeout", "agent_timeout")  # seconds: more than 0
+POSITIVE = ("worker_timeout", "agent_timeout", "log_interval")  # seconds: more than 0
 CHOICES = {"holdout": ("auto", "on", "off"), "local_size": ("default", "small"), "backend": BACKENDS}
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -255,6 +256,7 @@ KEY_HELP: dict[str, str] = {
     "ray_address": "the Ray cluster to join with backend = ray: an address, or auto for a running one; empty: start a local Ray instance",
     "iterations": "iterations `evolver run` makes",
     "candidates": "candidates proposed and evaluated at once per iteration, 1-8; at most one is kept",
+    "log_interval": "seconds between progress lines when a run's output goes to a file (phase changes always get one)",
     "analysis_split": "split whose failures the meta-LLM sees (default: train, or a seeded half)",
     "gate_split": "split the gate decides on (default: test, or the other seeded half)",
     "analysis_trials": "trials per analysis task",
@@ -319,3 +321,11 @@ def gate_config(cfg: Config):
     except ValueError as exc:
         raise UsageError(f"gate settings: {exc}; gate_stages are increasing trial counts such as 1,2,3,4,6") from None
 
+
+def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True) -> int:
+    """The most simulations a run can take: per iteration each candidate's smoke test and full
+    gate, a fresh reference and analysis for a new incumbent; plus the baseline and the holdout."""
+    full = gate_config(cfg).stages[-1]
+    per_iteration = cfg.candidates * (1 + n_gate * full) + n_gate * full + n_analysis * cfg.analysis_trials
+    start = n_analysis * cfg.analysis_trials + n_gate * full if baseline else 0
+    return start + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials

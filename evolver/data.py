@@ -73,6 +73,25 @@ class RoleUsage(BaseModel):
             cost=self.cost + other.cost,
         )
 
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def priced(self) -> bool:
+        """False when tokens were used at no known price (a local or self-hosted model, or one
+        litellm has no price for): that cost is unknown, not $0."""
+        return self.cost > 0 or self.tokens == 0
+
+
+def cost_text(usages) -> str:
+    """Dollars for some roles' usage: "$0.0123", "unknown", or "$0.0123 + unknown" when part is unpriced."""
+    usages = list(usages)
+    known = sum(u.cost for u in usages if u.priced)
+    if all(u.priced for u in usages):
+        return f"${known:.4f}"
+    return f"${known:.4f} + unknown" if known else "unknown"
+
 
 Outcome = Literal["ok", "failed", "infra_error"]
 

@@ -42,6 +42,11 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class Spent:
+    usage: dict  # role -> RoleUsage: the run's tokens and dollars so far, the iteration in progress included
+
+
+@dataclass(frozen=True)
 class EvalProgress:
     name: str  # the evaluation, e.g. "iter-003b-gate"
     done: int
@@ -69,12 +74,12 @@ class Holdout:
 
 @dataclass(frozen=True)
 class Ended:
-    how: str  # "stopped", "paused" (the meta-LLM stayed down) or "interrupted"
+    how: str  # "stopped", "paused" (the meta-LLM stayed down), "interrupted", or "failed" (an error the command reports)
     reason: str
     run_id: str
 
 
-Event = Phase | Baseline | NoiseFloor | Estimate | EvalProgress | EvalFinished | Decided | Holdout | Ended
+Event = Phase | Baseline | NoiseFloor | Estimate | Spent | EvalProgress | EvalFinished | Decided | Holdout | Ended
 
 
 class Events:

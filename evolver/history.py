@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from pathlib import Path
 from typing import Optional
 
-from evolver.data import EvalResult
+from evolver.config import Config, max_simulations
+from evolver.data import EvalResult, RoleUsage, cost_text
 from evolver.errors import UsageError
 from evolver.lineage import Lineage
 from evolver.metrics import rewards_by_task
@@ -31,19 +34,31 @@ def history_rows(run: RunDir) -> list[dict]:
                 "gate_delta": None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent,
                 "verdict": c.status,
                 "reason": c.reason,
-                "cost": sum(u.cost for u in r.usage.values()) if i == 0 else None,
-                "tokens": sum(u.prompt_tokens + u.completion_tokens for u in r.usage.values()) if i == 0 else None,
+                "cost": cost_text(r.usage.values()) if i == 0 else None,
+                "usage": {k: v.model_dump() for k, v in r.usage.items()} if i == 0 else None,
+                "tokens": sum(u.tokens for u in r.usage.values()) if i == 0 else None,
                 "is_best": r.iteration == state.incumbent and r.kept == c.label,
             })
     return rows
 
 
 def status(run: RunDir) -> dict:
+    """Where a run stands, read from its files while it runs or after: a driver that died is "dead";
+    elapsed time advances while it runs; usage per role includes the iteration in progress."""
     state = run.state()
     manifest = run.manifest()
     running = run.is_locked()
     # "running" on disk with no driver holding the lock: the driver was killed before it could say so.
     shown = "running" if running else "dead" if state.status == "running" else state.status
+    usage = dict(state.usage)
+    current = run.iteration(state.next_iteration)
+    for role, u in (current.usage.items() if current else ()):
+        usage[role] = usage.get(role, RoleUsage()).add(u)
+    done, seconds_per_sim = _simulations(run)
+    cfg = Config(**manifest.config)
+    planned = done + max_simulations(cfg, len(manifest.analysis_tasks), len(manifest.gate_tasks), len(manifest.holdout_tasks),
+                                     iterations=max(0, state.iterations_target - state.next_iteration + 1), baseline=done == 0)
+    elapsed = state.elapsed + (time.time() - state.updated_at if running and state.updated_at else 0.0)
     return {
         "run_id": run.run_id,
         "status": shown,
@@ -51,17 +66,62 @@ def status(run: RunDir) -> dict:
         "stop_reason": state.stop_reason,
         "iterations_done": state.next_iteration - 1,
         "iterations_target": state.iterations_target,
-        "best": {"iteration": state.incumbent, "commit": state.incumbent_commit, "branch": f"evolver/{run.run_id}/best"},
+        "candidates_per_iteration": cfg.candidates,
+        "best": {"iteration": state.incumbent, "commit": state.incumbent_commit, "branch": f"evolver/{run.run_id}/best",
+                 "gate": best_gate_score(run, state)},
         "consecutive_rejections": state.consecutive_rejections,
         "decisions": state.decisions,
         "expected_false_keeps": state.decisions * manifest.gate["alpha"],
-        "usage": {k: v.model_dump() for k, v in state.usage.items()},
-        "cost": sum(u.cost for u in state.usage.values()),
-        "elapsed_seconds": state.elapsed,
+        "usage": {k: v.model_dump() for k, v in usage.items()},
+        "cost": sum(u.cost for u in usage.values()),
+        "cost_text": cost_text(usage.values()),
+        "simulations_done": done,
+        "simulations_planned_at_most": planned,
+        "seconds_per_simulation": seconds_per_sim,
+        # An upper bound: every remaining iteration is assumed to run every candidate's full gate.
+        "eta_seconds_at_most": None if seconds_per_sim is None or shown != "running" else (planned - done) * seconds_per_sim,
+        "elapsed_seconds": elapsed,
         "domain": manifest.config["domain"],
         "split_note": manifest.split_note,
         "models": {k: v.model for k, v in manifest.models.items()},
     }
+
+
+def runs(repo) -> list[dict]:
+    """Every run of a repository, newest last, as `evolver runs` lists them."""
+    rows = []
+    for path in sorted(Path(repo, "runs").glob("run-*/run.json"), key=lambda p: p.stat().st_mtime):
+        info = status(RunDir(Path(repo), path.parent.name))
+        rows.append({k: info[k] for k in ("run_id", "status", "iterations_done", "iterations_target", "best", "cost", "cost_text", "domain")})
+    return rows
+
+
+def best_gate_score(run: RunDir, state) -> Optional[float]:
+    """The incumbent's gate score: its winning candidate's, or the baseline's reference."""
+    record = run.iteration(state.incumbent) if state.incumbent else None
+    if record and record.winner:
+        return record.winner.gate_candidate
+    table = _table(run, "reference-g0")
+    values = [x for rewards in (table or {}).values() for x in rewards if x is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _simulations(run: RunDir) -> tuple[int, Optional[float]]:
+    """Simulations finished in the run, and the measured wall seconds per simulation of its
+    finished evaluations (at the run's concurrency), or None before the first one ends."""
+    done = 0
+    for sims in run.path.glob("evals/*/sims.jsonl"):
+        with open(sims, "rb") as fh:
+            done += sum(1 for _ in fh)
+    seconds = count = 0.0
+    for result in run.path.glob("evals/*/result-*.json"):
+        try:
+            summary = json.loads(result.read_text())["summary"]
+        except (OSError, ValueError, KeyError):
+            continue
+        seconds += summary.get("duration") or 0.0
+        count += summary.get("num_simulations") or 0
+    return done, (seconds / count if count else None)
 
 
 def _table(run: RunDir, name: str) -> Optional[dict]:

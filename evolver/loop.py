@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from evolver import events as ev
 from evolver import gate as gatelib
 from evolver.backends import Backend
-from evolver.config import Config, eval_request, gate_config
+from evolver.config import Config, eval_request, max_simulations
 from evolver.data import EvalResult, RoleUsage, write_json_atomic
 from evolver.digest import build_digest
 from evolver.lineage import Lineage, commit_message
@@ -84,6 +84,9 @@ class Loop:
             self.save_state()
             self.run.log("interrupted")
             self.events.emit(ev.Ended("interrupted", "", self.run.run_id))
+            raise
+        except BaseException as exc:  # the command reports it; the views only close
+            self.events.emit(ev.Ended("failed", str(exc), self.run.run_id))
             raise
 
     def iterate(self, n: int) -> None:
@@ -342,6 +345,7 @@ class Loop:
                 self.run.save_iteration(record)
         if record is None:
             self.save_state()
+        self.report_spent(record)
         if not result.worker_note:  # a stopped worker's result is incomplete: measure again next time
             write_json_atomic(done, result)
         return result
@@ -405,6 +409,14 @@ class Loop:
         with self.saving:
             record.usage[role] = record.usage.get(role, RoleUsage()).add(usage)
             self.run.save_iteration(record)
+        self.report_spent(record)
+
+    def report_spent(self, record: Optional[IterationRecord]) -> None:
+        """The run's usage so far, the iteration in progress included, for the views."""
+        total = dict(self.state.usage)
+        for role, usage in (record.usage.items() if record is not None else ()):
+            total[role] = total.get(role, RoleUsage()).add(usage)
+        self.events.emit(ev.Spent(total))
 
     def save(self, record: IterationRecord) -> None:
         with self.saving:
@@ -431,17 +443,8 @@ class Loop:
         return self.state.elapsed + time.monotonic() - self.started
 
     def save_state(self) -> None:
-        snapshot = self.state.model_copy(update={"elapsed": self.elapsed()})
+        snapshot = self.state.model_copy(update={"elapsed": self.elapsed(), "updated_at": time.time()})
         self.run.save_state(snapshot)
-
-
-def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True) -> int:
-    """The most simulations a run can take: per iteration a smoke test, the candidate's full gate,
-    a fresh reference and analysis for a new incumbent; plus the baseline and the holdout."""
-    full = gate_config(cfg).stages[-1]
-    per_iteration = 1 + 2 * n_gate * full + n_analysis * cfg.analysis_trials
-    start = n_analysis * cfg.analysis_trials + n_gate * full if baseline else 0
-    return start + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials
 
 
 def _best(iteration: int, commit: str, reason: str):

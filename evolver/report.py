@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
+from typing import Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from evolver import events as ev
-from evolver.data import EvalResult
+from evolver.data import EvalResult, RoleUsage, cost_text
 
 
 def eval_table(result: EvalResult) -> Table:
@@ -28,7 +29,7 @@ def eval_table(result: EvalResult) -> Table:
     table.add_row("failed by the agent", str(s.failed))
     table.add_row("infrastructure errors", f"[red]{s.infra_errors}[/red]" if s.infra_errors else "0")
     for role, u in sorted(s.usage.items()):
-        table.add_row(f"{role} tokens (in/out)", f"{u.prompt_tokens:,} / {u.completion_tokens:,}   ${u.cost:.4f}")
+        table.add_row(f"{role} tokens (in/out)", f"{u.prompt_tokens:,} / {u.completion_tokens:,}   {cost_text([u])}")
     table.add_row("duration", f"{s.duration:.1f} s")
     if result.harness:
         table.add_row("harness layers", ", ".join(f"{k}={v}" for k, v in result.harness.items()))
@@ -71,27 +72,83 @@ def progress_bar(console: Console, label: str):
 
 
 class ConsoleView:
-    """The terminal's view of a run: renders the loop's events (evolver.events), from any thread."""
+    """The run as it happens, from the loop's events (evolver.events), from any thread.
 
-    def __init__(self, console: Console):
-        self.console = console
-        self.bars: dict[str, tuple] = {}  # evaluation -> (its progress_bar context, update)
+    On a terminal: a live panel, the phase with its elapsed time, simulations done and the
+    cost per role on the first row, a bar per evaluation in flight below it, results printed
+    above. Otherwise (a log file): a timestamped line at every phase change, and one at
+    least every ``every`` seconds while nothing else is said, so a log is never silent long."""
+
+    def __init__(self, console: Console, every: float = 60.0):
+        self.console, self.every = console, every
         self.lock = threading.Lock()
+        self.phase, self.spent = "starting", ""
+        self.evals: dict[str, tuple[int, int]] = {}  # evaluation in flight -> (done, total)
+        self.finished_sims = 0
+        self.said = time.monotonic()
+        self.live: Optional[Progress] = None
+        self.rows: dict[str, object] = {}  # "" -> the phase row; evaluation name -> its bar
+        self.ended = threading.Event()
+        if not console.is_terminal:
+            threading.Thread(target=self._heartbeat, name="run-log", daemon=True).start()
 
     def __call__(self, event: ev.Event) -> None:
         with self.lock:
-            if isinstance(event, ev.EvalProgress):
-                if event.name not in self.bars:
-                    bar = progress_bar(self.console, event.name)
-                    self.bars[event.name] = (bar, bar.__enter__())
-                self.bars[event.name][1](event.done, event.total)
+            if isinstance(event, ev.Phase):
+                self.phase = event.text
+                self._reset_phase_clock()
+            elif isinstance(event, ev.Spent):
+                self.spent = ", ".join(f"{role} {cost_text([u])}" for role, u in sorted(event.usage.items()))
+            elif isinstance(event, ev.EvalProgress):
+                self.evals[event.name] = (event.done, event.total)
+                if self.live is not None:
+                    if event.name not in self.rows:
+                        self.rows[event.name] = self.live.add_task(event.name, total=None)
+                    self.live.update(self.rows[event.name], completed=event.done, total=event.total or None)
             elif isinstance(event, ev.EvalFinished):
-                bar = self.bars.pop(event.name, None)
-                if bar:
-                    bar[0].__exit__(None, None, None)
+                self.finished_sims += self.evals.pop(event.name, (0, 0))[0]
+                if self.live is not None and event.name in self.rows:
+                    self.live.remove_task(self.rows.pop(event.name))
+            for line in _lines(event, self.console.is_terminal):
+                self._say(line)
+            if isinstance(event, ev.Ended):
+                self._stop()
             else:
-                for line in _lines(event, self.console.is_terminal):
-                    self.console.print(line)
+                self._refresh()
+
+    def _say(self, line: str) -> None:
+        (self.live.console if self.live is not None else self.console).print(line)
+        self.said = time.monotonic()
+
+    def _summary(self) -> str:
+        done = self.finished_sims + sum(d for d, _ in self.evals.values())
+        return f"{self.phase} | {done:,} simulations done" + (f" | {self.spent}" if self.spent else "")
+
+    def _refresh(self) -> None:
+        if not self.console.is_terminal or self.ended.is_set():
+            return
+        if self.live is None:
+            self.live = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=self.console, transient=True)
+            self.live.start()
+            self.rows[""] = self.live.add_task(self._summary(), total=None)
+        self.live.update(self.rows[""], description=self._summary())
+
+    def _reset_phase_clock(self) -> None:
+        if self.live is not None:  # the phase row's clock counts this phase, e.g. how long the meta-LLM takes
+            self.live.reset(self.rows[""], total=None)
+
+    def _stop(self) -> None:
+        self.ended.set()
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def _heartbeat(self) -> None:
+        while not self.ended.wait(min(self.every, 5.0)):
+            with self.lock:
+                if time.monotonic() - self.said >= self.every:
+                    self._say(f"{time.strftime('%H:%M:%S')} {self._summary()}")
 
 
 def _lines(event: ev.Event, terminal: bool) -> list[str]:
@@ -115,7 +172,7 @@ def _lines(event: ev.Event, terminal: bool) -> list[str]:
         return [f"iteration {event.label}: [{colour}]{event.status}[/{colour}] {event.title or ''} - {event.reason}"]
     if isinstance(event, ev.Holdout):
         return [f"holdout: base {_fmt(event.base)}, best {_fmt(event.best)} (never used for any decision)"]
-    if isinstance(event, ev.Ended):
+    if isinstance(event, ev.Ended) and event.how != "failed":
         return {
             "stopped": [f"[bold]stopped:[/bold] {event.reason}"],
             "paused": [f"[yellow]paused[/yellow]: the meta-LLM failed after retries ({event.reason}); "
@@ -143,7 +200,7 @@ def history_table(run_id: str, rows: list[dict]) -> Table:
         table.add_row(
             f"{r['candidate']}{' *' if r['is_best'] else ''}", r["branch"] or "-", str(r["parent"]), r["title"] or "-",
             _score(r["analysis"]), f"{_score(r['gate_incumbent'])} -> {_score(r['gate_candidate'])}", delta,
-            f"[{colour}]{r['verdict']}[/{colour}]", r["reason"], "" if r["cost"] is None else f"${r['cost']:.4f}",
+            f"[{colour}]{r['verdict']}[/{colour}]", r["reason"], r["cost"] or "",
         )
     return table
 
@@ -169,3 +226,49 @@ def show_candidate(console: Console, info: dict) -> None:
         console.print("\n[bold]gate tasks whose pass rate changed[/bold]")
         for f in info["flips"]:
             console.print(f"  {f['task']}: {f['incumbent']:.2f} -> {f['candidate']:.2f}")
+
+def status_table(info: dict) -> Table:
+    """`evolver status` for people: one row per fact, no Python reprs."""
+    table = Table(title=f"evolver status {info['run_id']}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    colour = {"running": "green", "dead": "red", "paused": "yellow", "interrupted": "yellow"}.get(info["status"], "")
+    table.add_row("status", f"[{colour}]{info['status']}[/{colour}]" if colour else info["status"])
+    if info["step"]:
+        table.add_row("doing", info["step"])
+    if info["stop_reason"]:
+        table.add_row("stopped because", info["stop_reason"])
+    table.add_row("iterations", f"{info['iterations_done']} of {info['iterations_target']}"
+                  + (f", {info['candidates_per_iteration']} candidates each" if info["candidates_per_iteration"] > 1 else ""))
+    best = info["best"]
+    table.add_row("best", f"{'base' if best['iteration'] == 0 else 'iteration ' + str(best['iteration'])} "
+                          f"(gate {_fmt(best['gate'])}), {best['branch']}")
+    table.add_row("decisions", f"{info['decisions']}, expected false keeps {info['expected_false_keeps']:.2f}")
+    table.add_row("simulations", f"{info['simulations_done']:,} done, at most {info['simulations_planned_at_most']:,} in all")
+    table.add_row("elapsed", _duration(info["elapsed_seconds"]))
+    if info["eta_seconds_at_most"] is not None:
+        table.add_row("time left", f"at most {_duration(info['eta_seconds_at_most'])} "
+                                   f"(at the measured {info['seconds_per_simulation']:.1f} s per simulation)")
+    for role, usage in sorted(info["usage"].items()):
+        u = RoleUsage(**usage)
+        table.add_row(f"{role}", f"{u.prompt_tokens:,} in / {u.completion_tokens:,} out tokens, {cost_text([u])}")
+    table.add_row("cost", info["cost_text"])
+    table.add_row("models", ", ".join(f"{role} {model}" for role, model in info["models"].items()))
+    table.add_row("tasks", info["split_note"])
+    return table
+
+
+def runs_table(rows: list[dict]) -> Table:
+    table = Table(title="evolver runs", title_justify="left")
+    for col in ("run", "status", "domain", "iterations", "best (gate)", "cost"):
+        table.add_column(col)
+    for r in rows:
+        best = r["best"]
+        table.add_row(r["run_id"], r["status"], r["domain"], f"{r['iterations_done']}/{r['iterations_target']}",
+                      f"{'base' if best['iteration'] == 0 else best['iteration']} ({_fmt(best['gate'])})", r["cost_text"])
+    return table
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min" if seconds >= 3600 else f"{seconds // 60} min {seconds % 60:02d} s"

@@ -65,6 +65,7 @@ class RunState(BaseModel):
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
     best_history: list[BestChange] = Field(default_factory=list)
     elapsed: float = 0.0  # seconds spent driving the run, summed over resumes
+    updated_at: float = 0.0  # when the driver last wrote this file (status adds the time since, while it runs)
     current_step: str = ""
     # Evaluation name -> {simulation: fingerprint} already in `usage`: each one is charged once,
     # and saved in the same write as the usage it added, so no kill can lose or double it.

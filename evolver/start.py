@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver.backends import Backend
-from evolver.config import LOCAL, Config, eval_request, gate_config, require_sandbox
+from evolver.config import LOCAL, Config, eval_request, gate_config, max_simulations, require_sandbox
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 from evolver.events import Events
@@ -22,7 +22,7 @@ from evolver.gate import GateConfig
 from evolver.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.llm import check_api_base, missing_api_key, prepare_environment
 from evolver.local.server import CTX_PER_SLOT
-from evolver.loop import Loop, max_simulations
+from evolver.loop import Loop
 from evolver.report import ConsoleView
 from evolver.runstate import Manifest, RunDir, RunState
 
@@ -174,11 +174,11 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
     # The gate as the run recorded it, not as today's code would build it: an upgrade never changes a run mid-way.
     gate = GateConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in manifest.gate.items()})
     return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate, lineage=lineage,
-                prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console), identifiers=identifiers)
+                prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console, cfg), identifiers=identifiers)
 
 
-def _view(console: Console) -> Events:
+def _view(console: Console, cfg: Config) -> Events:
     """The run's events, rendered on the terminal (other subscribers can join)."""
     events = Events()
-    events.subscribe(ConsoleView(console))
+    events.subscribe(ConsoleView(console, every=cfg.log_interval))
     return events

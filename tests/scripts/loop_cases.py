@@ -107,6 +107,8 @@ def policy_script(name, messages, tools):
     gives candidate 1 of 2 'exact' and candidate 2 'thorough'."""
     import os
 
+    if name != "meta":
+        return script(name, messages, tools)
     prompt = str(messages[1].get("content") or "")
     plan = os.environ["EVOLVER_TEST_PROPOSALS"].split(",")
     done = len(set(re.findall(r"^- Iteration (\d+)[a-z]?:", prompt, re.M)))

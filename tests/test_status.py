@@ -1,0 +1,81 @@
+"""What a run tells while it runs and after: cost per role (unknown prices shown as unknown),
+`evolver status` and `evolver runs` read from the run's files, and a run whose output goes to a
+file says something at every phase and at least every --log-interval seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from evolver.data import RoleUsage, cost_text
+from tests.conftest import SCRIPTED_MODELS, run_cli
+from tests.test_loop import make_target
+
+ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:policy_script", "EVOLVER_TEST_PROPOSALS": "exact"}
+QUICK = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "4", *SCRIPTED_MODELS]
+
+
+def test_cost_per_role_says_unknown_for_unpriced_tokens_never_zero():
+    priced = RoleUsage(prompt_tokens=1000, completion_tokens=100, cost=0.0125)
+    unpriced = RoleUsage(prompt_tokens=5000, completion_tokens=700, cost=0.0)  # a local model: tokens, no price
+    idle = RoleUsage()
+    assert priced.priced and not unpriced.priced and idle.priced
+    assert cost_text([priced]) == "$0.0125"
+    assert cost_text([unpriced]) == "unknown"
+    assert cost_text([priced, unpriced]) == "$0.0125 + unknown"
+    assert cost_text([priced, idle, priced.add(priced)]) == "$0.0375"
+    assert cost_text([]) == "$0.0000"
+
+
+def _start(repo, extra_env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *QUICK], env={**os.environ, **ENV, **extra_env},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_output_to_a_file_has_a_line_at_every_phase_and_at_least_every_interval(tmp_path):
+    repo = make_target(tmp_path / "target")
+    proc = _start(repo, {"EVOLVER_LOG_INTERVAL": "1", "EVOLVER_SCRIPTED_LATENCY": "0.2"})
+    arrivals = []
+    for line in proc.stderr:
+        arrivals.append((time.monotonic(), line.rstrip()))
+    assert proc.wait(timeout=60) == 0, "\n".join(text for _, text in arrivals[-20:])
+    texts = [text for _, text in arrivals]
+    for phase in ("measuring the baseline", "iteration 1: proposing 1 candidate", "iteration 1: smoke test", "iteration 1: gate stage 1/1"):
+        assert any(phase in t for t in texts), phase
+    started = next(i for i, t in enumerate(texts) if "measuring the baseline" in t)
+    times = [at for at, _ in arrivals[started:]]
+    assert times[-1] - times[0] > 8  # long enough for the interval to matter
+    assert max(b - a for a, b in zip(times, times[1:])) <= 3.0  # 1 s interval, checked every second
+    assert any("simulations done" in t for t in texts)  # lines said because time passed, not because a phase changed
+
+
+def test_status_advances_while_a_run_runs_and_says_dead_after_a_kill(tmp_path):
+    repo = make_target(tmp_path / "target")
+    proc = _start(repo, {"EVOLVER_SCRIPTED_LATENCY": "0.2"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((repo / "runs").glob("run-*/evals/*/sims.jsonl")):
+        time.sleep(0.2)
+    run_id = next((repo / "runs").glob("run-*")).name
+
+    def status() -> dict:
+        return json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
+
+    first = status()
+    time.sleep(2)
+    second = status()
+    assert first["status"] == second["status"] == "running" and second["step"]
+    assert second["elapsed_seconds"] >= first["elapsed_seconds"] + 1.5  # the clock moves while the driver works
+    assert 0 < second["simulations_done"] <= second["simulations_planned_at_most"]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    dead = status()
+    assert dead["status"] == "dead" and dead["step"] is None and dead["eta_seconds_at_most"] is None
+    shown = run_cli(["status", run_id, "--repo", str(repo)]).stdout
+    assert "dead" in shown and "None" not in shown and "{" not in shown
+    assert "scripted/agent" in shown and "simulations" in shown
+    [listed] = json.loads(run_cli(["runs", "--repo", str(repo), "--json"]).stdout)
+    assert listed["run_id"] == run_id and listed["status"] == "dead"
