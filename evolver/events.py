@@ -35,10 +35,11 @@ class NoiseFloor:
 
 @dataclass(frozen=True)
 class Estimate:
-    usd_per_simulation: float
+    usd_per_simulation: Optional[float]  # None: a model without a known price took part
     simulations: int  # the most the rest of the run can take
-    usd: float
+    usd: Optional[float]
     hours: float
+    seconds_per_simulation: float  # the baseline's analysis evaluation: wall time / simulations
 
 
 @dataclass(frozen=True)

@@ -122,9 +122,10 @@ class Loop:
             self.cfg, len(self.manifest.analysis_tasks), len(self.manifest.gate_tasks), len(self.manifest.holdout_tasks),
             iterations=self.state.iterations_target - self.state.next_iteration + 1, baseline=False,
         )
-        per_sim = cost / max(1, sims)
-        hours = remaining * analysis.summary.duration / max(1, analysis.summary.num_simulations) / 3600
-        self.events.emit(ev.Estimate(per_sim, remaining, remaining * per_sim, hours))
+        priced = all(u.priced for u in self.state.usage.values())
+        per_sim = cost / max(1, sims) if priced else None
+        seconds = analysis.summary.duration / max(1, analysis.summary.num_simulations)
+        self.events.emit(ev.Estimate(per_sim, remaining, None if per_sim is None else remaining * per_sim, remaining * seconds / 3600, seconds))
 
     def refresh_stale_reference(self) -> None:
         """A reference older than reference_max_hours is measured again, with fresh seeds,

@@ -165,8 +165,10 @@ def _lines(event: ev.Event, terminal: bool) -> list[str]:
             lines.append(f"[yellow]warning:[/yellow] the minimum effect ({event.min_effect_points:.1f} points) is below the noise floor; smaller gains will usually be rejected")
         return lines
     if isinstance(event, ev.Estimate):
-        return [f"estimate from the baseline: ${event.usd_per_simulation:.4f} per simulation; the remaining run takes at most "
-                f"{event.simulations:,} simulations, about ${event.usd:.2f} and {event.hours:.1f} h"]
+        money = "an unknown price per simulation" if event.usd is None else f"${event.usd_per_simulation:.4f} per simulation"
+        total = "" if event.usd is None else f"about ${event.usd:.2f} and "
+        return [f"estimate from the baseline: {money}; the remaining run takes at most {event.simulations:,} simulations, "
+                f"{total}{event.hours:.1f} h at the baseline's measured {event.seconds_per_simulation:.1f} s per simulation"]
     if isinstance(event, ev.Decided):
         colour = {"accepted": "green", "rejected": "red"}.get(event.status, "yellow")
         return [f"iteration {event.label}: [{colour}]{event.status}[/{colour}] {event.title or ''} - {event.reason}"]
