@@ -80,6 +80,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, replace
 from statistics import NormalDist, fmean, variance
@@ -160,18 +161,30 @@ class Verdict:
 def decide(
     incumbent: RewardTable, candidate: RewardTable, config: GateConfig, *, stage: int
 ) -> Verdict:
-    """Judge the candidate's results so far; see the module docstring."""
+    """Judge the candidate's results so far against the incumbent's reference results; see the module docstring."""
     if not 0 <= stage < len(config.stages):
         raise ValueError(f"stage {stage} outside config.stages")
+    return _look(incumbent, candidate, config, stage, alpha=config.alpha, layout=_reference_blocks)
+
+
+def _look(
+    incumbent: RewardTable, candidate: RewardTable, config: GateConfig, stage: int, *, alpha: float,
+    layout: Callable[[RewardTable, RewardTable, tuple[int, ...]], dict[str, list[_Block]]],
+) -> Verdict:
+    """One look at one candidate: futility before the final stage; the final test, at level alpha, at it.
+    layout says which trials the final test may exchange (see _reference_blocks, _concurrent_blocks)."""
     final = stage == len(config.stages) - 1
     pairs = _paired(incumbent, candidate)
     deltas = [fmean(c) - fmean(i) for c, i in pairs.values()]
     n = len(deltas)
     effect = fmean(deltas) if deltas else 0.0
     stderr = math.sqrt(sum((d - effect) ** 2 for d in deltas) / (n - 1) / n) if n >= 2 else None
-    ci_low = None if stderr is None else effect - _t_quantile(1 - config.alpha, n - 1) * stderr
+    ci_low = None if stderr is None else effect - _t_quantile(1 - alpha, n - 1) * stderr
     suite, broken = _regressions(incumbent, candidate, config) if final else (0, [])
-    p_value, stopped = _final_test(pairs, incumbent, candidate, config) if final and n >= 2 else (None, None)
+    if final and n >= 2:
+        p_value, stopped = _final_test(pairs, layout(incumbent, candidate, config.stages), config, alpha)
+    else:
+        p_value, stopped = None, None
 
     def verdict(decision: Decision, reason: str) -> Verdict:
         return Verdict(
@@ -197,8 +210,8 @@ def decide(
         return verdict("reject", f"Rejected: {summary}, but the look after {config.stages[stopped]} trial(s) per task would have stopped it.")
     if effect <= 0:
         return verdict("reject", f"Rejected: no improvement ({summary}).")
-    if p_value > config.alpha:
-        return verdict("reject", f"Rejected: {summary} is within noise ({_p(p_value)} > {config.alpha}).")
+    if p_value > alpha:
+        return verdict("reject", f"Rejected: {summary} is within noise ({_p(p_value)} > {alpha:.3g}).")
     if effect < config.min_effect:
         return verdict("reject", f"Rejected: {summary} is below the minimum effect {_points(config.min_effect)}.")
     # The decision is the permutation test's; the t-approximation's bound is shown only when it agrees
@@ -342,7 +355,7 @@ def _regressions(
 
 
 def _final_test(
-    pairs: dict[str, tuple[list[float], list[float]]], incumbent: RewardTable, candidate: RewardTable, config: GateConfig
+    pairs: dict[str, tuple[list[float], list[float]]], blocks: dict[str, list[_Block]], config: GateConfig, alpha: float
 ) -> tuple[float, int | None]:
     """The final look's p-value, and the earlier look that would have stopped these results (or None).
 
@@ -355,76 +368,126 @@ def _final_test(
     binary = all(r in (0.0, 1.0) for c, i in pairs.values() for r in (*c, *i))
     if len(config.stages) == 1 and binary:
         return _exact_p_value(list(pairs.values())), None
-    return _staged_p_value(incumbent, candidate, config)
+    return _staged_p_value(blocks, config, alpha)
 
 
-def _staged_p_value(incumbent: RewardTable, candidate: RewardTable, config: GateConfig) -> tuple[float, int | None]:
+# A block is a set of trials of one task that relabelling may exchange:
+# (candidate values, the look at which each is first seen, incumbent values, the look at which they are seen).
+_Block = tuple[list[float], tuple[int, ...], list[float], int]
+
+
+def _reference_blocks(incumbent: RewardTable, candidate: RewardTable, stages: tuple[int, ...]) -> dict[str, list[_Block]]:
+    """One block per task: the candidate's valid trials, each seen from the look that ran it, and every
+    valid trial of the reference, seen at every look (it was measured before the first)."""
+    blocks = {}
+    for task in sorted(candidate.keys() & incumbent.keys()):
+        cand = [(float(r), min(bisect_right(stages, j), len(stages) - 1)) for j, r in enumerate(candidate[task]) if r is not None]
+        inc = [float(r) for r in incumbent[task] if r is not None]
+        if cand and inc:
+            blocks[task] = [([r for r, _ in cand], tuple(look for _, look in cand), inc, 0)]
+    return blocks
+
+
+def _concurrent_blocks(incumbent: RewardTable, candidate: RewardTable, stages: tuple[int, ...]) -> dict[str, list[_Block]]:
+    """Per task, one block per stage: the valid trials both sides ran in that stage's window.
+
+    Only trials of the same window are exchanged, so a drift between windows
+    moves both sides of every block alike and cannot pass for an effect.
+    """
+    blocks = {}
+    for task in sorted(candidate.keys() & incumbent.keys()):
+        task_blocks = []
+        for look, (low, high) in enumerate(zip((0, *stages), stages)):
+            cand = [float(r) for r in candidate[task][low:high] if r is not None]
+            inc = [float(r) for r in incumbent[task][low:high] if r is not None]
+            if cand or inc:
+                task_blocks.append((cand, (look,) * len(cand), inc, look))
+        if any(b[0] for b in task_blocks) and any(b[2] for b in task_blocks):
+            blocks[task] = task_blocks
+    return blocks
+
+
+def _staged_p_value(blocks: dict[str, list[_Block]], config: GateConfig, alpha: float) -> tuple[float, int | None]:
     """Monte-Carlo relabelling of the whole staged procedure, seeded by the data.
 
-    Under "no effect", a task's valid candidate and incumbent trials are
-    exchangeable, so each relabelling shuffles them: the candidate's valid
-    positions, in trial order, take the first values, the incumbent the rest.
-    Each relabelling is put through every earlier look (the same z and
-    futility boundary as decide(), over the candidate's first stages[s]
-    trials) and the final total delta. (hits + 1) / (draws + 1) is a valid
-    p-value at any number of draws. Drawing stops early once the hits rule out
-    p <= alpha, so a clear reject costs less and gets the same decision.
+    Under "no effect", the valid candidate and incumbent trials of a block are
+    exchangeable, so each relabelling shuffles them: the candidate's slots, in
+    trial order, take the first values, the incumbent the rest. Each
+    relabelling is put through every earlier look (the same z and futility
+    boundary as decide(), over the trials seen by then) and the final total
+    delta. (hits + 1) / (draws + 1) is a valid p-value at any number of draws.
+    Drawing stops early once the hits rule out p <= alpha, so a clear reject
+    costs less and gets the same decision.
     """
-    looks = len(config.stages) - 1
-    groups: dict[tuple, list[list[float]]] = {}  # (k, m, valid trials at each look) -> pooled trials per task
-    for task in sorted(candidate.keys() & incumbent.keys()):
-        positions = [j for j, r in enumerate(candidate[task]) if r is not None]
-        inc = [float(r) for r in incumbent[task] if r is not None]
-        if positions and inc:
-            seen = tuple(sum(j < config.stages[s] for j in positions) for s in range(looks)) + (len(positions),)
-            groups.setdefault((len(positions), len(inc), seen), []).append(
-                [float(candidate[task][j]) for j in positions] + inc)
+    looks = len(config.stages)
+    groups: dict[tuple, list[list[list[float]]]] = {}  # block shapes -> per task, the pooled trials of each block
+    for task in sorted(blocks):
+        shape = tuple((len(c), seen, len(i), at) for c, seen, i, at in blocks[task])
+        groups.setdefault(shape, []).append([c + i for c, _, i, _ in blocks[task]])
     seed = hashlib.sha256(repr(sorted(groups.items())).encode()).digest()[:8]
     rng = np.random.default_rng(int.from_bytes(seed))
-    groups = {key: np.array(rows) for key, rows in sorted(groups.items())}
+    pooled = {shape: [np.array([task[b] for task in tasks]) for b in range(len(shape))] for shape, tasks in sorted(groups.items())}
 
     def relabelled(draws: int) -> list[list]:
         """Per look, the (draws, tasks) deltas of `draws` relabellings, one array per group."""
-        deltas: list[list] = [[] for _ in range(looks + 1)]
-        for (k, m, seen), pooled in groups.items():
-            if np.isin(pooled, (0.0, 1.0)).all():  # draw the candidate's trials one by one: fast
-                ones = np.broadcast_to(pooled.sum(axis=1).astype(np.int16), (draws, len(pooled))).copy()
-                running, sums = np.zeros_like(ones), []
-                for j in range(k):
-                    took = rng.integers(0, k + m - j, size=ones.shape, dtype=np.int16) < ones
-                    ones -= took
-                    running += took
-                    sums.append(running.copy())
-            else:
-                shuffled = rng.permuted(np.broadcast_to(pooled, (draws, *pooled.shape)), axis=2)
-                sums = list(np.moveaxis(np.cumsum(shuffled[..., :k], axis=2), 2, 0))
-            _add_deltas(deltas, pooled, k, m, seen, sums)
+        deltas: list[list] = [[] for _ in range(looks)]
+        for shape, arrays in pooled.items():
+            drawn = [_relabel(rng, array, k, draws) for (k, *_), array in zip(shape, arrays)]
+            _add_deltas(deltas, shape, drawn)
         return deltas
 
-    observed: list[list] = [[] for _ in range(looks + 1)]
-    for (k, m, seen), pooled in groups.items():
-        _add_deltas(observed, pooled, k, m, seen, list(np.cumsum(pooled[:, :k], axis=1).T[:, None, :]))
+    observed: list[list] = [[] for _ in range(looks)]
+    for shape, arrays in pooled.items():
+        seen = [(list(np.cumsum(a[:, :k], axis=1).T[:, None, :]), a[:, k:].sum(axis=1)[None, :])
+                for (k, *_), a in zip(shape, arrays)]
+        _add_deltas(observed, shape, seen)
     stop, total = _judge(observed, config.futility)
-    if stop[0] < looks:
+    if stop[0] < looks - 1:
         return 1.0, int(stop[0])
     hits = drawn = 0
     while drawn < config.permutations:
         draws = min(1000, config.permutations - drawn)
         stops, totals = _judge(relabelled(draws), config.futility)
         # float sums of the same values may differ in the last bit
-        hits += int(np.count_nonzero((stops == looks) & (totals >= total[0] - 1e-9)))
+        hits += int(np.count_nonzero((stops == looks - 1) & (totals >= total[0] - 1e-9)))
         drawn += draws
-        if hits + 1 > config.alpha * (config.permutations + 1):
+        if hits + 1 > alpha * (config.permutations + 1):
             break  # p > alpha whatever the remaining draws give
     return (hits + 1) / (drawn + 1), None
 
 
-def _add_deltas(deltas: list[list], pooled, k: int, m: int, seen: tuple[int, ...], sums: list) -> None:
-    """Append one group's per-task deltas at each look; sums[j] = candidate's total over its first j+1 valid trials."""
-    inc_mean = (pooled.sum(axis=1) - sums[k - 1]) / m
-    for look, count in enumerate(seen):
-        if count:  # a task with no valid candidate trial yet sits the look out
-            deltas[look].append(sums[count - 1] / count - inc_mean)
+def _relabel(rng: np.random.Generator, pooled, k: int, draws: int) -> tuple[list, object]:
+    """`draws` relabellings of one block of a group of tasks (pooled: tasks x trials, the candidate's k first).
+
+    Returns the candidate's running totals over its first 1..k slots and the
+    incumbent's total, each (draws, tasks).
+    """
+    if np.isin(pooled, (0.0, 1.0)).all():  # draw the candidate's trials one by one: fast
+        ones = np.broadcast_to(pooled.sum(axis=1).astype(np.int16), (draws, len(pooled))).copy()
+        running, sums = np.zeros_like(ones), []
+        for j in range(k):
+            took = rng.integers(0, pooled.shape[1] - j, size=ones.shape, dtype=np.int16) < ones
+            ones -= took
+            running += took
+            sums.append(running.copy())
+        return sums, ones
+    shuffled = rng.permuted(np.broadcast_to(pooled, (draws, *pooled.shape)), axis=2)
+    return list(np.moveaxis(np.cumsum(shuffled[..., :k], axis=2), 2, 0)), shuffled[..., k:].sum(axis=2)
+
+
+def _add_deltas(deltas: list[list], shape: tuple, blocks: list[tuple[list, object]]) -> None:
+    """Append one group's per-task deltas at each look; blocks[b] = (candidate's running totals, incumbent's total)."""
+    for look in range(len(deltas)):
+        cand_sum = inc_sum = 0
+        cand_n = inc_n = 0
+        for (k, seen, m, at), (sums, inc_total) in zip(shape, blocks):
+            count = sum(s <= look for s in seen)
+            if count:
+                cand_sum, cand_n = cand_sum + sums[count - 1], cand_n + count
+            if m and at <= look:
+                inc_sum, inc_n = inc_sum + inc_total, inc_n + m
+        if cand_n and inc_n:  # a task with no valid trial yet on a side sits the look out
+            deltas[look].append(cand_sum / cand_n - inc_sum / inc_n)
 
 
 def _judge(deltas: list[list], futility: tuple[float, ...]) -> tuple:
