@@ -11,29 +11,51 @@ API::
     GateConfig(alpha=0.05, min_effect=0.0, stages=(1, 2, 3, 4, 6),
                futility=(-0.5, 0.25, 0.75, 1.0), suite_threshold=0.9,
                suite_min_trials=2, regression_drop=0.7, max_regressions=0,
-               permutations=5000)
+               permutations=5000, screen=2)
+
+    decide_set(incumbent, candidates, config, *, stage, reference=None) -> SetVerdict
+        One stage of an iteration that judges one or more candidates from the
+        same parent, the incumbent measured alongside them (its trials
+        interleaved with theirs, in the same window). Keeps at most one.
+        Robust to drift between the reference and the iteration, and between
+        stages: every comparison that can accept is concurrent.
+    set_stages(config, candidates) -> ((incumbent trials, candidate trials), ...)
+        The trials per task each arm has in all after each stage.
+    evaluate_set(names, run, config, *, reference=None) -> list[SetVerdict]
+        The staged loop over decide_set.
+    sized(config, reference, *, effect=0.10) -> GateConfig
+        The config with its stages stretched to the noise of the incumbent's
+        tasks, so that decide_set keeps a +10-point candidate about 80% of the
+        time (never shrunk; at most doubled).
 
     decide(incumbent, candidate, config, *, stage) -> Verdict
-        One look: candidate results so far (``config.stages[stage]`` trials per
-        task) against the incumbent's reference results. A non-final look
-        returns "reject" or "continue"; only the final look may "accept".
+        Today's gate: one candidate's look against the incumbent's reference
+        results, measured once and reused. A non-final look returns "reject"
+        or "continue"; only the final look may "accept". Not robust to drift.
     evaluate(incumbent, run_candidate, config) -> list[Verdict]
-        The staged loop: ``run_candidate(n)`` must return the candidate's table
-        with ``n`` trials per task (cumulative, so earlier trials are reused);
-        stops at the first "reject"/"accept"; the last verdict is the decision.
-    noise_floor(incumbent, config, *, power=0.8, simulations=200, seed=0) -> float
+        The staged loop over decide: ``run_candidate(n)`` returns the
+        candidate's table with ``n`` trials per task (cumulative).
+    noise_floor(incumbent, config, *, power=0.8, simulations=200, seed=0, concurrent=False) -> float
         Smallest mean effect (reward units) the gate accepts with probability
-        ``power``, simulated at the incumbent's per-task pass rates.
+        ``power``, simulated at the incumbent's per-task pass rates
+        (``concurrent``: decide_set's gate; otherwise decide's).
     pass_rates(table) -> dict[str, float]; shift_rates(rates, effect) -> list[float]
-        The noise and effect model behind noise_floor (shared with the benchmark).
+        The noise and effect model behind noise_floor and sized (shared with the benchmark).
 
-The controller loop by hand, to persist each look::
+An iteration by hand, to persist each stage::
 
-    for stage, trials in enumerate(config.stages):
-        verdict = decide(incumbent, run(trials), config, stage=stage)
-        save(dataclasses.asdict(verdict))      # JSON-serialisable
-        if verdict.decision != "continue":
-            break
+    config = sized(config, reference)             # once per reference, before the iteration
+    plan = set_stages(config, len(candidates))
+    alive = list(candidates)
+    for stage, (inc_trials, cand_trials) in enumerate(plan):
+        run the incumbent to inc_trials and each alive candidate to cand_trials
+        trials per task, interleaved in one window (trial j of an arm runs in
+        the window of the stage that first asks for more than j)
+        verdict = decide_set(incumbent, every_candidate_table, config, stage=stage, reference=reference)
+        save(dataclasses.asdict(verdict))         # JSON-serialisable
+        if verdict.decided:
+            break                                 # verdict.kept: the one to keep, or None
+        alive = verdict.alive                     # verdict.next_*: the next stage's counts
 
 Statistics (docs/gate.md explains them in plain words):
 
@@ -41,15 +63,28 @@ Statistics (docs/gate.md explains them in plain words):
   trial; its delta is candidate mean minus incumbent mean over valid trials.
   ``effect`` is the mean delta over tasks.
 * Acceptance test (final look only): a permutation test of the whole staged
-  procedure. Under "no effect" the candidate's and incumbent's trials of a
-  task are exchangeable. The p-value is the probability that relabelling
-  trials within each task both passes every earlier look (the futility rule
-  below, on the relabelled first trials) and gives a total delta at least as
-  large as observed. Valid for any trial counts (the incumbent may have more
-  trials than the candidate). With earlier looks it is a Monte-Carlo estimate
+  procedure. Under "no effect" the candidate's and incumbent's trials in a
+  block are exchangeable: in decide_set a block is one task's trials of one
+  stage's window (so a drift between windows, which moves both sides of a
+  block alike, cannot pass for an effect); in decide, all of a task's trials.
+  The p-value is the probability that relabelling trials within blocks both
+  passes every earlier look (the futility rule below, on the trials seen by
+  then) and gives a total delta at least as large as observed. Valid for any
+  trial counts. With earlier looks it is a Monte-Carlo estimate
   (``permutations`` relabellings, seeded by the data, so verdicts are
   reproducible; valid at any count); with a single look and 0/1 rewards it is
   computed exactly.
+* decide_set with several candidates is select-then-confirm: each runs
+  ``screen`` trials per task, the one with the highest mean reward goes on,
+  the others are rejected, and the winner's gate runs on fresh trials beside
+  the incumbent's. The screen can only reject, and the winner's test sees
+  none of the trials that chose it, so the chance that the iteration keeps a
+  candidate that does nothing is <= alpha whatever the number of candidates.
+* decide_set's looks before the last compare the candidate with the
+  incumbent's concurrent trials and its reference results together (sharper
+  early stops); the reference is a fixed block of the relabelling, so the
+  test stays exact, and a drift can only make the early stops wrong, never
+  the final test. The last look and the final test use concurrent trials only.
 * Accept only if p <= alpha, effect > 0 and effect >= min_effect. min_effect is
   a floor on the estimate, not the null hypothesis: the false-accept rate for
   a no-effect candidate stays <= alpha, and a candidate whose true gain equals
@@ -60,12 +95,12 @@ Statistics (docs/gate.md explains them in plain words):
   Only results that passed every look can be accepted, and the final test
   counts only relabellings that pass them too, so the procedure's
   false-accept probability is <= alpha and the alpha that early stops leave
-  unused goes to the final test (a binding futility rule). decide() at the
-  final look therefore also rejects results an earlier look would have
-  stopped, whoever calls it. It sees only the final table, so a trial that
-  an infrastructure error hid at a look and a retry filled in later counts
-  as seen at that look: the test may then reject a candidate the real looks
-  let through, and its false-accept bound still holds.
+  unused goes to the final test (a binding futility rule). The final look
+  therefore also rejects results an earlier look would have stopped, whoever
+  calls it. It sees only the final table, so a trial that an infrastructure
+  error hid at a look and a retry filled in later counts as seen at that
+  look: the test may then reject a candidate the real looks let through, and
+  its false-accept bound still holds.
 * Regression suite: tasks the incumbent passes at rate >= suite_threshold over
   >= suite_min_trials valid trials. Such a task is broken when the candidate's
   pass rate on it, over >= suite_min_trials valid trials, is more than
@@ -80,8 +115,10 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import partial
 from statistics import NormalDist, fmean, variance
 from typing import Callable, Literal, Mapping, Sequence
 
@@ -98,6 +135,12 @@ Decision = Literal["accept", "reject", "continue"]
 _MAX_GRID = 120
 _STEADY = 0.001  # closest to 0 or 1 a simulated pass rate gets
 _TINY = 1e-12  # an effect or stderr this small is rounding error: 0
+# sized(): the expected z, at the final stage, of the effect decide_set's gate should keep 80% of the
+# time. Measured (benchmarks/gate_power.py's worlds, 400 decisions each): at 2.9 a +10 candidate was kept
+# 83% of the time on uniform pass rates, 85% on coin flips, but 78% with 10% of trials lost to errors;
+# at 3.1, 87%, 87% and 83%.
+_SIZED_Z = 3.1
+_MOST_STRETCH = 2.0  # (1, 2, 3, 4, 6) at most to (2, 4, 6, 8, 12): a bound on one iteration's cost
 
 
 @dataclass(frozen=True)
@@ -121,6 +164,7 @@ class GateConfig:
     regression_drop: float = 0.7  # rate drop (strictly more) that breaks a task
     max_regressions: int = 0  # broken suite tasks tolerated
     permutations: int = 5000  # Monte-Carlo relabellings of the final test
+    screen: int = 2  # trials per task each candidate runs to pick the best of several (decide_set)
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -131,6 +175,8 @@ class GateConfig:
             raise ValueError("stages count trials per task, starting at 1 or more")
         if len(self.futility) != len(self.stages) - 1:
             raise ValueError("futility needs one boundary per non-final stage")
+        if self.screen < 1:
+            raise ValueError("screen counts trials per task, 1 or more")
 
 
 @dataclass(frozen=True)
@@ -157,21 +203,48 @@ class Verdict:
     regressions: tuple[Regression, ...]
 
 
+@dataclass(frozen=True)
+class SetVerdict:
+    """One stage of an iteration that judges a set of candidates (decide_set)."""
+
+    stage: int
+    decided: bool  # nothing runs another stage: `kept` is final
+    kept: str | None  # the one accepted candidate, if any
+    alive: tuple[str, ...]  # the candidate that runs the next stage, if any (at most one)
+    next_incumbent_trials: int | None  # trials per task in all the incumbent needs at the next stage
+    next_trials: int | None  # trials per task in all each alive candidate needs at the next stage
+    n_incumbent_sims: int  # the incumbent's trials this iteration so far, errors included
+    reason: str  # one readable sentence
+    verdicts: dict[str, Verdict]  # every candidate's latest verdict, by name
+
+
 def decide(
     incumbent: RewardTable, candidate: RewardTable, config: GateConfig, *, stage: int
 ) -> Verdict:
-    """Judge the candidate's results so far; see the module docstring."""
+    """Judge the candidate's results so far against the incumbent's reference results; see the module docstring."""
     if not 0 <= stage < len(config.stages):
         raise ValueError(f"stage {stage} outside config.stages")
+    return _look(incumbent, candidate, config, stage, alpha=config.alpha, layout=_reference_blocks)
+
+
+def _look(
+    incumbent: RewardTable, candidate: RewardTable, config: GateConfig, stage: int, *, alpha: float,
+    layout: Callable[[RewardTable, RewardTable, tuple[int, ...]], dict[str, list[_Block]]],
+) -> Verdict:
+    """One look at one candidate: futility before the final stage; the final test, at level alpha, at it.
+    layout says which trials the final test may exchange (see _reference_blocks, _concurrent_blocks)."""
     final = stage == len(config.stages) - 1
     pairs = _paired(incumbent, candidate)
     deltas = [fmean(c) - fmean(i) for c, i in pairs.values()]
     n = len(deltas)
     effect = fmean(deltas) if deltas else 0.0
     stderr = math.sqrt(sum((d - effect) ** 2 for d in deltas) / (n - 1) / n) if n >= 2 else None
-    ci_low = None if stderr is None else effect - _t_quantile(1 - config.alpha, n - 1) * stderr
+    ci_low = None if stderr is None else effect - _t_quantile(1 - alpha, n - 1) * stderr
     suite, broken = _regressions(incumbent, candidate, config) if final else (0, [])
-    p_value, stopped = _final_test(pairs, incumbent, candidate, config) if final and n >= 2 else (None, None)
+    if final and n >= 2:
+        p_value, stopped = _final_test(pairs, layout(incumbent, candidate, config.stages), config, alpha)
+    else:
+        p_value, stopped = None, None
 
     def verdict(decision: Decision, reason: str) -> Verdict:
         return Verdict(
@@ -197,8 +270,8 @@ def decide(
         return verdict("reject", f"Rejected: {summary}, but the look after {config.stages[stopped]} trial(s) per task would have stopped it.")
     if effect <= 0:
         return verdict("reject", f"Rejected: no improvement ({summary}).")
-    if p_value > config.alpha:
-        return verdict("reject", f"Rejected: {summary} is within noise ({_p(p_value)} > {config.alpha}).")
+    if p_value > alpha:
+        return verdict("reject", f"Rejected: {summary} is within noise ({_p(p_value)} > {alpha:.3g}).")
     if effect < config.min_effect:
         return verdict("reject", f"Rejected: {summary} is below the minimum effect {_points(config.min_effect)}.")
     # The decision is the permutation test's; the t-approximation's bound is shown only when it agrees
@@ -219,15 +292,190 @@ def evaluate(
     return verdicts
 
 
+def decide_set(
+    incumbent: RewardTable, candidates: Mapping[str, RewardTable], config: GateConfig, *, stage: int,
+    reference: RewardTable | None = None,
+) -> SetVerdict:
+    """Judge candidates from the same parent; keep at most one. See the module docstring.
+
+    ``candidates`` holds every candidate that entered the gate this
+    iteration, screened-out and rejected ones included, with all the trials
+    each ran; ``incumbent`` the incumbent's trials run alongside them;
+    ``reference`` (optional) earlier results of the incumbent, which sharpen
+    the early stops but never the final test. Trial counts follow
+    set_stages(config, len(candidates)). Pure: the same tables give the same
+    verdict, so a caller can replay any stage.
+    """
+    plan = set_stages(config, len(candidates))
+    if not 0 <= stage < len(plan):
+        raise ValueError(f"stage {stage} outside the {len(plan)} stages of {len(candidates)} candidate(s)")
+    skip = config.screen if len(candidates) > 1 else 0  # the winner's screen trials never reach the gate
+    winner, verdicts = _screen(candidates, skip) if skip else (next(iter(candidates)), {})
+    gate_stage = stage - (len(plan) - len(config.stages))
+    if winner is not None and gate_stage >= 0:
+        own = {task: list(rewards[skip:]) for task, rewards in candidates[winner].items()}
+        verdict = _replay(incumbent, own, config, gate_stage, reference)
+        verdicts[winner] = replace(verdict, stage=verdict.stage + stage - gate_stage,
+                                   n_candidate_sims=sum(len(r) for r in candidates[winner].values()))
+    verdicts = {name: verdicts[name] for name in sorted(verdicts)}
+    kept = winner if winner is not None and verdicts[winner].decision == "accept" else None
+    alive = (winner,) if winner is not None and verdicts[winner].decision == "continue" else ()
+    after = plan[stage + 1] if alive else (None, None)
+    return SetVerdict(
+        stage=stage, decided=not alive, kept=kept, alive=alive,
+        next_incumbent_trials=after[0], next_trials=after[1],
+        n_incumbent_sims=sum(len(r[: plan[stage][0]]) for r in incumbent.values()),
+        reason=_set_reason(verdicts, winner, kept, after[1]), verdicts=verdicts,
+    )
+
+
+def set_stages(config: GateConfig, candidates: int) -> tuple[tuple[int, int], ...]:
+    """(incumbent trials, trials of each candidate still in) per task, in all, at each stage of an iteration.
+
+    One candidate goes straight to the gate's stages. Several first run
+    ``config.screen`` trials each, without the incumbent, and only the best
+    runs the gate's stages, on fresh trials beside the incumbent's.
+    """
+    if candidates < 1:
+        raise ValueError("a set needs at least one candidate")
+    if candidates == 1:
+        return tuple((n, n) for n in config.stages)
+    return ((0, config.screen), *((n, config.screen + n) for n in config.stages))
+
+
+def evaluate_set(
+    names: Sequence[str], run: Callable[[int, int, tuple[str, ...]], tuple[RewardTable, Mapping[str, RewardTable]]],
+    config: GateConfig, *, reference: RewardTable | None = None,
+) -> list[SetVerdict]:
+    """Run an iteration's stages on a set of candidates; the last verdict is decided.
+
+    ``run(incumbent_trials, candidate_trials, alive)`` must bring the
+    incumbent and every alive candidate to those trial counts per task,
+    interleaved in one window, and return the incumbent's table and every
+    candidate's (the stopped ones' as they were).
+    """
+    verdicts: list[SetVerdict] = []
+    alive = tuple(sorted(names))
+    for stage, (inc_trials, cand_trials) in enumerate(set_stages(config, len(names))):
+        incumbent, tables = run(inc_trials, cand_trials, alive)
+        verdicts.append(decide_set(incumbent, tables, config, stage=stage, reference=reference))
+        if verdicts[-1].decided:
+            break
+        alive = verdicts[-1].alive
+    return verdicts
+
+
+def _screen(candidates: Mapping[str, RewardTable], trials: int) -> tuple[str | None, dict[str, Verdict]]:
+    """The best candidate on its first `trials` trials, and every candidate's verdict on the screen.
+
+    Best: the highest mean reward over the tasks every candidate has a valid
+    trial of (ties to the first name). In these verdicts the effect is the gap
+    to the best, since the incumbent does not run in the screen.
+    """
+    valid = {name: {task: [float(r) for r in rewards[:trials] if r is not None] for task, rewards in table.items()}
+             for name, table in candidates.items()}
+    shared = set.intersection(*({task for task, rs in tasks.items() if rs} for tasks in valid.values()))
+    score = {name: fmean(fmean(tasks[t]) for t in shared) if shared else 0.0 for name, tasks in valid.items()}
+    winner = min(sorted(score), key=lambda name: -score[name]) if shared else None
+    verdicts = {}
+    for name in sorted(candidates):
+        if winner is None:
+            decision, reason = "reject", "Rejected: no task has a valid screen trial of every candidate."
+        elif name == winner:
+            lead = score[winner] - max(v for n, v in score.items() if n != winner)
+            decision, reason = "continue", f"Best of {len(candidates)} after {trials} trial(s) per task, {_points(lead)} ahead of the next."
+        else:
+            decision, reason = "reject", f"Screened out: {_points(score[name] - score[winner])} behind {winner} after {trials} trial(s) per task."
+        verdicts[name] = Verdict(
+            decision=decision, reason=reason, effect=score[name] - score[winner] if winner else 0.0,
+            stderr=None, ci_low=None, p_value=None, n_tasks=len(shared), n_dropped=len(candidates[name]) - len(shared),
+            n_candidate_sims=sum(len(r) for r in candidates[name].values()),
+            stage=0, final=False, suite_size=0, regressions=(),
+        )
+    return winner, verdicts
+
+
+def _replay(incumbent: RewardTable, candidate: RewardTable, config: GateConfig, stage: int, reference: RewardTable | None) -> Verdict:
+    """The candidate's looks up to `stage`, each on the trials both sides had then; the first that stops it, or the last.
+
+    Looks before the last compare with the incumbent's concurrent trials and
+    its reference results together; the last with the concurrent trials only.
+    """
+    last = len(config.stages) - 1
+    layout = partial(_concurrent_blocks, reference=reference)
+    for look in range(stage + 1):
+        trials = config.stages[look]
+        seen = _first(incumbent, trials)
+        if reference and look < last:
+            seen = {task: [*reference.get(task, ()), *rewards] for task, rewards in seen.items()}
+        verdict = _look(seen, _first(candidate, trials), config, look, alpha=config.alpha, layout=layout)
+        if verdict.decision != "continue":
+            break
+    return verdict
+
+
+def _first(table: RewardTable, trials: int) -> dict[str, list[float | None]]:
+    return {task: list(rewards[:trials]) for task, rewards in table.items()}
+
+
+def _set_reason(verdicts: Mapping[str, Verdict], winner: str | None, kept: str | None, trials: int | None) -> str:
+    count = len(verdicts)
+    if winner is None:
+        return f"Kept none of {count}: no task has a valid screen trial of every candidate."
+    if kept is not None:
+        return f"Kept {kept} of {count}: {verdicts[kept].reason}"
+    if trials is not None:
+        return f"{winner} of {count} goes on to {trials} trial(s) per task: {verdicts[winner].reason}"
+    return f"Kept none of {count}: {winner}: {verdicts[winner].reason}"
+
+
+def sized(config: GateConfig, reference: RewardTable, *, effect: float = 0.10) -> GateConfig:
+    """``config`` with its stages stretched to the noise of the incumbent's tasks (never shrunk).
+
+    Aims decide_set's gate at keeping a candidate ``effect`` better than the
+    incumbent about 80% of the time: the expected z of that effect at the
+    final stage, from the incumbent's per-task noise (pass_rates, the effect
+    spread as shift_rates does, infrastructure errors at the reference's
+    rate), must reach _SIZED_Z. Every stage is stretched by the same factor,
+    at most _MOST_STRETCH, and keeps its futility boundary: the looks then sit
+    at the same shares of the evidence. Sizing uses only results from before
+    the iteration, so the gate's false-accept bound holds whatever it picks.
+    """
+    rates = list(pass_rates(reference).values())
+    if not rates:
+        raise ValueError("the reference has no valid results")
+    trials = [r for rewards in reference.values() for r in rewards]
+    valid = sum(r is not None for r in trials) / len(trials)
+    moved = shift_rates(rates, effect)
+    spread = math.fsum(p * (1 - p) + q * (1 - q) for p, q in zip(rates, moved))
+    if spread <= 0:
+        return config
+    z = effect * len(rates) / math.sqrt(spread / (config.stages[-1] * valid))
+    return replace(config, stages=_stretched(config.stages, min(max((_SIZED_Z / z) ** 2, 1.0), _MOST_STRETCH)))
+
+
+def _stretched(stages: tuple[int, ...], factor: float) -> tuple[int, ...]:
+    """Each stage times factor, rounded half up, kept strictly increasing."""
+    out: list[int] = []
+    for n in stages:
+        out.append(max(math.floor(n * factor + 0.5), out[-1] + 1 if out else 1))
+    return tuple(out)
+
+
 def noise_floor(
-    incumbent: RewardTable, config: GateConfig, *, power: float = 0.8, simulations: int = 200, seed: int = 0
+    incumbent: RewardTable, config: GateConfig, *, power: float = 0.8, simulations: int = 200, seed: int = 0,
+    concurrent: bool = False,
 ) -> float:
     """Smallest mean effect the gate accepts with probability ``power``.
 
     A seeded simulation of the gate itself, futility stops and final test
     included: tasks pass at ``pass_rates(incumbent)``, a candidate with mean
     effect d at ``shift_rates(rates, d)``; both sides are drawn as 0/1 trials
-    with the incumbent's valid trial counts and the gate's stages. The effect
+    with the incumbent's valid trial counts and the gate's stages. With
+    ``concurrent``, the gate simulated is decide_set's for one candidate: the
+    incumbent's results serve as its reference and it also runs the gate's
+    stages beside the candidate (pass sized(config, incumbent) to see the
+    floor of a sized gate). The effect
     is found by bisection to half a point, then interpolated; every effect
     tried reuses the same random draws, so acceptance rises smoothly with it.
     min_effect is ignored (the point is to compare it with this floor), and
@@ -242,18 +490,24 @@ def noise_floor(
     if not rates:
         raise ValueError("the incumbent has no valid results")
     rng = random.Random(seed)
-    worlds = []  # (incumbent table, uniform draws for the candidate's trials)
+    worlds = []  # (incumbent table, its concurrent trials, uniform draws for the candidate's trials)
     for _ in range(simulations):
         table = {t: [float(rng.random() < p) for r in incumbent[t] if r is not None] for t, p in rates.items()}
-        worlds.append((table, {t: [rng.random() for _ in range(config.stages[-1])] for t in rates}))
+        alongside = {t: [float(rng.random() < p) for _ in range(config.stages[-1])] for t, p in rates.items()}
+        worlds.append((table, alongside, {t: [rng.random() for _ in range(config.stages[-1])] for t in rates}))
+
+    def accepts(table: RewardTable, alongside: RewardTable, trials: RewardTable) -> bool:
+        if not concurrent:
+            return evaluate(table, lambda n: _first(trials, n), config)[-1].decision == "accept"
+        verdicts = evaluate_set(["c"], lambda n_inc, n, _: (_first(alongside, n_inc), {"c": _first(trials, n)}),
+                                config, reference=table)
+        return verdicts[-1].kept is not None
 
     def acceptance(effect: float) -> float:
         shifted = dict(zip(rates, shift_rates(list(rates.values()), effect)))
         accepted = 0
-        for table, draws in worlds:
-            trials = {t: [float(u < shifted[t]) for u in us] for t, us in draws.items()}
-            verdict = evaluate(table, lambda n: {t: r[:n] for t, r in trials.items()}, config)[-1]
-            accepted += verdict.decision == "accept"
+        for table, alongside, draws in worlds:
+            accepted += accepts(table, alongside, {t: [float(u < shifted[t]) for u in us] for t, us in draws.items()})
         return accepted / simulations
 
     low, high = 0.0, 0.999 * (1 - fmean(rates.values()))  # the largest gain possible
@@ -342,7 +596,7 @@ def _regressions(
 
 
 def _final_test(
-    pairs: dict[str, tuple[list[float], list[float]]], incumbent: RewardTable, candidate: RewardTable, config: GateConfig
+    pairs: dict[str, tuple[list[float], list[float]]], blocks: dict[str, list[_Block]], config: GateConfig, alpha: float
 ) -> tuple[float, int | None]:
     """The final look's p-value, and the earlier look that would have stopped these results (or None).
 
@@ -355,76 +609,133 @@ def _final_test(
     binary = all(r in (0.0, 1.0) for c, i in pairs.values() for r in (*c, *i))
     if len(config.stages) == 1 and binary:
         return _exact_p_value(list(pairs.values())), None
-    return _staged_p_value(incumbent, candidate, config)
+    return _staged_p_value(blocks, config, alpha)
 
 
-def _staged_p_value(incumbent: RewardTable, candidate: RewardTable, config: GateConfig) -> tuple[float, int | None]:
+# A block is a set of trials of one task that relabelling may exchange: (candidate values, the look
+# at which each is first seen, incumbent values, the looks at which they count). A block with no
+# candidate value never changes: it holds fixed results the looks compare against.
+_Block = tuple[list[float], tuple[int, ...], list[float], tuple[int, ...]]
+
+
+def _reference_blocks(incumbent: RewardTable, candidate: RewardTable, stages: tuple[int, ...]) -> dict[str, list[_Block]]:
+    """One block per task: the candidate's valid trials, each seen from the look that ran it, and every
+    valid trial of the reference, seen at every look (it was measured before the first)."""
+    blocks = {}
+    for task in sorted(candidate.keys() & incumbent.keys()):
+        cand = [(float(r), min(bisect_right(stages, j), len(stages) - 1)) for j, r in enumerate(candidate[task]) if r is not None]
+        inc = [float(r) for r in incumbent[task] if r is not None]
+        if cand and inc:
+            blocks[task] = [([r for r, _ in cand], tuple(look for _, look in cand), inc, tuple(range(len(stages))))]
+    return blocks
+
+
+def _concurrent_blocks(
+    incumbent: RewardTable, candidate: RewardTable, stages: tuple[int, ...], reference: RewardTable | None = None
+) -> dict[str, list[_Block]]:
+    """Per task, one block per stage: the valid trials both sides ran in that stage's window.
+
+    Only trials of the same window are exchanged, so a drift between windows
+    moves both sides of every block alike and cannot pass for an effect. The
+    reference's trials, if any, are a fixed block that only the looks before
+    the last count.
+    """
+    last = len(stages) - 1
+    blocks = {}
+    for task in sorted(candidate.keys() & incumbent.keys()):
+        task_blocks = []
+        for look, (low, high) in enumerate(zip((0, *stages), stages)):
+            cand = [float(r) for r in candidate[task][low:high] if r is not None]
+            inc = [float(r) for r in incumbent[task][low:high] if r is not None]
+            if cand or inc:
+                task_blocks.append((cand, (look,) * len(cand), inc, tuple(range(look, last + 1))))
+        if any(b[0] for b in task_blocks) and any(b[2] for b in task_blocks):
+            earlier = [float(r) for r in (reference or {}).get(task, ()) if r is not None]
+            blocks[task] = task_blocks + ([([], (), earlier, tuple(range(last)))] if earlier and last else [])
+    return blocks
+
+
+def _staged_p_value(blocks: dict[str, list[_Block]], config: GateConfig, alpha: float) -> tuple[float, int | None]:
     """Monte-Carlo relabelling of the whole staged procedure, seeded by the data.
 
-    Under "no effect", a task's valid candidate and incumbent trials are
-    exchangeable, so each relabelling shuffles them: the candidate's valid
-    positions, in trial order, take the first values, the incumbent the rest.
-    Each relabelling is put through every earlier look (the same z and
-    futility boundary as decide(), over the candidate's first stages[s]
-    trials) and the final total delta. (hits + 1) / (draws + 1) is a valid
-    p-value at any number of draws. Drawing stops early once the hits rule out
-    p <= alpha, so a clear reject costs less and gets the same decision.
+    Under "no effect", the valid candidate and incumbent trials of a block are
+    exchangeable, so each relabelling shuffles them: the candidate's slots, in
+    trial order, take the first values, the incumbent the rest. Each
+    relabelling is put through every earlier look (the same z and futility
+    boundary as decide(), over the trials seen by then) and the final total
+    delta. (hits + 1) / (draws + 1) is a valid p-value at any number of draws.
+    Drawing stops early once the hits rule out p <= alpha, so a clear reject
+    costs less and gets the same decision.
     """
-    looks = len(config.stages) - 1
-    groups: dict[tuple, list[list[float]]] = {}  # (k, m, valid trials at each look) -> pooled trials per task
-    for task in sorted(candidate.keys() & incumbent.keys()):
-        positions = [j for j, r in enumerate(candidate[task]) if r is not None]
-        inc = [float(r) for r in incumbent[task] if r is not None]
-        if positions and inc:
-            seen = tuple(sum(j < config.stages[s] for j in positions) for s in range(looks)) + (len(positions),)
-            groups.setdefault((len(positions), len(inc), seen), []).append(
-                [float(candidate[task][j]) for j in positions] + inc)
+    looks = len(config.stages)
+    groups: dict[tuple, list[list[list[float]]]] = {}  # block shapes -> per task, the pooled trials of each block
+    for task in sorted(blocks):
+        shape = tuple((len(c), seen, len(i), at) for c, seen, i, at in blocks[task])
+        groups.setdefault(shape, []).append([c + i for c, _, i, _ in blocks[task]])
     seed = hashlib.sha256(repr(sorted(groups.items())).encode()).digest()[:8]
     rng = np.random.default_rng(int.from_bytes(seed))
-    groups = {key: np.array(rows) for key, rows in sorted(groups.items())}
+    pooled = {shape: [np.array([task[b] for task in tasks]) for b in range(len(shape))] for shape, tasks in sorted(groups.items())}
 
     def relabelled(draws: int) -> list[list]:
         """Per look, the (draws, tasks) deltas of `draws` relabellings, one array per group."""
-        deltas: list[list] = [[] for _ in range(looks + 1)]
-        for (k, m, seen), pooled in groups.items():
-            if np.isin(pooled, (0.0, 1.0)).all():  # draw the candidate's trials one by one: fast
-                ones = np.broadcast_to(pooled.sum(axis=1).astype(np.int16), (draws, len(pooled))).copy()
-                running, sums = np.zeros_like(ones), []
-                for j in range(k):
-                    took = rng.integers(0, k + m - j, size=ones.shape, dtype=np.int16) < ones
-                    ones -= took
-                    running += took
-                    sums.append(running.copy())
-            else:
-                shuffled = rng.permuted(np.broadcast_to(pooled, (draws, *pooled.shape)), axis=2)
-                sums = list(np.moveaxis(np.cumsum(shuffled[..., :k], axis=2), 2, 0))
-            _add_deltas(deltas, pooled, k, m, seen, sums)
+        deltas: list[list] = [[] for _ in range(looks)]
+        for shape, arrays in pooled.items():
+            drawn = [_relabel(rng, array, k, draws) for (k, *_), array in zip(shape, arrays)]
+            _add_deltas(deltas, shape, drawn)
         return deltas
 
-    observed: list[list] = [[] for _ in range(looks + 1)]
-    for (k, m, seen), pooled in groups.items():
-        _add_deltas(observed, pooled, k, m, seen, list(np.cumsum(pooled[:, :k], axis=1).T[:, None, :]))
+    observed: list[list] = [[] for _ in range(looks)]
+    for shape, arrays in pooled.items():
+        seen = [(list(np.cumsum(a[:, :k], axis=1).T[:, None, :]), a[:, k:].sum(axis=1)[None, :])
+                for (k, *_), a in zip(shape, arrays)]
+        _add_deltas(observed, shape, seen)
     stop, total = _judge(observed, config.futility)
-    if stop[0] < looks:
+    if stop[0] < looks - 1:
         return 1.0, int(stop[0])
     hits = drawn = 0
     while drawn < config.permutations:
         draws = min(1000, config.permutations - drawn)
         stops, totals = _judge(relabelled(draws), config.futility)
         # float sums of the same values may differ in the last bit
-        hits += int(np.count_nonzero((stops == looks) & (totals >= total[0] - 1e-9)))
+        hits += int(np.count_nonzero((stops == looks - 1) & (totals >= total[0] - 1e-9)))
         drawn += draws
-        if hits + 1 > config.alpha * (config.permutations + 1):
+        if hits + 1 > alpha * (config.permutations + 1):
             break  # p > alpha whatever the remaining draws give
     return (hits + 1) / (drawn + 1), None
 
 
-def _add_deltas(deltas: list[list], pooled, k: int, m: int, seen: tuple[int, ...], sums: list) -> None:
-    """Append one group's per-task deltas at each look; sums[j] = candidate's total over its first j+1 valid trials."""
-    inc_mean = (pooled.sum(axis=1) - sums[k - 1]) / m
-    for look, count in enumerate(seen):
-        if count:  # a task with no valid candidate trial yet sits the look out
-            deltas[look].append(sums[count - 1] / count - inc_mean)
+def _relabel(rng: np.random.Generator, pooled, k: int, draws: int) -> tuple[list, object]:
+    """`draws` relabellings of one block of a group of tasks (pooled: tasks x trials, the candidate's k first).
+
+    Returns the candidate's running totals over its first 1..k slots and the
+    incumbent's total, each (draws, tasks).
+    """
+    if np.isin(pooled, (0.0, 1.0)).all():  # draw the candidate's trials one by one: fast
+        ones = np.broadcast_to(pooled.sum(axis=1).astype(np.int16), (draws, len(pooled))).copy()
+        running, sums = np.zeros_like(ones), []
+        for j in range(k):
+            took = rng.integers(0, pooled.shape[1] - j, size=ones.shape, dtype=np.int16) < ones
+            ones -= took
+            running += took
+            sums.append(running.copy())
+        return sums, ones
+    shuffled = rng.permuted(np.broadcast_to(pooled, (draws, *pooled.shape)), axis=2)
+    return list(np.moveaxis(np.cumsum(shuffled[..., :k], axis=2), 2, 0)), shuffled[..., k:].sum(axis=2)
+
+
+def _add_deltas(deltas: list[list], shape: tuple, blocks: list[tuple[list, object]]) -> None:
+    """Append one group's per-task deltas at each look; blocks[b] = (candidate's running totals, incumbent's total)."""
+    for look in range(len(deltas)):
+        cand_sum = inc_sum = 0
+        cand_n = inc_n = 0
+        for (k, seen, m, at), (sums, inc_total) in zip(shape, blocks):
+            count = sum(s <= look for s in seen)
+            if count:
+                cand_sum, cand_n = cand_sum + sums[count - 1], cand_n + count
+            if m and look in at:
+                inc_sum, inc_n = inc_sum + inc_total, inc_n + m
+        if cand_n and inc_n:  # a task with no valid trial yet on a side sits the look out
+            deltas[look].append(cand_sum / cand_n - inc_sum / inc_n)
 
 
 def _judge(deltas: list[list], futility: tuple[float, ...]) -> tuple:
