@@ -6,6 +6,7 @@ TOML (see `evolver init` for a commented example).
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -323,9 +324,15 @@ def gate_config(cfg: Config):
 
 
 def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True) -> int:
-    """The most simulations a run can take: per iteration each candidate's smoke test and full
-    gate, a fresh reference and analysis for a new incumbent; plus the baseline and the holdout."""
-    full = gate_config(cfg).stages[-1]
-    per_iteration = cfg.candidates * (1 + n_gate * full) + n_gate * full + n_analysis * cfg.analysis_trials
-    start = n_analysis * cfg.analysis_trials + n_gate * full if baseline else 0
+    """The most simulations a run can take: per iteration each candidate's smoke test (and, with
+    several, their screen), the full gate of one candidate and of the incumbent beside it, at
+    the longest the gate may be sized to, a fresh reference and analysis for a new incumbent;
+    plus the baseline and the holdout."""
+    from evolver.gate import _MOST_STRETCH as MOST_STRETCH  # public once the gate branch settles
+
+    gate = gate_config(cfg)
+    longest = math.ceil(gate.stages[-1] * MOST_STRETCH)
+    screen = gate.screen if cfg.candidates > 1 else 0
+    per_iteration = cfg.candidates * (1 + n_gate * screen) + 2 * n_gate * longest + n_gate * gate.stages[-1] + n_analysis * cfg.analysis_trials
+    start = n_analysis * cfg.analysis_trials + n_gate * gate.stages[-1] if baseline else 0
     return start + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials

@@ -157,7 +157,8 @@ def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
     diff = lineage.diff(record.parent_commit, cand.commit) if cand.commit else ""
     flips = []
     candidate = _table(run, f"iter-{slug(cand.label)}-gate")
-    incumbent = _table(run, f"reference-g{record.generation}")
+    # What the gate compared with: the incumbent measured beside the candidate, else its reference.
+    incumbent = _table(run, f"iter-{record.iteration:03d}-incumbent") or _table(run, f"reference-g{record.generation}")
     if candidate and incumbent:
         for task in sorted(candidate):
             c = [x for x in candidate[task] if x is not None]

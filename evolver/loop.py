@@ -94,7 +94,8 @@ class Loop:
         self.save(record)
         if record.status not in FINAL_STATUSES:
             self.step(f"iteration {n}: proposing {_count(record.candidates, 'candidate')}")
-            self.each(record, "proposing", self.propose)
+            analysis = self.analysis_result()  # once, before the proposals are drawn at once: they share it
+            self.each(record, "proposing", lambda r, c: self.propose(r, c, analysis))
             self.each(record, "evaluating", self.prepare)
             self.gate_candidates(record)
             self.conclude(record)
@@ -109,8 +110,9 @@ class Loop:
         if _mean(reference) == 1.0:
             raise StopRun("the incumbent already passes every gate task in every trial, so no candidate can be shown better; "
                           "evolve on a harder domain or split, or with a weaker agent model")
-        floor = gatelib.noise_floor(reference, self.gate)
-        self.events.emit(ev.NoiseFloor(len(self.manifest.gate_tasks), self.gate.stages[-1], None if math.isinf(floor) else floor * 100,
+        gate = gatelib.sized(self.gate, reference)
+        floor = gatelib.noise_floor(reference, gate, concurrent=True)
+        self.events.emit(ev.NoiseFloor(len(self.manifest.gate_tasks), gate.stages[-1], None if math.isinf(floor) else floor * 100,
                                        self.gate.min_effect * 100))
         self.estimate(analysis)
 
@@ -148,11 +150,11 @@ class Loop:
         """Run one step for every candidate at ``status``, all at once (each in its own worktree)."""
         self.concurrently(lambda c: step(record, c), [c for c in record.candidates if c.status == status])
 
-    def propose(self, record: IterationRecord, cand: CandidateRecord) -> None:
+    def propose(self, record: IterationRecord, cand: CandidateRecord, analysis: EvalResult) -> None:
         name = slug(cand.label)
         parent_tree = self.checkout(f"parent-{name}", record.parent_commit)
         focus = (record.candidates.index(cand), len(record.candidates))
-        digest = build_digest(self.analysis_result(), self.run.eval_dir(f"analysis-g{record.generation}"), max_chars=self.cfg.digest_chars, focus=focus)
+        digest = build_digest(analysis, self.run.eval_dir(f"analysis-g{record.generation}"), max_chars=self.cfg.digest_chars, focus=focus)
         self.run.digest_file(name).parent.mkdir(parents=True, exist_ok=True)
         self.run.digest_file(name).write_text(digest)
         messages = build_messages(self.prompts_dir, self.guide, agent_files_text(parent_tree), digest, self.learnings(), self.cfg.meta_context_tokens)
@@ -188,37 +190,60 @@ class Loop:
         self.save(record)
 
     def gate_candidates(self, record: IterationRecord) -> None:
-        """The staged gate over the candidates still in the running, measured at once, stage by stage."""
-        alive = [c for c in record.candidates if c.status == "evaluating"]
-        if not alive:
+        """The gate over the candidates that passed their smoke test, stage by stage. With several,
+        a screen picks the best (it can only reject); the one left runs the gate's stages beside
+        the incumbent, measured again in the same window, so no drift since the reference can
+        pass for an improvement (docs/gate.md)."""
+        entered = {c.label: c for c in record.candidates if c.status == "evaluating"}
+        if not entered:
             return
-        reference = self.reference_table()
-        record.gate_incumbent = _mean(reference)
-        for cand in alive:
-            cand.verdicts = []
+        reference = self.reference_table()  # the incumbent's earlier results: they size the gate and sharpen early stops
+        gate = gatelib.sized(self.gate, reference)
         n, seed = record.iteration, self.seed(record.generation)
-        for stage, trials in enumerate(self.gate.stages):
-            self.step(f"iteration {n}: gate stage {stage + 1}/{len(self.gate.stages)} ({trials} trial(s) per task, {_count(alive, 'candidate')})")
-            results = self.concurrently(lambda c: self.measure(f"iter-{slug(c.label)}-gate", self.run.worktree(f"iter-{slug(c.label)}"),
-                                                               self.manifest.gate_tasks, trials, seed, record=record), alive)
-            tables = {}
-            for cand, result in zip(alive, results):
-                tables[cand.label] = rewards_by_task(result.simulations)
-                cand.gate_candidate = _mean(tables[cand.label])
-                if result.summary.infra_errors > result.summary.num_simulations / 2:
-                    cand.status, cand.reason = "undecided", f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations hit infrastructure errors"
-            alive = [c for c in alive if c.status == "evaluating"]
-            verdicts = decide_set(reference, {c.label: tables[c.label] for c in alive}, self.gate, stage)
-            for cand in alive:
-                verdict = verdicts[cand.label]
-                cand.verdicts.append(dataclasses.asdict(verdict))
-                cand.reason = verdict.reason
-                if verdict.decision != "continue":
-                    cand.status = "accepted" if verdict.decision == "accept" else "rejected"
+        arm = self.checkout(f"iter-{n:03d}-incumbent", record.parent_commit)
+        tables: dict[str, dict] = {}
+        incumbent: dict = {}
+        alive = list(entered)
+        for cand in entered.values():
+            cand.verdicts = []
+        record.gate_stages = []
+        for stage, (inc_trials, cand_trials) in enumerate(gatelib.set_stages(gate, len(entered))):
+            self.step(f"iteration {n}: gate stage {stage + 1} ({_count(alive, 'candidate')}, {cand_trials} trial(s) per task"
+                      + (f", the incumbent beside them at {inc_trials})" if inc_trials else ")"))
+            jobs = [(f"iter-{n:03d}-incumbent", arm, inc_trials)] if inc_trials else []
+            jobs += [(f"iter-{slug(label)}-gate", self.run.worktree(f"iter-{slug(label)}"), cand_trials) for label in alive]
+            results = self.concurrently(lambda job: self.measure(job[0], job[1], self.manifest.gate_tasks, job[2], seed, record=record), jobs)
+            if inc_trials:
+                inc_result = results.pop(0)
+                incumbent = rewards_by_task(inc_result.simulations)
+                record.gate_incumbent = _mean(incumbent)
+                if _mostly_infra(inc_result):
+                    return self.undecided(record, alive, f"{inc_result.summary.infra_errors} of {inc_result.summary.num_simulations} "
+                                                         "simulations of the incumbent beside the candidates hit infrastructure errors")
+            for label, result in zip(alive, results):
+                tables[label] = rewards_by_task(result.simulations)
+                entered[label].gate_candidate = _mean(tables[label])
+                if _mostly_infra(result):
+                    return self.undecided(record, alive, f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations "
+                                                         f"of {label} hit infrastructure errors")
+            verdict = gatelib.decide_set(incumbent, tables, gate, stage=stage, reference=reference)
+            record.gate_stages.append(dataclasses.asdict(verdict))
+            for label in alive:
+                mine = verdict.verdicts[label]
+                entered[label].verdicts.append(dataclasses.asdict(mine))
+                entered[label].reason = mine.reason
+                entered[label].status = {"accept": "accepted", "reject": "rejected"}.get(mine.decision, "evaluating")
             self.save(record)
-            alive = [c for c in alive if c.status == "evaluating"]
-            if not alive:
+            if verdict.decided:
                 return
+            alive = list(verdict.alive)
+
+    def undecided(self, record: IterationRecord, labels: list[str], why: str) -> None:
+        """Too many infrastructure errors to judge: the candidates still in the gate are undecided."""
+        for label in labels:
+            cand = record.candidate(label)
+            cand.status, cand.reason = "undecided", why
+        self.save(record)
 
     def conclude(self, record: IterationRecord) -> None:
         """The iteration's outcome: its kept candidate, or how far the furthest one got."""
@@ -245,7 +270,9 @@ class Loop:
             self.lineage.set_branch(self.lineage.best_branch, winner.commit)
             self.state.best_history.append(_best(n, winner.commit, winner.reason))
         if self.state.next_iteration == n:
-            self.state.decisions += sum(c.status in ("accepted", "rejected") for c in record.candidates)
+            # One gate decision per iteration however many candidates: the gate bounds the chance
+            # that any no-op among them is kept by alpha (docs/gate.md).
+            self.state.decisions += any(c.status in ("accepted", "rejected") for c in record.candidates)
             # The stall rule (README): iterations in a row that kept nothing; an undecided one (too many
             # infrastructure errors to judge) neither counts nor breaks the streak.
             if record.status == "accepted":
@@ -258,6 +285,7 @@ class Loop:
         if not self.run.logged("decided", iteration=n):  # before the state moves on, once: a kill never loses it
             self.run.log("decided", iteration=n, status=record.status, kept=record.kept, reason=record.reason)
         self.save_state()
+        self.lineage.remove_worktree(self.run.worktree(f"iter-{n:03d}-incumbent"))
         for cand in record.candidates:
             self.lineage.remove_worktree(self.run.worktree(f"iter-{slug(cand.label)}"))
             self.events.emit(ev.Decided(cand.label, cand.status, cand.title, cand.reason))
@@ -461,28 +489,16 @@ def _fingerprint(sim) -> str:
     return hashlib.sha1(sim.model_dump_json().encode()).hexdigest()[:16]
 
 
-def decide_set(reference: dict, tables: dict[str, dict], config: gatelib.GateConfig, stage: int) -> dict[str, gatelib.Verdict]:
-    """The gate's verdict on each candidate of one iteration at one stage, at most one accepted.
-    Each is tested at alpha / K (Bonferroni), so the chance that any of K candidates with no
-    real effect is kept stays at most alpha; among several accepted, the largest effect is kept."""
-    if not tables:
-        return {}
-    strict = dataclasses.replace(config, alpha=config.alpha / len(tables))
-    verdicts = {label: gatelib.decide(reference, table, strict, stage=stage) for label, table in tables.items()}
-    accepted = sorted((v.effect, label) for label, v in verdicts.items() if v.decision == "accept")
-    for effect, label in accepted[:-1]:
-        best_effect, best = accepted[-1]
-        verdicts[label] = dataclasses.replace(verdicts[label], decision="reject",
-                                              reason=f"passed the gate, but candidate {best} did better ({_points(best_effect)} against {_points(effect)})")
-    return verdicts
-
-
 def _count(items: list, noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 def _points(effect: float) -> str:
     return f"{effect * 100:+.1f} points"
+
+
+def _mostly_infra(result: EvalResult) -> bool:
+    return result.summary.infra_errors > result.summary.num_simulations / 2
 
 
 def _mean(table: dict) -> Optional[float]:

@@ -101,7 +101,8 @@ class IterationRecord(BaseModel):
     reason: str = ""
     candidates: list[CandidateRecord] = Field(default_factory=list)
     kept: Optional[str] = None  # the label of the kept candidate
-    gate_incumbent: Optional[float] = None
+    gate_incumbent: Optional[float] = None  # the incumbent measured beside the candidates (or its reference, before)
+    gate_stages: list[dict] = Field(default_factory=list)  # the gate's decision over the set, stage by stage
     analysis: Optional[float] = None  # the kept candidate's analysis score, once measured
     usage: dict[str, RoleUsage] = Field(default_factory=dict)  # every role, all candidates together
     charged: dict[str, dict[str, str]] = Field(default_factory=dict)  # as RunState.charged, for this iteration's evaluations

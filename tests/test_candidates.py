@@ -62,7 +62,7 @@ def test_one_of_three_is_kept_each_on_its_own_branch(three):
     assert got["kept"] == "1a"
     assert got["branches"] == ["best", "iter-001a", "iter-001b"]  # 1c never parsed: no commit
     assert got["trees"]["best"] == got["trees"]["iter-001a"]
-    assert got["decisions"] == 2  # two candidates reached the gate's final word
+    assert got["decisions"] == 1  # one gate decision over the set of candidates
     digests = {p.name: p.read_text() for p in (repo / "runs" / run_id / "digests").glob("*.md")}
     assert sorted(digests) == ["001a.md", "001b.md", "001c.md"]
     assert "proposal 2 of 3" in digests["001b.md"] and "proposal 2 of 3" not in digests["001a.md"]

@@ -221,8 +221,9 @@ def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     proc = run_cli(["run", str(repo), "--dry-run", *RUN_ARGS], env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert "analysis on tau2's train split, gate on its test split" in proc.stderr
-    # baseline 7 + 240, then 4 x (1 smoke + 2 x 240 + 7), then 2 x 1 holdout task x 2 trials
-    assert "at most 2,203 simulations" in proc.stderr
+    # baseline 7 + 240, then 4 x (1 smoke + 2 x 40 x 12 (the candidate and the incumbent beside it, the gate
+    # sized to at most twice its 6 trials) + 240 (a new incumbent's reference) + 7), then 2 x 1 holdout task x 2 trials
+    assert "at most 5,083 simulations" in proc.stderr
     assert "1 analysis tasks sealed as a holdout" in proc.stderr
     assert sorted(p.name for p in (repo / "runs").iterdir()) == before
 
@@ -238,8 +239,8 @@ def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embed
     proc = run_cli(args, env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert ("concurrency 8 -> 1" in proc.stderr) is capped
-    expected = "with 1 at once, up to 18.4 h" if capped else "with 8 at once, up to 2.3 h"
-    assert f"at most 2,203 simulations; at about 30 s each {expected}" in proc.stderr
+    expected = "with 1 at once, up to 42.4 h" if capped else "with 8 at once, up to 5.3 h"
+    assert f"at most 5,083 simulations; at about 30 s each {expected}" in proc.stderr
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
 
 

@@ -129,9 +129,9 @@ def test_of_two_good_candidates_the_better_one_is_kept(tmp_path, monkeypatch):
     [record] = loop.run.iterations()
     assert record.kept == "1b" and record.status == "accepted"
     loser = record.candidate("1a")
-    assert loser.status == "rejected" and "candidate 1b did better" in loser.reason
+    assert loser.status == "rejected" and "Screened out" in loser.reason and "behind 1b" in loser.reason
     assert loop.state.incumbent == 1 and loop.state.incumbent_commit == record.candidate("1b").commit
-    assert loop.state.decisions == 2
+    assert loop.state.decisions == 1  # one decision over the set: alpha bounds keeping any no-op of the two
 
 
 def test_the_dollar_budget_stops_the_run(tmp_path, monkeypatch):
@@ -143,3 +143,13 @@ def test_the_dollar_budget_stops_the_run(tmp_path, monkeypatch):
 def test_a_baseline_that_passes_everything_ends_the_run_at_once(tmp_path, monkeypatch):
     loop = run_loop(tmp_path, monkeypatch, "exact", FakeBackend(base=1.0), iterations=3)
     assert loop.run.iterations() == [] and "already passes every gate task" in loop.state.stop_reason
+
+
+def test_after_a_keep_the_new_analysis_is_measured_once_for_all_candidates(tmp_path, monkeypatch):
+    backend = FakeBackend()
+    loop = run_loop(tmp_path, monkeypatch, "exact+thorough,note1+note2", backend, iterations=2, candidates=2)
+    assert loop.run.iteration(1).kept == "1b"
+    names = [name for name, _ in backend.evaluations]
+    assert names.count("analysis-g1") == 1  # not once per candidate thread, racing in one directory
+    digests = [(loop.run.path / "digests" / f"002{x}.md").read_text() for x in "ab"]
+    assert all("analysis simulations failed" in d for d in digests)
