@@ -1,4 +1,4 @@
-"""Command line: `evolver init | eval | run | history | show | rollback | status | tasks | daemon`."""
+"""Command line: `evolver init | eval | run | history | show | report | rollback | status | tasks | daemon`."""
 
 from __future__ import annotations
 
@@ -150,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("iteration", help="a candidate (3, or 3b in an iteration of several), or an iteration (3) to see all its candidates")
     p.add_argument("--repo", default=".")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("report", help="write a run's report: one self-contained HTML file (runs/RUN/report.html)")
+    p.add_argument("run", nargs="?", help="run id (default: the newest)")
+    p.add_argument("--repo", default=".", help="repository (default: current)")
+    p.add_argument("--markdown", action="store_true", help="print a short markdown summary for a pull-request description (the path goes to stderr)")
 
     p = sub.add_parser("rollback", help="move a run's best branch back to an earlier kept candidate or the base")
     p.add_argument("run")
@@ -372,6 +377,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from evolver.lineage import open_repo
+    from evolver.runreport import write_report
+    from evolver.runreport.facts import collect
+    from evolver.runstate import find_run
+
+    repo = Path(args.repo).resolve()
+    open_repo(repo)  # a folder that is not a repository says so, not "no runs"
+    run = find_run(repo, args.run)
+    facts = collect(run)
+    path = write_report(run, facts)
+    if args.markdown:
+        from evolver.runreport.markdown import summary
+
+        print(summary(facts), end="")
+        print(f"report: {path}", file=sys.stderr)
+    else:
+        print(path)
+    return 0
+
+
 def cmd_rollback(args: argparse.Namespace) -> int:
     from evolver.history import rollback
     from evolver.runstate import find_run
@@ -421,13 +447,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
-        print("evolver: error: a command is needed (init, eval, run, history, show, rollback, status, tasks, daemon); see `evolver --help`", file=sys.stderr)
+        print("evolver: error: a command is needed (init, eval, run, history, show, report, rollback, status, tasks, daemon); see `evolver --help`", file=sys.stderr)
         return 2
     # SIGTERM stops a command as Ctrl-C does: the run records "interrupted", workers and the
     # embedded model's server are stopped on the way out instead of being left behind.
     signal.signal(signal.SIGTERM, _interrupt)
     handler = {"eval": cmd_eval, "init": cmd_init, "tasks": cmd_tasks, "run": cmd_run, "history": cmd_history,
-               "show": cmd_show, "rollback": cmd_rollback, "status": cmd_status, "daemon": cmd_daemon}[args.command]
+               "show": cmd_show, "report": cmd_report, "rollback": cmd_rollback, "status": cmd_status, "daemon": cmd_daemon}[args.command]
     try:
         if args.command in ("eval", "run"):
             from evolver import zygote_client

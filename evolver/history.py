@@ -64,7 +64,8 @@ def status(run: RunDir) -> dict:
     }
 
 
-def _table(run: RunDir, name: str) -> Optional[dict]:
+def latest_rewards(run: RunDir, name: str) -> Optional[dict]:
+    """An evaluation's rewards by task (metrics.rewards_by_task), from its largest result; None before it has one."""
     files = sorted((run.eval_dir(name)).glob("result-*.json"), key=lambda p: int(p.stem.split("-")[1]))
     if not files:
         return None
@@ -96,8 +97,8 @@ def show(run: RunDir, which: str) -> dict:
 def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
     diff = lineage.diff(record.parent_commit, cand.commit) if cand.commit else ""
     flips = []
-    candidate = _table(run, f"iter-{slug(cand.label)}-gate")
-    incumbent = _table(run, f"reference-g{record.generation}")
+    candidate = latest_rewards(run, f"iter-{slug(cand.label)}-gate")
+    incumbent = latest_rewards(run, f"reference-g{record.generation}")
     if candidate and incumbent:
         for task in sorted(candidate):
             c = [x for x in candidate[task] if x is not None]
