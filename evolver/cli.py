@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--budget-usd", help="stop when all roles together have cost this much (0: no limit)")
     g.add_argument("--budget-tokens", help="stop when all roles together have used this many tokens (0: no limit)")
     g.add_argument("--max-hours", help="stop at this wall-clock limit (0: no limit)")
+    p.add_argument("--track", help="experiment tracking: off (default) or mlflow (pip install 'evolver[mlflow]'; logs to mlruns/ or MLFLOW_TRACKING_URI)")
     g = p.add_argument_group("gate (see docs/gate.md)")
     g.add_argument("--holdout", dest="holdout", action="store_const", const="on", help="seal part of the analysis split as a holdout")
     g.add_argument("--no-holdout", dest="holdout", action="store_const", const="off", help="no holdout (default: on when the analysis split has 40+ tasks)")
@@ -180,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _overrides(args: argparse.Namespace) -> dict:
     keys = ["agent_model", "user_model", "meta_model", "judge_model", "local_size", "local_model", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
             "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout", "backend", "ray_address", "agent_timeout", "agent_memory_mb", "unsafe_no_sandbox",
-            "analysis_split", "gate_split", "iterations", "candidates", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages"]
+            "analysis_split", "gate_split", "iterations", "candidates", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages",
+            "track"]
     return {k: getattr(args, k, None) for k in keys}
 
 
