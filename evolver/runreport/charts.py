@@ -13,9 +13,9 @@ STYLE = {
     "accepted": ("#2e7d32", "circle"),
     "rejected": ("#c62828", "x"),
     "undecided": ("#ef6c00", "diamond"),
-    "invalid": ("#9e9e9e", "circle-open"),
+    "invalid": ("#9e9e9e", "diamond-open"),
     "refused": ("#9e9e9e", "circle-open"),
-    "no_patch": ("#9e9e9e", "circle-open"),
+    "no_patch": ("#9e9e9e", "square-open"),
 }
 ROLE_COLOURS = {"agent": "#1565c0", "user": "#6a1b9a", "judge": "#00838f", "meta": "#ef6c00"}
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50), font=dict(size=13))
