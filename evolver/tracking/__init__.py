@@ -25,7 +25,7 @@ def require(track: str) -> None:
         __import__(track)
     except ImportError as exc:
         raise UsageError(f"track = {track} needs the {track} package, which cannot be imported ({exc}); "
-                         f"install it with {INSTALL[track]}, or set track = off") from None
+                         f"install it with `{INSTALL[track]}`, or set track = off") from None
 
 
 def subscribe(events: Events, run: RunDir, track: str, console: Console) -> None:
