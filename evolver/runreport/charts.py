@@ -13,6 +13,8 @@ STYLE = {
     "accepted": ("#2e7d32", "circle"),
     "rejected": ("#c62828", "x"),
     "undecided": ("#ef6c00", "diamond"),
+    "evaluating": ("#1565c0", "circle-dot"),  # a run still going: on the gate now
+    "proposing": ("#9e9e9e", "circle-open-dot"),
     "invalid": ("#9e9e9e", "diamond-open"),
     "refused": ("#9e9e9e", "circle-open"),
     "no_patch": ("#9e9e9e", "square-open"),
@@ -33,14 +35,14 @@ def score_chart(facts: RunFacts) -> go.Figure:
                              line=dict(color="#757575", width=1.5, dash="dot"), marker=dict(size=6, symbol="square")))
     gated = [c for c in facts.candidates if c.gate_candidate is not None]
     offsets = _offsets(gated)
-    for status in ("accepted", "rejected", "undecided"):
+    for status in ("accepted", "rejected", "undecided", "evaluating"):
         group = [c for c in gated if c.status == status]
         if not group:
             continue
         colour, symbol = STYLE[status]
         fig.add_trace(go.Scatter(
             x=[c.iteration + offsets[c.label] for c in group], y=[c.gate_candidate for c in group], mode="markers+text",
-            name={"accepted": "kept", "rejected": "rejected", "undecided": "undecided"}[status],
+            name={"accepted": "kept", "evaluating": "on the gate now"}.get(status, status),
             text=[c.label for c in group], textposition="middle right",
             marker=dict(color=colour, symbol=symbol, size=12, line=dict(width=1.5, color=colour)),
             error_y=dict(type="data", array=[_half_width(c) for c in group], visible=True, color=colour, thickness=1.2),

@@ -91,19 +91,19 @@ def _header(f: RunFacts) -> str:
     best = f.best
     best_text = "base" if best is None else f"{best.label}: {best.title}"
     remeasured = f.best_remeasured()
-    cards = [
-        ("status", f.status + (f" ({f.stop_reason})" if f.stop_reason else "")),
+    cards = [  # name, value as HTML
+        ("status", escape(f.status + (f" ({f.stop_reason})" if f.stop_reason else ""))),
         ("iterations", f"{f.iterations_done} of {f.iterations_target}"),
         ("baseline gate score", _score(f.baseline_gate)),
-        ("best", best_text),
+        ("best", escape(best_text)),
         ("best's gate score", "-" if best is None else f"{_score(best.gate_candidate)} when kept"
          + (f", {_score(remeasured)} measured again" if remeasured is not None else "")),
         ("holdout (base → best)", "not measured" if f.holdout is None else f"{_score(f.holdout['base'])} → {_score(f.holdout['best'])}"),
         ("gate decisions", f"{f.decisions}, expected false keeps {f.decisions * f.alpha:.2f}"),
-        ("cost", ", ".join(f"{role} {_cost_html(c)}" for role, c in f.total_costs().items()) or "-"),
+        ("cost", ", ".join(f"{escape(role)} {_cost_html(c)}" for role, c in f.total_costs().items()) or "-"),
         ("elapsed", f"{f.elapsed / 60:.1f} min"),
     ]
-    card_html = "".join(f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{v if k == "cost" else escape(v)}</div></div>' for k, v in cards)
+    card_html = "".join(f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{v}</div></div>' for k, v in cards)
     return (f'<header id="summary"><h1>evolver run {escape(f.run_id)}</h1>'
             f'<p class="sub">{escape(f.domain)}: {escape(f.split_note)}. Adopt the best with <code>git merge {escape(f.best_branch)}</code>.</p>'
             f'<div class="cards">{card_html}</div></header>')
