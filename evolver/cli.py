@@ -1,4 +1,4 @@
-"""Command line: `evolver init | eval | run | history | show | rollback | status | runs | tasks | daemon`."""
+"""Command line: `evolver init | eval | run | history | show | report | rollback | status | runs | tasks | daemon`."""
 
 from __future__ import annotations
 
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--budget-usd", help="stop when all roles together have cost this much (0: no limit)")
     g.add_argument("--budget-tokens", help="stop when all roles together have used this many tokens (0: no limit)")
     g.add_argument("--max-hours", help="stop at this wall-clock limit (0: no limit)")
+    p.add_argument("--track", help="experiment tracking: off (default) or mlflow (pip install 'evolver[mlflow]'; logs to mlruns/ or MLFLOW_TRACKING_URI)")
     g = p.add_argument_group("gate (see docs/gate.md)")
     g.add_argument("--holdout", dest="holdout", action="store_const", const="on", help="seal part of the analysis split as a holdout")
     g.add_argument("--no-holdout", dest="holdout", action="store_const", const="off", help="no holdout (default: on when the analysis split has 40+ tasks)")
@@ -150,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("iteration", help="a candidate (3, or 3b in an iteration of several), or an iteration (3) to see all its candidates")
     p.add_argument("--repo", default=".")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("report", help="write a run's report: one self-contained HTML file (runs/RUN/report.html)")
+    p.add_argument("run", nargs="?", help="run id (default: the newest)")
+    p.add_argument("--repo", default=".", help="repository (default: current)")
+    p.add_argument("--markdown", action="store_true", help="print a short markdown summary for a pull-request description (the path goes to stderr)")
 
     p = sub.add_parser("rollback", help="move a run's best branch back to an earlier kept candidate or the base")
     p.add_argument("run")
@@ -179,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _overrides(args: argparse.Namespace) -> dict:
     keys = ["agent_model", "user_model", "meta_model", "judge_model", "local_size", "local_model", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
             "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout", "backend", "ray_address", "agent_timeout", "agent_memory_mb", "unsafe_no_sandbox",
-            "analysis_split", "gate_split", "iterations", "candidates", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages"]
+            "analysis_split", "gate_split", "iterations", "candidates", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages",
+            "track"]
     return {k: getattr(args, k, None) for k in keys}
 
 
@@ -376,6 +383,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from evolver.lineage import open_repo
+    from evolver.runreport import write_report
+    from evolver.runreport.facts import collect
+    from evolver.runstate import find_run
+
+    repo = Path(args.repo).resolve()
+    open_repo(repo)  # a folder that is not a repository says so, not "no runs"
+    run = find_run(repo, args.run)
+    facts = collect(run)
+    path = write_report(run, facts)
+    if args.markdown:
+        from evolver.runreport.markdown import summary
+
+        print(summary(facts), end="")
+        print(f"report: {path}", file=sys.stderr)
+    else:
+        print(path)
+    return 0
+
+
 def cmd_rollback(args: argparse.Namespace) -> int:
     from evolver.history import rollback
     from evolver.runstate import find_run
@@ -440,13 +468,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
-        print("evolver: error: a command is needed (init, eval, run, history, show, rollback, status, runs, tasks, daemon); see `evolver --help`", file=sys.stderr)
+        print("evolver: error: a command is needed (init, eval, run, history, show, report, rollback, status, runs, tasks, daemon); see `evolver --help`", file=sys.stderr)
         return 2
     # SIGTERM stops a command as Ctrl-C does: the run records "interrupted", workers and the
     # embedded model's server are stopped on the way out instead of being left behind.
     signal.signal(signal.SIGTERM, _interrupt)
     handler = {"eval": cmd_eval, "init": cmd_init, "tasks": cmd_tasks, "run": cmd_run, "history": cmd_history,
-               "show": cmd_show, "rollback": cmd_rollback, "status": cmd_status, "runs": cmd_runs, "daemon": cmd_daemon}[args.command]
+               "show": cmd_show, "report": cmd_report, "rollback": cmd_rollback, "status": cmd_status, "runs": cmd_runs, "daemon": cmd_daemon}[args.command]
     try:
         if args.command in ("eval", "run"):
             from evolver import zygote_client

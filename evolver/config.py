@@ -87,6 +87,9 @@ class Config:
     gate_alpha: float = 0.05
     gate_min_effect: float = 0.0
     gate_stages: list = field(default_factory=list)  # empty: the gate's tuned default (docs/gate.md)
+    # Experiment tracking (evolver.tracking): off, or mlflow (an optional extra) for the settings,
+    # per-iteration metrics and the report, logged to mlruns/ or MLFLOW_TRACKING_URI.
+    track: str = "off"
 
     def role(self, name: str) -> RoleModel:
         """The resolved model of one role: agent, user, meta or judge."""
@@ -138,7 +141,7 @@ BOUNDS: dict[str, tuple[Optional[float], Optional[float]]] = {
     "gate_min_effect": (0, 0.99),
 }
 POSITIVE = ("worker_timeout", "agent_timeout", "log_interval")  # seconds: more than 0
-CHOICES = {"holdout": ("auto", "on", "off"), "local_size": ("default", "small"), "backend": BACKENDS}
+CHOICES = {"holdout": ("auto", "on", "off"), "local_size": ("default", "small"), "backend": BACKENDS, "track": ("off", "mlflow")}
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -273,6 +276,7 @@ KEY_HELP: dict[str, str] = {
     "gate_alpha": "false-accept probability per decision for a no-effect candidate",
     "gate_min_effect": "smallest mean gain worth keeping, reward units (0.05 = 5 points)",
     "gate_stages": "cumulative candidate trials per task at each look, e.g. [1, 2, 3, 4, 6]; empty: the tuned default",
+    "track": "experiment tracking of `evolver run`: off, or mlflow (pip install 'evolver[mlflow]'; logs to mlruns/ or MLFLOW_TRACKING_URI)",
 }
 
 

@@ -159,15 +159,20 @@ def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
 
     No fsync: this guards against a killed process, not against power loss, and
     an fsync per trajectory costs more than the simulation's own bookkeeping."""
-    path = Path(path)
     text = (
         data.model_dump_json(indent=2)
         if isinstance(data, BaseModel)
         else json.dumps(data, indent=2)
     )
+    write_text_atomic(path, text)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file so a reader never sees it half-written (see write_json_atomic)."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -101,7 +101,7 @@ def best_gate_score(run: RunDir, state) -> Optional[float]:
     record = run.iteration(state.incumbent) if state.incumbent else None
     if record and record.winner:
         return record.winner.gate_candidate
-    table = _table(run, "reference-g0")
+    table = latest_rewards(run, "reference-g0")
     values = [x for rewards in (table or {}).values() for x in rewards if x is not None]
     return sum(values) / len(values) if values else None
 
@@ -124,7 +124,8 @@ def _simulations(run: RunDir) -> tuple[int, Optional[float]]:
     return done, (seconds / count if count else None)
 
 
-def _table(run: RunDir, name: str) -> Optional[dict]:
+def latest_rewards(run: RunDir, name: str) -> Optional[dict]:
+    """An evaluation's rewards by task (metrics.rewards_by_task), from its largest result; None before it has one."""
     files = sorted((run.eval_dir(name)).glob("result-*.json"), key=lambda p: int(p.stem.split("-")[1]))
     if not files:
         return None
@@ -156,9 +157,9 @@ def show(run: RunDir, which: str) -> dict:
 def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
     diff = lineage.diff(record.parent_commit, cand.commit) if cand.commit else ""
     flips = []
-    candidate = _table(run, f"iter-{slug(cand.label)}-gate")
+    candidate = latest_rewards(run, f"iter-{slug(cand.label)}-gate")
     # What the gate compared with: the incumbent measured beside the candidate, else its reference.
-    incumbent = _table(run, f"iter-{record.iteration:03d}-incumbent") or _table(run, f"reference-g{record.generation}")
+    incumbent = latest_rewards(run, f"iter-{record.iteration:03d}-incumbent") or latest_rewards(run, f"reference-g{record.generation}")
     if candidate and incumbent:
         for task in sorted(candidate):
             c = [x for x in candidate[task] if x is not None]

@@ -133,15 +133,16 @@ class Lineage:
             return ""
 
 
-def exclude_runs_dir(repo_path: Path) -> None:
-    """Keep runs/ out of `git status` in repos not set up by `evolver init`."""
+def exclude_runs_dir(repo_path: Path, folder: str = "runs") -> None:
+    """Keep runs/ (or another folder evolver writes in the repository, such as mlruns/) out of
+    `git status` in repos not set up by `evolver init`."""
     repo = open_repo(repo_path)
     info = Path(repo.git_dir) / "info"
     info.mkdir(exist_ok=True)
     exclude = info / "exclude"
     lines = exclude.read_text().splitlines() if exclude.exists() else []
-    if "runs/" not in lines and "/runs/" not in lines:
-        exclude.write_text("\n".join(lines + ["/runs/"]) + "\n")
+    if f"{folder}/" not in lines and f"/{folder}/" not in lines:
+        exclude.write_text("\n".join(lines + [f"/{folder}/"]) + "\n")
 
 
 def commit_message(title: str, rationale: str, trailers: dict[str, str]) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from evolver import tracking
 from evolver.backends import Backend
 from evolver.config import LOCAL, Config, eval_request, gate_config, max_simulations, require_sandbox
 from evolver.data import write_json_atomic
@@ -97,6 +98,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
             raise UsageError("agent/ has uncommitted changes; commit them, or pass --allow-dirty to run from HEAD without them")
         console.print("[yellow]note:[/yellow] agent/ has uncommitted changes; this run starts from HEAD and does not include them")
     gate = gate_config(cfg)
+    tracking.require(cfg.track)
     for role in ("agent", "user", "meta"):
         base = cfg.role(role).api_base
         if base:
@@ -155,6 +157,7 @@ def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
     state = run.state()
     cfg = Config(**manifest.config)
     require_sandbox(cfg)  # the run's own setting: one started unconfined stays so, on the record
+    tracking.require(cfg.track)  # the run's own setting too: a run tracked from its start stays tracked
     if iterations is not None:
         cfg.iterations = state.iterations_target = iterations
     if state.status == "finished" and state.next_iteration > state.iterations_target:
@@ -174,11 +177,12 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
     # The gate as the run recorded it, not as today's code would build it: an upgrade never changes a run mid-way.
     gate = GateConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in manifest.gate.items()})
     return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate, lineage=lineage,
-                prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console, cfg), identifiers=identifiers)
+                prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console, run, cfg), identifiers=identifiers)
 
 
-def _view(console: Console, cfg: Config) -> Events:
-    """The run's events, rendered on the terminal (other subscribers can join)."""
+def _view(console: Console, run: RunDir, cfg: Config) -> Events:
+    """The run's events, rendered on the terminal and, when asked for, sent to an experiment tracker."""
     events = Events()
     events.subscribe(ConsoleView(console, every=cfg.log_interval))
+    tracking.subscribe(events, run, cfg.track, console)
     return events

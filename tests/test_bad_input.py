@@ -10,18 +10,20 @@ root, for whom permission bits mean nothing.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCRIPTED_MODELS, git, run_cli
+from tests.conftest import ROOT, SCRIPTED_MODELS, git, run_cli
 
 TOTALS = {"cases": 0, "clean": 0}  # shown in pytest's summary (tests/conftest.py)
 MODELS = SCRIPTED_MODELS[:6]  # agent, user, judge: what eval needs
 RUN_MODELS = [*MODELS, "--meta-model", "scripted/meta"]
 SCRIPT = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
+NO_MLFLOW = ROOT / "tests" / "scripts" / "no_mlflow"
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +156,11 @@ CASES = [
     ("run-toml-gate-stages", ["run", "{repo}"], "gate_stages", 'toml:gate_stages = ["x"]'),
     ("run-env-iterations", ["run", "{repo}"], "EVOLVER_ITERATIONS", "env:EVOLVER_ITERATIONS=0"),
     ("run-env-stall", ["run", "{repo}"], "EVOLVER_STALL", "env:EVOLVER_STALL=-2"),
+    ("run-track-unknown", ["run", "{repo}", "--track", "wandb"], "--track wandb is not one of: off, mlflow", None),
+    ("run-track-not-installed", ["run", "{repo}", "--track", "mlflow"], "pip install 'evolver[mlflow]'", "no-mlflow"),
+    ("run-toml-track", ["run", "{repo}"], "track = 'yes' is not one of: off, mlflow", 'toml:track = "yes"'),
+    ("run-env-track", ["run", "{repo}"], "EVOLVER_TRACK", "env:EVOLVER_TRACK=on"),
+    ("run-resume-with-track", ["run", "{repo}", "--resume", "{run}", "--track", "mlflow"], "--resume keeps the settings", None),
     ("run-resume-unknown", ["run", "{repo}", "--resume", "run-nope"], "unknown run id 'run-nope'", None),
     ("run-resume-with-flags", ["run", "{repo}", "--resume", "{run}", "--concurrency", "2"], "--resume keeps the settings", None),
     ("run-resume-iterations-0", ["run", "{repo}", "--resume", "{run}", "--iterations", "0"], "between 1 and 10000", None),
@@ -178,6 +185,14 @@ CASES = [
     ("rollback-missing-iteration", ["rollback", "{run}", "--to", "99", "--reason", "y", "--repo", "{repo}"], "99", None),
     ("rollback-no-to", ["rollback", "{run}", "--reason", "y", "--repo", "{repo}"], "the following arguments are required: --to", None),
     ("rollback-corrupt-state", ["rollback", "@state.json:{{", "--to", "base", "--reason", "y", "--repo", "{repo}"], "corrupt", None),
+    ("report-unknown-run", ["report", "run-nope", "--repo", "{repo}"], "unknown run id 'run-nope'", None),
+    ("report-not-a-repo", ["report", "--repo", "{plain}"], "is not a git repository", None),
+    ("report-no-runs", ["report", "--repo", "{empty}"], "no runs in", None),
+    ("report-corrupt-state", ["report", "@state.json:{{", "--repo", "{repo}"], "state.json is unreadable or corrupt", None),
+    ("report-corrupt-run", ["report", "@run.json:[]", "--repo", "{repo}"], "run.json is unreadable or corrupt", None),
+    ("report-corrupt-iteration", ["report", "@iterations/001.json:nope", "--repo", "{repo}", "--markdown"], "001.json is unreadable or corrupt", None),
+    ("report-unknown-flag", ["report", "{run}", "--repo", "{repo}", "--pdf"], "unrecognized arguments: --pdf", None),
+    ("report-immutable-run", ["report", "{run}", "--repo", "{repo}"], "cannot use", "immutable-run"),
     ("status-unknown", ["status", "run-nope", "--repo", "{repo}"], "unknown run id", None),
     ("status-corrupt-state", ["status", "@state.json:{{", "--repo", "{repo}"], "state.json is unreadable or corrupt", None),
     ("status-corrupt-run", ["status", "@run.json:{{", "--repo", "{repo}"], "run.json is unreadable or corrupt", None),
@@ -229,6 +244,10 @@ def test_bad_input_gets_one_line_and_exit_2(world, case_id, argv, fragment, setu
         env["EVOLVER_RUNTIME_DIR"] = str(shared)
     elif setup == "immutable-runs":
         undo.append(_immutable(repo / "runs"))
+    elif setup == "immutable-run":
+        undo.append(_immutable(repo / "runs" / world["run"]))
+    elif setup == "no-mlflow":  # a stand-in that fails to import, as an uninstalled package does
+        env["PYTHONPATH"] = os.pathsep.join([str(NO_MLFLOW), os.environ["PYTHONPATH"]])
     elif setup == "immutable-refs":
         refs = repo / ".git" / "refs" / "heads" / "evolver"
         refs.mkdir(exist_ok=True)

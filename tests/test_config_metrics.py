@@ -85,7 +85,7 @@ def test_every_setting_is_documented_in_evolver_toml_and_the_readme():
     ("iterations", "0", "between 1 and 10000"), ("holdout", "maybe", "not one of: auto, on, off"), ("gate_min_effect", "-1", "between 0 and 0.99"),
     ("stall", "-1", "at least 0"), ("budget_usd", "-5", "at least 0"), ("max_hours", "-1", "at least 0"), ("budget_tokens", "-1", "at least 0"),
     ("gate_alpha", "0.7", "between 0 and 0.5"), ("agent_timeout", "0", "more than 0"), ("agent_memory_mb", "1", "between 64 and 65536"),
-    ("local_size", "huge", "not one of: default, small"),
+    ("local_size", "huge", "not one of: default, small"), ("track", "wandb", "not one of: off, mlflow"),
 ])
 def test_one_validation_for_file_environment_and_flags(tmp_path, source, key, raw, fragment):
     if source == "file":
