@@ -207,8 +207,9 @@ class Loop:
         for cand in entered.values():
             cand.verdicts = []
         record.gate_stages = []
-        for stage, (inc_trials, cand_trials) in enumerate(gatelib.set_stages(gate, len(entered))):
-            self.step(f"iteration {n}: gate stage {stage + 1} ({_count(alive, 'candidate')}, {cand_trials} trial(s) per task"
+        plan = gatelib.set_stages(gate, len(entered))
+        for stage, (inc_trials, cand_trials) in enumerate(plan):
+            self.step(f"iteration {n}: gate stage {stage + 1}/{len(plan)} ({_count(alive, 'candidate')}, {cand_trials} trial(s) per task"
                       + (f", the incumbent beside them at {inc_trials})" if inc_trials else ")"))
             jobs = [(f"iter-{n:03d}-incumbent", arm, inc_trials)] if inc_trials else []
             jobs += [(f"iter-{slug(label)}-gate", self.run.worktree(f"iter-{slug(label)}"), cand_trials) for label in alive]

@@ -172,7 +172,7 @@ def test_markdown_summary_for_a_pull_request(report_run):
     assert "| 2b | Break the state class | 0.750 → - | - | invalid |" in text
     assert f"Adopt it with `git merge evolver/{run_id}/best`." in text
     assert "Holdout (1 sealed task(s) x 2 trial(s), never used for a decision): base " in text
-    assert "4 gate decision(s)" in text
+    assert "3 gate decision(s)" in text  # one per iteration that reached the gate, however many candidates
     state = json.loads((repo / "runs" / run_id / "state.json").read_text())
     for role, usage in state["usage"].items():  # dollars where a cost was recorded, else unknown: never $0
         assert f"{role} {'unknown' if usage['cost'] == 0 else '$'}" in text.split("Cost: ")[1], role

@@ -160,6 +160,10 @@ def collect(run: RunDir) -> RunFacts:
         for cand in record.candidates:
             info = show(run, cand.label)
             last = cand.verdicts[-1] if cand.verdicts else {}
+            if last and last.get("p_value") is None and record.gate_incumbent is not None and cand.gate_candidate is not None:
+                # Stopped before the final test (early, or screened out among several, where the effect is
+                # the gap to the best candidate): the gain shown is against the incumbent's gate score.
+                last = {**last, "effect": cand.gate_candidate - record.gate_incumbent}
             candidates.append(Candidate(
                 label=cand.label, iteration=record.iteration, parent=label_of(record.parent), title=cand.title,
                 rationale=cand.rationale, status=cand.status, reason=cand.reason, kept=record.kept == cand.label,
