@@ -94,7 +94,13 @@ class RayBackend:
         self.running: set[threading.Event] = set()  # one per evaluation in flight: what cancel() stops
         self.listings: dict[tuple, TaskListing] = {}
         self.closed = False
-        _start(self.ray, address, self.root)
+        try:
+            _start(self.ray, address, self.root)
+        except BaseException:  # a refused address, or Ctrl-C while Ray starts
+            self.ray.shutdown()
+            if self.root is not None:
+                shutil.rmtree(self.root, ignore_errors=True)
+            raise
         self.environment = self.ray.put(worker_environment(dict(os.environ)))
         self.run_group = self.ray.remote(num_returns="streaming", max_retries=0)(ray_node.run_group)
         self.list_remote = self.ray.remote(max_retries=ATTEMPTS - 1)(ray_node.list_tasks)
@@ -160,14 +166,28 @@ def _start(ray, address: str, root: Optional[Path]) -> None:
             ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=OBJECT_STORE_BYTES,
                      include_dashboard=False, _temp_dir=str(root / "ray"), **quiet)
         else:
+            _check_reachable(address)
             try:
                 ray.init(address=address, **quiet)
             except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise UsageError(f"cannot join the Ray cluster at '{address}' ({str(exc).strip().splitlines()[0]}); "
-                                 "start one (ray start --head) or fix --ray-address") from None
+                raise UsageError(f"cannot join the Ray cluster at '{address}' ({str(exc).strip().splitlines()[0]}); start one "
+                                 "(ray start --head) or fix --ray-address; a cluster with token authentication needs RAY_AUTH_MODE=token") from None
     finally:
         if threading.current_thread() is threading.main_thread() and previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _check_reachable(address: str) -> None:
+    """Ray retries an address that does not answer for minutes: try it once first, for 5 s."""
+    if address == "auto":
+        return  # Ray finds it (RAY_ADDRESS, or the cluster `ray start` runs here) or says at once that there is none
+    host, _, port = address.split("://")[-1].rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except ValueError:
+        raise UsageError(f"--ray-address '{address}' is neither HOST:PORT of a Ray head node nor auto") from None
+    except OSError as exc:
+        raise UsageError(f"cannot reach a Ray cluster at '{address}' ({exc}); start it, or give auto for the one `ray start` runs here") from None
 
 
 def _node_settings(root: Optional[Path]) -> dict:
@@ -277,10 +297,10 @@ class _Evaluation:
             self._end(item["end"], queue)
 
     def _lost(self, group: _Group, queue: deque, exc: Exception) -> None:
-        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
         if not self._unfinished(group.tasks):
             return
-        self._log(f"a Ray task of tasks {', '.join(group.tasks)} ended early (attempt {group.attempts} of {ATTEMPTS}): {reason}\n")
+        reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
+        self._log(f"a Ray task of tasks {', '.join(group.tasks)} ended early (attempt {group.attempts} of {ATTEMPTS}): {reason}\n{exc}\n")
         if group.attempts < ATTEMPTS:
             queue.appendleft(group)  # its finished simulations stay; the others run again
         else:
