@@ -39,7 +39,7 @@ from evolver.metrics import summarize
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # a local instance moves only records, trajectories and small archives
 SLOT_CONCURRENCY = 4  # simulations one Ray task runs at once: the request's concurrency is shared out in slots of this size
-GROUPS_PER_SLOT = 2  # more groups than slots: a slot that finishes early takes the next group
+GROUPS_PER_SLOT = 1
 # What a group asks of Ray: a CPU per this many simulations at once. An API-bound simulation mostly
 # waits (the local backend drives 16 at once on 2 cores at 0.9x tau2's own speed), so several
 # evaluations (the candidates of an iteration) share a node, as they share this machine locally.
@@ -68,7 +68,7 @@ def plan(tasks: list[str], concurrency: int) -> tuple[list[list[str]], list[int]
     slots = max(1, min(len(tasks), -(-concurrency // SLOT_CONCURRENCY)))
     shares = [concurrency // slots + (i < concurrency % slots) for i in range(slots)]
     n = min(len(tasks), GROUPS_PER_SLOT * slots)
-    return [tasks[i * len(tasks) // n:(i + 1) * len(tasks) // n] for i in range(n)], shares
+    return [tasks[i::n] for i in range(n)], shares
 
 
 def _import_ray():
@@ -108,7 +108,8 @@ class RayBackend:
     def evaluate(self, req: EvalRequest, run_id: str, *, timeout: float, on_progress: Optional[Progress] = None) -> EvalResult:
         """Evaluate; simulations already recorded in req.out_dir are kept, not run again."""
         started = time.monotonic()
-        tasks = self.list_tasks(req).tasks
+        # Given ids need no listing (the loop always gives them): the groups' workers check them.
+        tasks = list(req.task_ids)[: req.num_tasks or None] if req.task_ids else self.list_tasks(req).tasks
         stop = threading.Event()
         with self.lock:
             self.running.add(stop)
