@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from evolver.backends import Cancelled
-from evolver.backends.ray import RayBackend
+from evolver.backends.ray import RayBackend, plan, worker_environment
+from evolver.backends.ray_node import pack_agent, unpack_agent
 from evolver.config import eval_request, load_config
 from evolver.data import SimRecord, read_sim_records
+from evolver.errors import UsageError
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.scripts.ray_cases import KEY, VALUE
 from tests.test_eval import _inject_into_turn
@@ -79,6 +81,50 @@ def left_behind(before: dict[int, str], wait: float = 20.0) -> list[str]:
 def per_simulation(result_file: str) -> dict:
     sims = json.loads(Path(result_file).read_text())["simulations"]
     return {(s["task_id"], s["trial"]): (s["seed"], s["outcome"], s["reward"], s["termination_reason"]) for s in sims}
+
+
+def test_the_concurrency_is_shared_out_and_every_task_lands_in_one_group():
+    tasks = [f"t{i}" for i in range(10)]
+    for concurrency, slots in ((1, 1), (4, 1), (5, 2), (8, 2), (16, 4), (64, 10)):
+        groups, shares = plan(tasks, concurrency)
+        assert len(groups) == len(shares) == slots and sum(shares) == concurrency and max(shares) - min(shares) <= 1
+        assert sorted(t for g in groups for t in g) == tasks
+    assert plan(["only"], 16) == ([["only"]], [16])  # one task keeps all its trials and the whole concurrency
+
+
+def test_the_candidate_travels_as_its_agent_folder(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "agent" / "skills" / "__pycache__").mkdir(parents=True)
+    (checkout / "agent" / "agent.py").write_text("AGENT = 1\n")
+    (checkout / "agent" / "skills" / "a.md").write_text("skill")
+    (checkout / "agent" / "skills" / "__pycache__" / "x.pyc").write_bytes(b"stale")
+    (checkout / "agent" / "same.md").symlink_to("skills/a.md")
+    (checkout / "evolver.toml").write_text("not sent")
+    unpack_agent(pack_agent(checkout), tmp_path / "node")
+    got = sorted(str(p.relative_to(tmp_path / "node")) for p in (tmp_path / "node").rglob("*"))
+    assert got == ["agent", "agent/agent.py", "agent/same.md", "agent/skills", "agent/skills/a.md"]
+    assert os.readlink(tmp_path / "node" / "agent" / "same.md") == "skills/a.md"  # a link stays a link
+    (checkout / "agent" / "out.md").symlink_to("../evolver.toml")
+    with pytest.raises(UsageError, match="links outside agent/"):
+        pack_agent(checkout)
+
+
+def test_the_workers_get_the_environment_less_what_describes_this_machine():
+    sent = worker_environment({"OPENAI_API_KEY": "k", "EVOLVER_SCRIPT": "s", "PYTHONPATH": "p", "AWS_REGION_NAME": "r",
+                               "PATH": "/bin", "HOME": "/root", "RAY_ADDRESS": "a", "EVOLVER_RUNTIME_DIR": "d", "XDG_RUNTIME_DIR": "x"})
+    assert sent == {"OPENAI_API_KEY": "k", "EVOLVER_SCRIPT": "s", "PYTHONPATH": "p", "AWS_REGION_NAME": "r"}
+
+
+@pytest.mark.parametrize("address, message", [
+    ("127.0.0.1:1", "cannot reach a Ray cluster at '127.0.0.1:1'"),
+    ("nonsense", "--ray-address 'nonsense' is neither HOST:PORT of a Ray head node nor auto"),
+])
+def test_a_bad_ray_address_is_refused_in_one_line_at_once(repo, address, message):
+    started = time.monotonic()
+    proc = run_cli(["eval", str(repo), "--backend", "ray", "--ray-address", address, *SCRIPTED_MODELS])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"evolver: error: {message}"), proc.stderr
+    assert time.monotonic() - started < 30 and not list((repo / "runs").glob("eval-*"))
 
 
 @pytest.fixture(scope="module")
