@@ -9,11 +9,16 @@ Ctrl-C stop everything; and no Ray or evolver process outlives the instance evol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -167,6 +172,50 @@ def test_keys_reach_the_workers_on_the_nodes_and_never_the_agent(both):
 
 def test_no_ray_or_evolver_process_outlives_the_command(both):
     assert both[2] == []
+
+
+@pytest.fixture
+def cluster(tmp_path_factory):
+    """A Ray cluster started with `ray start`, without the keys or this checkout on its PYTHONPATH:
+    what a job brings must come from the driver. Its own token; stopped by pid, not with `ray stop`
+    (which stops every Ray instance on the machine)."""
+    root = Path(tempfile.mkdtemp(prefix="evolver-ray-cluster-"))  # short: Ray's socket paths must fit 107 bytes
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "PYTHONPATH"}
+    env.update(auth, RAY_USAGE_STATS_ENABLED="0", EVOLVER_RUNTIME_DIR=str(root / "zygote"))
+    before = ray_processes()
+    start = subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port), "--num-cpus", "2",
+                            "--object-store-memory", "100000000", "--include-dashboard", "false", "--temp-dir", str(root / "ray"),
+                            "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert start.returncode == 0, start.stderr[-2000:]
+        yield f"127.0.0.1:{port}", auth, before, root
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in set(ray_processes()) - set(before):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            if not left_behind(before, wait=10):
+                break
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_joining_a_cluster_its_workers_get_the_keys_and_this_checkout_from_the_driver(cluster, tmp_path):
+    address, auth, before, root = cluster
+    repo = mock_repo(tmp_path / "target")
+    _inject_into_turn(repo, NO_KEYS_IN_THE_AGENT)
+    env = {**KEY_ENV, **auth, "EVOLVER_ZYGOTE_IDLE": "1"}  # the node's daemon goes 1 s after the job's Ray workers
+    proc = run_cli(["eval", str(repo), "--backend", "ray", "--ray-address", address, *EVAL_ARGS, "--task-ids", "create_task_1,update_task_1"], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["num_simulations"] == 4 and summary["avg_reward"] == 1.0 and summary["infra_errors"] == summary["failed"] == 0
+    # The job is over: only the cluster's own processes are left, not its Ray workers' daemon and their forks.
+    assert [cmd for cmd in left_behind(before, wait=10) if "evolver.zygote" in cmd] == []
+    logged = subprocess.run(["grep", "-rl", VALUE, str(root)], capture_output=True, text=True).stdout
+    assert logged == ""  # the key is in none of the cluster's logs and files
 
 
 def test_run_on_ray_reaches_the_local_verdicts(tmp_path):
