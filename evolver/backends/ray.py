@@ -26,7 +26,6 @@ import socket
 import tempfile
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -38,8 +37,10 @@ from evolver.errors import UsageError
 from evolver.metrics import summarize
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # a local instance moves only records, trajectories and small archives
-SLOT_CONCURRENCY = 4  # simulations one Ray task runs at once: the request's concurrency is shared out in slots of this size
-GROUPS_PER_SLOT = 1
+# Simulations one Ray task runs at once: the request's concurrency is shared out in groups of this size,
+# one Ray task per group, all at once. Fewer, larger groups would pay fewer worker starts but spread
+# less over a cluster; measured on one node, 4 runs at 0.99x the local backend (eval_throughput.py).
+GROUP_CONCURRENCY = 4
 # What a group asks of Ray: a CPU per this many simulations at once. An API-bound simulation mostly
 # waits (the local backend drives 16 at once on 2 cores at 0.9x tau2's own speed), so several
 # evaluations (the candidates of an iteration) share a node, as they share this machine locally.
@@ -63,12 +64,10 @@ def worker_environment(environ: dict) -> dict:
 
 
 def plan(tasks: list[str], concurrency: int) -> tuple[list[list[str]], list[int]]:
-    """(groups of tasks, the concurrency of each slot). A slot runs one group at a time as one Ray task;
-    together the slots run the request's concurrency."""
-    slots = max(1, min(len(tasks), -(-concurrency // SLOT_CONCURRENCY)))
-    shares = [concurrency // slots + (i < concurrency % slots) for i in range(slots)]
-    n = min(len(tasks), GROUPS_PER_SLOT * slots)
-    return [tasks[i::n] for i in range(n)], shares
+    """(groups of tasks, the concurrency of each): together they run the request's concurrency.
+    Tasks are dealt in turn, so long and short ones mix in every group."""
+    n = max(1, min(len(tasks), -(-concurrency // GROUP_CONCURRENCY)))
+    return [tasks[i::n] for i in range(n)], [concurrency // n + (i < concurrency % n) for i in range(n)]
 
 
 def _import_ray():
@@ -219,11 +218,12 @@ def _answers(path: Path) -> bool:
 @dataclass
 class _Group:
     tasks: list[str]
+    concurrency: int
     attempts: int = 0
 
 
 class _Evaluation:
-    """One evaluation on the driver: dispatches groups into slots, writes what streams back."""
+    """One evaluation on the driver: sends its groups out as Ray tasks, writes what streams back."""
 
     def __init__(self, backend: RayBackend, req: EvalRequest, tasks: list[str], stop: threading.Event, on_progress: Optional[Progress]):
         self.ray, self.backend, self.req, self.tasks, self.stop, self.on_progress = backend.ray, backend, req, tasks, stop, on_progress
@@ -231,26 +231,24 @@ class _Evaluation:
         self.total = len(tasks) * req.trials
         self.ends: list[dict] = []  # the closing items of the groups
         self.notes: list[str] = []  # why simulations are missing, for the result's worker_note
-        self.inflight: dict = {}  # Ray generator -> (group, slot)
+        self.inflight: dict = {}  # Ray generator -> its group
 
     def run(self, timeout: float, deadline: float) -> None:
         self._prepare()
         archive = self.ray.put(ray_node.pack_agent(Path(self.req.checkout)))
-        groups, shares = plan(self.tasks, self.req.concurrency)
-        queue = deque(_Group(g) for g in groups if self._unfinished(g))
-        free = list(range(len(shares)))
         try:
-            while queue or self.inflight:
+            for tasks, concurrency in zip(*plan(self.tasks, self.req.concurrency)):
+                if self._unfinished(tasks):
+                    self._dispatch(_Group(tasks, concurrency), archive, timeout)
+            while self.inflight:
                 if self.stop.is_set():
                     raise Cancelled("the evaluation was cancelled")
                 if time.monotonic() > deadline:
                     self.notes.append(f"the worker was stopped at the wall-clock limit of {timeout:g} s")
                     break
-                while queue and free:
-                    self._dispatch(queue.popleft(), free.pop(), shares, archive, timeout)
                 ready, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=WAIT)
                 for gen in ready:
-                    self._take(gen, queue, free)
+                    self._take(gen, archive, timeout)
                 self._progress()
         finally:
             self._cancel_inflight()
@@ -269,41 +267,40 @@ class _Evaluation:
     def _unfinished(self, tasks: list[str]) -> bool:
         return any((t, trial) not in self.done for t in tasks for trial in range(self.req.trials))
 
-    def _dispatch(self, group: _Group, slot: int, shares: list[int], archive, timeout: float) -> None:
+    def _dispatch(self, group: _Group, archive, timeout: float) -> None:
         group.attempts += 1
-        sub = self.req.model_copy(update={"task_ids": group.tasks, "num_tasks": None, "concurrency": shares[slot]})
+        sub = self.req.model_copy(update={"task_ids": group.tasks, "num_tasks": None, "concurrency": group.concurrency})
         done = [self.done[(t, trial)].model_dump_json() + "\n" for t in group.tasks for trial in range(self.req.trials) if (t, trial) in self.done]
         job = {"request": sub.model_dump(mode="json"), "done": done, "timeout": timeout}
-        task = self.backend.run_group.options(num_cpus=min(1.0, shares[slot] / SIMULATIONS_PER_CPU), scheduling_strategy="SPREAD")
-        self.inflight[task.remote(job, archive, self.backend.environment)] = (group, slot)
+        task = self.backend.run_group.options(num_cpus=min(1.0, group.concurrency / SIMULATIONS_PER_CPU), scheduling_strategy="SPREAD")
+        self.inflight[task.remote(job, archive, self.backend.environment)] = group
 
-    def _take(self, gen, queue: deque, free: list[int]) -> None:
+    def _take(self, gen, archive, timeout: float) -> None:
         """The next item of a group: a finished simulation, its closing item, or its end or failure."""
-        group, slot = self.inflight[gen]
+        group = self.inflight[gen]
         try:
             item = self.ray.get(next(gen))
         except StopIteration:
-            item = None
-        except self.ray.exceptions.RayError as exc:  # its Ray worker or node was lost, or its code failed
-            item = None
-            self._lost(group, queue, exc)
-        if item is None:
             del self.inflight[gen]
-            free.append(slot)
-        elif "record" in item:
+            return
+        except self.ray.exceptions.RayError as exc:  # its Ray worker or node was lost, or its code failed
+            del self.inflight[gen]
+            self._lost(group, exc, archive, timeout)
+            return
+        if "record" in item:
             self._write(item, group)
         elif "usage_error" in item:
             raise UsageError(item["usage_error"])
         else:
-            self._end(item["end"], queue)
+            self._end(item["end"])
 
-    def _lost(self, group: _Group, queue: deque, exc: Exception) -> None:
+    def _lost(self, group: _Group, exc: Exception, archive, timeout: float) -> None:
         if not self._unfinished(group.tasks):
             return
         reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
         self._log(f"a Ray task of tasks {', '.join(group.tasks)} ended early (attempt {group.attempts} of {ATTEMPTS}): {reason}\n{exc}\n")
         if group.attempts < ATTEMPTS:
-            queue.appendleft(group)  # its finished simulations stay; the others run again
+            self._dispatch(group, archive, timeout)  # its finished simulations stay; the others run again
         else:
             self.notes.append(f"a Ray task failed {ATTEMPTS} times for task(s) {', '.join(group.tasks)} ({reason}); see {self.out / 'worker.log'}")
 
@@ -323,12 +320,10 @@ class _Evaluation:
         if record.outcome != "infra_error":
             self.done[(record.task_id, record.trial)] = record
 
-    def _end(self, end: dict, queue: deque) -> None:
+    def _end(self, end: dict) -> None:
         self.ends.append(end)
         if end["log"]:
             self._log(end["log"])
-        if end["candidate_error"]:
-            queue.clear()  # the candidate fails the same way in every group: start no more
 
     def _cancel_inflight(self) -> None:
         """Cancel the groups still running and wait for them to stop their workers; kill what does not."""
