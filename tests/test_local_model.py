@@ -319,15 +319,35 @@ def test_a_reply_that_reads_like_an_assistant_is_asked_again_once(fake_server):
     message = serving.complete("user", list(request), "http://x/v1", {"temperature": 0.0}).choices[0].message
     assert message.content == "Hi, I need to delete all my tasks."
     assert len(seen) == 2 and seen[1][1]["temperature"] == serving.REASK_TEMPERATURE
-    assert serving.stats()["user"]["assistant_like"] == 1 and "still_assistant_like" not in serving.stats()["user"]
+    assert customer.RECHECK_NOTE in seen[1][0][1]["content"] and customer.RECHECK_NOTE not in seen[0][0][1]["content"]
+    assert serving.stats()["user"]["assistant_like"] == serving.stats()["user"]["rechecks"] == 1
+    assert "still_off_role" not in serving.stats()["user"]
     # Still an assistant's after the re-ask: returned, counted, and not asked a third time.
     replies += [_reply("How may I help you?"), _reply("I'm here to help you with your tasks.")]
     serving.complete("user", list(request), "http://x/v1", {})
-    assert len(seen) == 4 and serving.stats()["user"]["still_assistant_like"] == 1
+    assert len(seen) == 4 and serving.stats()["user"]["still_off_role"] == 1
+    # Without the recheck step an assistant-like reply is counted and returned as it is.
+    replies.append(_reply("How can I help?"))
+    message = serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["transcript", "prefill"]}).choices[0].message
+    assert len(seen) == 5 and message.content == "Hi, I need How can I help?" and serving.stats()["user"]["rechecks"] == 2
+
+
+def test_a_reply_that_repeats_the_customers_own_line_is_asked_again(fake_server):
+    seen, replies = fake_server
+    # tau2's message-history tasks: the customer spoke before the simulator starts.
+    flipped = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "assistant", "content": "I need to create a task for the review."},
+               {"role": "user", "content": "I've created task_2 for you."}]
+    replies += [_reply("I need to create a task for the review. The previous discussion was about it."), _reply("Thanks. Please mark task_2 as completed.")]
+    message = serving.complete("user", flipped, "http://x/v1", {}).choices[0].message
+    assert message.content == "Thanks. Please mark task_2 as completed." and len(seen) == 2
+    assert serving.stats()["user"]["repeats_customer"] == 1
+    assert customer.repeats_customer("i NEED to create a task, for the review", flipped)
+    assert not customer.repeats_customer("I need to create", flipped)  # a shared beginning is not a repeat
 
 
 @pytest.mark.parametrize("text, expected", [
     ("Hello! How can I assist you today?", True), ("Hi, how may I help?", True), ("I'm happy to help with that.", True),
+    ("I'm sorry, but I can't assist with that.", True),
     ("Is there anything else I can do for you?", True), ("Agent: Sure, one moment.", True),
     ("Hi, I need to delete all my tasks.", False), ("Can you help me create a task?", False),
     ("Could you assist me with task_1?", False), ("Thanks, that is all. ###STOP###", False), ("", False), (None, False),

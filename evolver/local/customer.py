@@ -20,8 +20,9 @@ can be chosen on its own, so benchmarks/local_model.py can measure which help:
   the customer has not spoken yet, that its first message says what it needs;
 - prefill: the customer's first message is begun for the model (OPENING), so it
   starts as someone asking, not offering;
-- recheck: a reply that reads like an assistant's (ASSISTANT_LIKE) is asked
-  again once, with every other step on.
+- recheck: a reply that reads like an assistant's (ASSISTANT_LIKE) or says again
+  word for word what the customer already said (a small model's loop) is asked
+  again once, with every other step on and a note against both.
 
 Only what tau2 gives the user model is used: its system prompt and the
 conversation. No task answers, no evaluation criteria; tau2's evaluation
@@ -47,6 +48,7 @@ OPENING = "Hi, I need"
 REMINDER = "You are the customer, not the agent: write only the customer's next message, in the customer's own words."
 FIRST_MESSAGE = " The customer has not spoken yet: their first message says what they need, as the scenario describes."
 ASK = "Write the customer's next message."
+RECHECK_NOTE = " Do not offer help and do not repeat an earlier message: the customer asks for what they need, or answers the agent's last message."
 
 # Phrases with which an assistant offers help; a customer asking for it does not use them.
 ASSISTANT_LIKE = re.compile(
@@ -54,6 +56,7 @@ ASSISTANT_LIKE = re.compile(
     r"|\bwhat can i (?:do|help)"
     r"|\b(?:i'm|i am) (?:here|happy|glad) to (?:help|assist)"
     r"|\banything else i can\b"
+    r"|\bcan(?:'t|not) (?:help|assist) (?:you|with)"
     r"|\bassist you\b"
     r"|\bhelp you (?:with|today)\b"
     r"|\bas an ai\b"
@@ -77,12 +80,13 @@ def parse_steps(value) -> frozenset[str]:
     return frozenset(value)
 
 
-def present(messages: list[dict], steps: frozenset[str], has_tools: bool) -> tuple[list[dict], str]:
-    """The request as the model sees it, and the text its reply is begun with ("" for none)."""
+def present(messages: list[dict], steps: frozenset[str], has_tools: bool, recheck: bool = False) -> tuple[list[dict], str]:
+    """The request as the model sees it, and the text its reply is begun with ("" for none);
+    ``recheck``: the re-ask of a reply that went out of the customer's role."""
     system = [m for m in messages[:1] if m.get("role") == "system"]
     conversation = messages[len(system):]
     first = not any(m.get("role") == "assistant" for m in conversation)  # flipped: "assistant" is the customer
-    note = REMINDER + (FIRST_MESSAGE if first else "")
+    note = REMINDER + (FIRST_MESSAGE if first else "") + (RECHECK_NOTE if recheck else "")
     if has_tools or "transcript" not in steps:
         presented = list(messages)
         if "reminder" in steps:
@@ -116,3 +120,24 @@ def customer_text(content: str | None, opening: str) -> str:
 def reads_like_assistant(text: str | None) -> bool:
     """The reply offers help instead of asking for it."""
     return bool(text) and bool(ASSISTANT_LIKE.search(text))
+
+
+def repeats_customer(text: str | None, messages: list[dict]) -> bool:
+    """The reply begins with, word for word, a message the customer already sent (tau2's flipped
+    "assistant" messages): a small model looping on its own line instead of answering the agent."""
+    said = [_words(m.get("content")) for m in messages if m.get("role") == "assistant"]
+    reply = _words(text)
+    return bool(reply) and any(earlier and reply[:len(earlier)] == earlier for earlier in said)
+
+
+def off_role(text: str | None, messages: list[dict]) -> str | None:
+    """Why a reply is not the customer's next message ("assistant_like", "repeats_customer"), or None."""
+    if reads_like_assistant(text):
+        return "assistant_like"
+    if repeats_customer(text, messages):
+        return "repeats_customer"
+    return None
+
+
+def _words(text: str | None) -> list[str]:
+    return re.findall(r"[a-z0-9_#]+", (text or "").lower())

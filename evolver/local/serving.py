@@ -85,8 +85,9 @@ def stats() -> dict[str, dict[str, int]]:
     truncated (cut at max_tokens), repeated_calls_dropped, unknown_tool_reasks,
     constrained_tool_calls (an unknown-tool reply re-asked into a real call); for the
     user label with the adapter on: as_customer (requests presented to it),
-    assistant_like (a reply that read like an assistant's), still_assistant_like
-    (so did its re-ask)."""
+    assistant_like (a reply that read like an assistant's), repeats_customer (a reply
+    that repeated the customer's earlier line), rechecks (re-asks of either),
+    still_off_role (the re-ask was no better)."""
     with _lock:
         return {label: dict(c) for label, c in _counts.items()}
 
@@ -116,32 +117,31 @@ def complete(label: str, messages: list, api_base: str | None, params: dict):
 
 def _complete_as_customer(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str]):
     """tau2's user simulator on a small model: the request presented so that it writes the customer's
-    message; with the recheck step, a reply that still offers help is asked again once, with every
-    presentation step on and some temperature (the same prompt at temperature 0 repeats itself)."""
+    message; with the recheck step, a reply that still offers help or repeats the customer's own
+    earlier line is asked again once, with every step on and some temperature (the same prompt at
+    temperature 0 repeats itself)."""
     _count(USER_LABEL, "as_customer")
     response = _customer_reply(messages, api_base, params, tool_names, steps)
-    if not _assistant_like(response):
+    problem = customer.off_role(response.choices[0].message.content, messages)
+    if problem is None:
         return response
-    _count(USER_LABEL, "assistant_like")
+    _count(USER_LABEL, problem)
     if "recheck" not in steps:
         return response
-    retry = _customer_reply(messages, api_base, {**params, "temperature": REASK_TEMPERATURE}, tool_names, customer.DEFAULT_STEPS)
-    if _assistant_like(retry):
-        _count(USER_LABEL, "still_assistant_like")
+    _count(USER_LABEL, "rechecks")
+    retry = _customer_reply(messages, api_base, {**params, "temperature": REASK_TEMPERATURE}, tool_names, customer.DEFAULT_STEPS, recheck=True)
+    if customer.off_role(retry.choices[0].message.content, messages):
+        _count(USER_LABEL, "still_off_role")
     return retry
 
 
-def _customer_reply(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str]):
-    presented, opening = customer.present(messages, steps, has_tools=bool(tool_names))
+def _customer_reply(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str], recheck: bool = False):
+    presented, opening = customer.present(messages, steps, has_tools=bool(tool_names), recheck=recheck)
     response = _complete(USER_LABEL, presented, api_base, params, tool_names)
     message = response.choices[0].message
     if message.content is not None or opening:
         message.content = customer.customer_text(message.content, opening)
     return response
-
-
-def _assistant_like(response) -> bool:
-    return customer.reads_like_assistant(response.choices[0].message.content)
 
 
 def _complete(label: str, messages: list, api_base: str, params: dict, tool_names: list[str]):
