@@ -14,9 +14,16 @@ toolcalls  a fixed set of tau2 mock agent prompts, each expecting one specific t
                            empty replies re-asked, made-up tool names re-asked constrained)
              constrained   llama.cpp json_schema decoding: a call to a known tool or a message
            each with the GGUF's own chat template and, where it differs, the corrected one.
-sims       tau2's mock domain (all 9 tasks, 1 trial) with the model as agent and user,
-           without handling (openai/local) and with it (local/...): reward, seconds per
-           simulation, terminations, and the serving counters (empty replies, re-asks).
+customer   the first customer message of tau2's user simulator on each of the 9 mock tasks
+           (the exact request tau2 makes: its system prompt, the task's message history
+           if any, then the agent's greeting), once per presentation of the user-role
+           adapter (evolver.local.customer: off, and chosen sets of its steps); whether it
+           states the task (STATES_TASK below) and whether it reads like an assistant's.
+sims       tau2's mock domain (all 9 tasks, --trials each) with the model as agent and user,
+           without handling (openai/local) and with it (local/...), and with the local
+           customer's user-role adapter off and on: reward per task, steps, seconds per
+           simulation, terminations, whether each simulation's first customer message
+           states the task, and the serving counters (empty replies, re-asks).
 
 Prints one JSON document; the figures in docs/local_model.md come from it.
 The machine's load average is recorded, since other processes share the cores.
@@ -40,7 +47,7 @@ from evolver.llm import prepare_environment  # noqa: E402
 
 prepare_environment()
 
-from evolver.local import serving  # noqa: E402
+from evolver.local import customer, serving  # noqa: E402
 from evolver.local.provision import resolve_model  # noqa: E402
 from evolver.local.server import LocalServer  # noqa: E402
 from evolver.local.template import fixed_chat_template  # noqa: E402
@@ -191,7 +198,83 @@ def bench_speed(address: str) -> dict:
     }
 
 
-def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, user: str) -> dict:
+# The first customer message states the task when it names the action the scenario asks for and what
+# it applies to (case-insensitive regular expressions, both from the task's scenario instructions):
+# what an agent needs to hear before it can act. It does not judge tone; "reads like an assistant's"
+# (evolver.local.customer.reads_like_assistant) is reported beside it.
+CREATE = (r"creat|\bnew\b|\badd|\bmake|set up|\ba task\b", r"important meeting")
+COMPLETE = (r"complet|\bdone\b|finish", r"\btask|project review")
+STATES_TASK = {
+    "create_task_1": CREATE, "create_task_1_with_env_assertions": CREATE, "create_task_1_nl_eval": CREATE,
+    "update_task_1": (COMPLETE[0], r"task_1|task 1\b"),
+    "update_task_with_message_history": COMPLETE, "update_task_with_initialization_data": COMPLETE,
+    "update_task_with_initialization_actions": COMPLETE, "update_task_with_history_and_env_assertions": COMPLETE,
+    "impossible_task_1": (r"delet|remov|clear", r"\btask"),
+}
+
+
+def states_task(task_id: str, text: str | None) -> bool:
+    import re
+
+    return bool(text) and all(re.search(pattern, text, re.IGNORECASE) for pattern in STATES_TASK[task_id])
+
+
+# Presentations compared in the customer part: "off" (tau2's request as it is) and sets of the adapter's steps.
+PRESENTATIONS = {
+    "off": False,
+    "reminder": ["reminder"],
+    "reminder+prefill": ["reminder", "prefill"],
+    "transcript": ["transcript"],
+    "transcript+reminder": ["transcript", "reminder"],
+    "transcript+reminder+prefill": ["transcript", "reminder", "prefill"],
+    "all (with recheck)": list(customer.STEPS),
+}
+
+
+# A first message that states a task takes well under 100 tokens; the cap keeps a rambling reply
+# (minutes at a few tokens/s on a loaded machine) from dominating the part's time.
+FIRST_MESSAGE_TOKENS = 128
+
+
+def first_customer_message(task, api_base: str, adapter) -> str:
+    """What tau2's user simulator says first on this task, built as tau2's orchestrator builds it."""
+    from tau2.orchestrator.orchestrator import DEFAULT_FIRST_AGENT_MESSAGE
+    from tau2.user.base import is_valid_user_history_message
+    from tau2.user.user_simulator import UserSimulator
+
+    history = list(task.initial_state.message_history or []) if task.initial_state else []
+    # The mock tasks' histories end with the agent's text message to the customer, as a fresh start does.
+    incoming = history.pop() if history else DEFAULT_FIRST_AGENT_MESSAGE
+    user = UserSimulator(instructions=str(task.user_scenario), llm="local/user",
+                         llm_args={"temperature": 0.0, "api_base": api_base, "max_tokens": FIRST_MESSAGE_TOKENS, serving.USER_ADAPTER: adapter})
+    state = user.get_init_state([m for m in history if is_valid_user_history_message(m)])
+    message, _ = user.generate_next_message(incoming, state)
+    return message.content or ""
+
+
+def bench_customer(api_base: str, presentations: list[str]) -> dict:
+    from tau2.registry import registry
+
+    tasks = registry.get_tasks_loader("mock")()
+    out = {}
+    for name in presentations:
+        serving.reset_stats()
+        started = time.monotonic()
+        rows = {}
+        for task in tasks:
+            rows[task.id] = first_customer_message(task, api_base, PRESENTATIONS[name])
+            print(f"customer [{name}] {task.id}: {rows[task.id][:100]!r}", file=sys.stderr, flush=True)
+        out[name] = {
+            "states_task": f"{sum(states_task(k, v) for k, v in rows.items())}/{len(rows)}",
+            "assistant_like": f"{sum(customer.reads_like_assistant(v) for v in rows.values())}/{len(rows)}",
+            "seconds": round(time.monotonic() - started, 1),
+            "counters": serving.stats().get("user", {}),
+            "messages": {k: {"states_task": states_task(k, v), "text": v[:200]} for k, v in rows.items()},
+        }
+    return out
+
+
+def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, user: str, adapter: bool, trials: int) -> dict:
     from evolver.backends.local import LocalBackend
     from evolver.data import EvalRequest, RoleModel
     from evolver.scaffold import init_repo
@@ -200,30 +283,65 @@ def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, us
     init_repo(work)
     stats_file = work / "local_stats.json"
     os.environ[serving.STATS_ENV] = str(stats_file)
-    role = (lambda label: RoleModel(model=f"local/{label}", api_base=api_base, llm_args={"temperature": 0.0})) if handling else \
-        (lambda label: RoleModel(model="openai/local", api_base=api_base, llm_args={"temperature": 0.0, "api_key": "not-needed", "max_tokens": serving.DEFAULT_MAX_TOKENS}))
+
+    def role(label: str) -> RoleModel:
+        if not handling:
+            return RoleModel(model="openai/local", api_base=api_base, llm_args={"temperature": 0.0, "api_key": "not-needed", "max_tokens": serving.DEFAULT_MAX_TOKENS})
+        extra = {serving.USER_ADAPTER: adapter} if label == "user" else {}
+        return RoleModel(model=f"local/{label}", api_base=api_base, llm_args={"temperature": 0.0, **extra})
+
     # user "scripted": evolver's deterministic mock customer states the task, so the
     # figures show the agent's tool calling alone (the small models often fail as the user).
     scripted = RoleModel(model="scripted/user")
-    req = EvalRequest(checkout=str(work), out_dir=str(work / "runs" / "bench"), domain="mock", num_tasks=num_tasks, trials=1,
+    req = EvalRequest(checkout=str(work), out_dir=str(work / "runs" / "bench"), domain="mock", num_tasks=num_tasks, trials=trials,
                       concurrency=1, max_steps=max_steps,
                       agent=role("agent"), user=scripted if user == "scripted" else role("user"),
                       judge=RoleModel(model="scripted/judge") if user == "scripted" else role("judge"))
+    load_before = os.getloadavg()
     with LocalBackend() as backend:
         result = backend.evaluate(req, "bench", timeout=4 * 3600)
     sims = result.simulations
+    firsts = {(s.task_id, s.trial): _first_customer_message(Path(req.out_dir), s) for s in sims}
     return {
         "handling": handling,
         "user": user,
+        "user_adapter": adapter and handling and user == "local",
+        "trials": trials,
         "avg_reward": result.summary.avg_reward,
-        "rewards": {s.task_id: s.reward for s in sims},
-        "terminations": {s.task_id: s.termination_reason for s in sims},
-        "errors": {s.task_id: (s.error or "").splitlines()[0][:200] for s in sims if s.error},
+        "rewards": _per_task(sims, lambda s: s.reward),
+        "states_task": f"{sum(states_task(k[0], v) for k, v in firsts.items())}/{len(firsts)}",
+        "states_task_per_task": _per_task(sims, lambda s: states_task(s.task_id, firsts[(s.task_id, s.trial)])),
+        "assistant_like_first": f"{sum(customer.reads_like_assistant(v) for v in firsts.values())}/{len(firsts)}",
+        "first_customer_messages": {f"{k[0]}#{k[1]}": (v or "")[:200] for k, v in firsts.items()},
+        "mean_steps": round(statistics.mean(s.steps for s in sims), 1),
+        "terminations": _per_task(sims, lambda s: s.termination_reason),
+        "errors": {f"{s.task_id}#{s.trial}": (s.error or "").splitlines()[0][:200] for s in sims if s.error},
         "seconds_total": round(result.summary.duration, 1),
         "seconds_per_sim": round(statistics.mean(s.duration for s in sims if s.duration) if any(s.duration for s in sims) else 0.0, 1),
+        "load_average_before_after": [round(load_before[0], 1), round(os.getloadavg()[0], 1)],
         "max_prompt_tokens": _max_prompt_tokens(work / "runs" / "bench"),
         "serving_counters": json.loads(stats_file.read_text()) if stats_file.exists() else {},
     }
+
+
+def _per_task(sims, value) -> dict:
+    """One list per task, a value per trial in trial order."""
+    out: dict[str, list] = {}
+    for s in sorted(sims, key=lambda s: s.trial):
+        out.setdefault(s.task_id, []).append(value(s))
+    return out
+
+
+def _first_customer_message(run_dir: Path, sim) -> str | None:
+    """The first message the user simulator wrote: the first user message after the task's own message history."""
+    from tau2.registry import registry
+
+    if not sim.trajectory_file:
+        return None
+    task = next(t for t in registry.get_tasks_loader("mock")() if t.id == sim.task_id)
+    history = len(task.initial_state.message_history or []) if task.initial_state else 0
+    messages = json.loads((run_dir / sim.trajectory_file).read_text()).get("messages", [])
+    return next((m.get("content") for m in messages[history:] if m.get("role") == "user"), None)
 
 
 def _max_prompt_tokens(run_dir: Path) -> int:
@@ -241,6 +359,9 @@ def main() -> int:
     ap.add_argument("--parts", default="speed,toolcalls,sims")
     ap.add_argument("--sim-handling", default="off,on", help="sims without (off) and/or with (on) the tool-call handling")
     ap.add_argument("--sim-users", default="local", help="who plays the customer: local (the same model) and/or scripted")
+    ap.add_argument("--sim-user-adapter", default="off,on", help="with handling and the local customer: its user-role adapter off and/or on")
+    ap.add_argument("--presentations", default=",".join(PRESENTATIONS), help="customer part: which presentations of the user-role adapter")
+    ap.add_argument("--trials", type=int, default=1, help="sims part: trials per task")
     ap.add_argument("--num-tasks", type=int, default=9)
     ap.add_argument("--max-steps", type=int, default=30)
     ap.add_argument("--out", help="also write the JSON here")
@@ -257,12 +378,15 @@ def main() -> int:
             with LocalServer(path, fix_template=fix) as srv:
                 if "speed" in parts and tname == "gguf":
                     entry["speed"] = bench_speed(srv.address)
+                if "customer" in parts and tname == list(templates)[-1]:
+                    entry["customer"] = bench_customer(srv.api_base, args.presentations.split(","))
                 if "toolcalls" in parts:
                     entry.setdefault("toolcalls", {})[tname] = bench_toolcalls(srv.api_base, ["native", "parsed", "constrained"])
                 # Simulations run once, with the template the product serves.
                 if "sims" in parts and tname == list(templates)[-1]:
-                    entry["sims"] = [bench_sims(srv.api_base, h == "on", args.num_tasks, args.max_steps, u)
-                                     for u in args.sim_users.split(",") for h in args.sim_handling.split(",")]
+                    entry["sims"] = [bench_sims(srv.api_base, h == "on", args.num_tasks, args.max_steps, u, a == "on", args.trials)
+                                     for u in args.sim_users.split(",") for h in args.sim_handling.split(",")
+                                     for a in (args.sim_user_adapter.split(",") if h == "on" and u == "local" else ["off"])]
         report["load_average_end"] = os.getloadavg()
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=2))

@@ -71,6 +71,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--judge-model", help="tau2's NL-assertion judge (default: the user model)")
     g.add_argument("--local-size", choices=["default", "small"], help="embedded model for roles set to 'local': default (1.5B) or small (0.5B, faster)")
     g.add_argument("--local-model", metavar="PATH", help="serve this GGUF file for roles set to 'local'")
+    g.add_argument("--local-user-adapter", action=argparse.BooleanOptionalAction, default=None,
+                   help="a 'local' user simulator is shown the conversation so that the small model plays the customer (default on)")
     g.add_argument("--api-base", help="OpenAI-compatible server for every role, e.g. http://127.0.0.1:8000/v1")
     for role in ("agent", "user", "meta"):
         g.add_argument(f"--{role}-api-base", help=f"server for the {role} role only (wins over --api-base)")
@@ -183,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    keys = ["agent_model", "user_model", "meta_model", "judge_model", "local_size", "local_model", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
+    keys = ["agent_model", "user_model", "meta_model", "judge_model", "local_size", "local_model", "local_user_adapter", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
             "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout", "backend", "ray_address", "agent_timeout", "agent_memory_mb", "unsafe_no_sandbox",
             "analysis_split", "gate_split", "iterations", "candidates", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages",
             "track"]

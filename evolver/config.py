@@ -16,6 +16,7 @@ from typing import Any, Optional
 from evolver.backends import BACKENDS
 from evolver.data import EvalRequest, RoleModel
 from evolver.errors import UsageError
+from evolver.local.customer import OPTION as USER_ADAPTER
 
 CONFIG_FILE = "evolver.toml"
 ENV_PREFIX = "EVOLVER_"
@@ -43,6 +44,9 @@ class Config:
     local_size: str = "default"
     local_model: str = ""
     local_api_base: str = ""  # set at run time to the server evolver started
+    # tau2's user simulator on the local serving path: present the conversation so that a small
+    # model plays the customer instead of a second assistant (evolver.local.customer).
+    local_user_adapter: bool = True
     agent_temperature: float = 0.0
     user_temperature: float = 0.0
     # Evaluation.
@@ -100,7 +104,9 @@ class Config:
             temperature = getattr(self, f"{name}_temperature", 0.0)
         api_base = api_base or self.api_base or None
         if model == LOCAL:  # the local serving path, labelled by role for its counters
-            return RoleModel(model=f"local/{name}", api_base=api_base or self.local_api_base or None, llm_args={"temperature": temperature})
+            # The user's adapter setting travels with its model, so request.json and result.json name it.
+            adapter = {USER_ADAPTER: self.local_user_adapter} if name == "user" else {}
+            return RoleModel(model=f"local/{name}", api_base=api_base or self.local_api_base or None, llm_args={"temperature": temperature, **adapter})
         return RoleModel(model=model, api_base=api_base, llm_args={"temperature": temperature})
 
     def uses_local_server(self, roles: tuple[str, ...] = ("agent", "user", "meta")) -> bool:
@@ -242,6 +248,7 @@ KEY_HELP: dict[str, str] = {
     "meta_api_base": "the meta model's server only",
     "local_size": "the embedded model: default (1.5B) or small (0.5B, faster)",
     "local_model": "a GGUF file to serve for roles set to \"local\" instead",
+    "local_user_adapter": "a \"local\" user simulator is shown the conversation so that the small model plays the customer; false: tau2's request as it is",
     "agent_temperature": "the agent's sampling temperature",
     "user_temperature": "the user simulator's sampling temperature",
     "domain": "tau2 domain: airline, retail, telecom or mock",

@@ -155,7 +155,8 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
 def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
     manifest = run.manifest()
     state = run.state()
-    cfg = Config(**manifest.config)
+    # A run recorded before the user-role adapter existed ran its local user without it, and keeps doing so.
+    cfg = Config(**{"local_user_adapter": False, **manifest.config})
     require_sandbox(cfg)  # the run's own setting: one started unconfined stays so, on the record
     tracking.require(cfg.track)  # the run's own setting too: a run tracked from its start stays tracked
     if iterations is not None:

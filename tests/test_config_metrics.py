@@ -86,6 +86,7 @@ def test_every_setting_is_documented_in_evolver_toml_and_the_readme():
     ("stall", "-1", "at least 0"), ("budget_usd", "-5", "at least 0"), ("max_hours", "-1", "at least 0"), ("budget_tokens", "-1", "at least 0"),
     ("gate_alpha", "0.7", "between 0 and 0.5"), ("agent_timeout", "0", "more than 0"), ("agent_memory_mb", "1", "between 64 and 65536"),
     ("local_size", "huge", "not one of: default, small"), ("track", "wandb", "not one of: off, mlflow"),
+    ("local_user_adapter", "maybe", "is not true or false"),
 ])
 def test_one_validation_for_file_environment_and_flags(tmp_path, source, key, raw, fragment):
     if source == "file":
@@ -95,3 +96,22 @@ def test_one_validation_for_file_environment_and_flags(tmp_path, source, key, ra
     with pytest.raises(UsageError, match=fragment) as info:
         load_config(tmp_path, args, environ=env)
     assert {"file": "evolver.toml", "env": f"EVOLVER_{key.upper()}", "flag": f"--{key.replace('_', '-')}"}[source] in str(info.value)
+
+
+def test_the_user_role_adapter_switch_from_file_environment_and_flag(tmp_path):
+    from evolver.cli import _overrides, build_parser
+
+    def adapter(overrides=None, environ=None):
+        cfg = load_config(tmp_path, {**(overrides or {}), "user_model": "local"}, environ=environ or {})
+        return cfg.role("user").llm_args.get("user_adapter")
+
+    assert adapter() is True  # on by default for a local user
+    assert adapter(environ={"EVOLVER_LOCAL_USER_ADAPTER": "false"}) is False
+    flags = _overrides(build_parser().parse_args(["eval", "--no-local-user-adapter"]))
+    assert adapter(flags) is False
+    assert _overrides(build_parser().parse_args(["eval"]))["local_user_adapter"] is None  # unset flag: the file or default wins
+    (tmp_path / "evolver.toml").write_text("local_user_adapter = false\n")
+    assert adapter() is False
+    # Only a local user carries it: API models and the other local roles get no such option.
+    cfg = load_config(tmp_path, {"user_model": "gpt-4.1-mini", "agent_model": "local", "judge_model": "local"}, environ={})
+    assert [cfg.role(r).llm_args for r in ("user", "agent", "judge")] == [{"temperature": 0.0}] * 3

@@ -26,7 +26,7 @@ from evolver.backends.local import LocalBackend
 from evolver.data import EvalRequest, RoleModel
 from evolver.errors import UsageError
 from evolver.llm import prepare_environment
-from evolver.local import provision, serving
+from evolver.local import customer, provision, serving
 from evolver.local.provision import MODELS, ModelSpec, check_cpu, check_gguf, resolve_model
 from evolver.local.server import LocalServer
 
@@ -235,13 +235,15 @@ def test_a_genuine_text_reply_is_left_alone(fake_server):
 def test_an_empty_reply_is_re_asked_a_bounded_number_of_times(fake_server, tmp_path):
     seen, replies = fake_server
     replies += [_reply(""), _reply("Hello, how can I help?")]
-    message = serving.complete("user", [{"role": "user", "content": "hi"}], "http://x/v1", {"temperature": 0.0}).choices[0].message
+    # The user label with its adapter off: the empty-reply handling alone (the adapter's own tests follow).
+    off = {serving.USER_ADAPTER: False}
+    message = serving.complete("user", [{"role": "user", "content": "hi"}], "http://x/v1", {"temperature": 0.0, **off}).choices[0].message
     assert message.content == "Hello, how can I help?"
     assert seen[1][0][-1]["role"] == "system" and seen[1][1]["temperature"] == serving.REASK_TEMPERATURE
     assert serving.stats()["user"] == {"requests": 1, "replies": 2, "empty": 1, "reasks": 1, "recovered": 1}
     # A reply that stays empty is returned as it is, after REASKS re-asks, and counted.
     replies += [_reply("   ")] * (1 + serving.REASKS)
-    serving.complete("user", [{"role": "user", "content": "hi"}], "http://x/v1", {})
+    serving.complete("user", [{"role": "user", "content": "hi"}], "http://x/v1", dict(off))
     counters = json.loads((tmp_path / "stats.json").read_text())["user"]
     assert counters["still_empty"] == 1 and counters["reasks"] == 1 + serving.REASKS
 
@@ -264,6 +266,178 @@ def test_a_repetition_loop_yields_one_call(fake_server):
     message = serving.complete("agent", [{"role": "user", "content": "hi"}], "http://x/v1", {"tools": TOOLS}).choices[0].message
     assert len(message.tool_calls) == 1
     assert serving.stats()["agent"]["repeated_calls_dropped"] == 1
+
+
+# ---- the user-role adapter (evolver.local.customer), with a stand-in server ------
+
+
+TAU2_USER_SYSTEM = "# User Simulation Guidelines\nYou are playing the role of a customer.\n\n<scenario>\nDelete all your tasks.\n</scenario>"
+GREETING = "Hi! How can I help you today?"
+
+
+def test_the_customer_sees_a_transcript_a_reminder_and_a_begun_first_message(fake_server):
+    seen, replies = fake_server
+    replies.append(_reply("Hi, I need to delete all my tasks."))  # llama.cpp returns the prefill with the reply
+    tau2_request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
+    message = serving.complete("user", list(tau2_request), "http://x/v1", {"temperature": 0.0}).choices[0].message
+    presented, params = seen[0]
+    assert [m["role"] for m in presented] == ["system", "user", "assistant"]
+    assert presented[0] == tau2_request[0]  # tau2's guidelines and scenario, as they are
+    assert presented[1]["content"].startswith(f"The conversation so far:\nAgent: {GREETING}\n\n")
+    assert customer.REMINDER in presented[1]["content"] and customer.FIRST_MESSAGE in presented[1]["content"]
+    assert presented[1]["content"].endswith(customer.ASK)
+    assert presented[2] == {"role": "assistant", "content": customer.OPENING}
+    assert serving.USER_ADAPTER not in params  # the provider's option never reaches the server
+    assert message.content == "Hi, I need to delete all my tasks."
+    assert serving.stats()["user"] == {"as_customer": 1, "requests": 1, "replies": 1}
+
+
+def test_a_later_turn_is_labelled_and_only_the_customer_line_is_kept(fake_server):
+    seen, replies = fake_server
+    replies.append(_reply("Customer: It is for user_1.\nAgent: Thank you, creating it now."))
+    flipped = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING},
+               {"role": "assistant", "content": "I need a new task."}, {"role": "user", "content": "For which user?"}]
+    message = serving.complete("user", flipped, "http://x/v1", {}).choices[0].message
+    presented = seen[0][0]
+    assert presented[-1]["role"] == "user"  # no begun message: the customer has spoken already
+    assert "Customer: I need a new task.\nAgent: For which user?" in presented[1]["content"]
+    assert customer.FIRST_MESSAGE not in presented[1]["content"]
+    assert message.content == "It is for user_1."
+
+
+def test_an_opening_the_server_does_not_echo_is_put_back(fake_server):
+    _, replies = fake_server
+    replies.append(_reply(" to create a task."))
+    request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
+    assert serving.complete("user", request, "http://x/v1", {}).choices[0].message.content == "Hi, I need to create a task."
+
+
+def test_a_reply_that_reads_like_an_assistant_is_asked_again_once(fake_server):
+    seen, replies = fake_server
+    request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
+    replies += [_reply("Hello! How can I assist you today?"), _reply("Hi, I need to delete all my tasks.")]
+    message = serving.complete("user", list(request), "http://x/v1", {"temperature": 0.0}).choices[0].message
+    assert message.content == "Hi, I need to delete all my tasks."
+    assert len(seen) == 2 and seen[1][1]["temperature"] == serving.REASK_TEMPERATURE
+    assert customer.RECHECK_NOTE in seen[1][0][1]["content"] and customer.RECHECK_NOTE not in seen[0][0][1]["content"]
+    assert serving.stats()["user"]["assistant_like"] == serving.stats()["user"]["rechecks"] == 1
+    assert "still_off_role" not in serving.stats()["user"]
+    # Still an assistant's after the re-ask: returned, counted, and not asked a third time.
+    replies += [_reply("How may I help you?"), _reply("I'm here to help you with your tasks.")]
+    serving.complete("user", list(request), "http://x/v1", {})
+    assert len(seen) == 4 and serving.stats()["user"]["still_off_role"] == 1
+    # Without the recheck step an assistant-like reply is counted and returned as it is.
+    replies.append(_reply("How can I help?"))
+    message = serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["transcript", "prefill"]}).choices[0].message
+    assert len(seen) == 5 and message.content == "Hi, I need How can I help?" and serving.stats()["user"]["rechecks"] == 2
+
+
+def test_a_reply_that_repeats_the_customers_own_line_is_asked_again(fake_server):
+    seen, replies = fake_server
+    # tau2's message-history tasks: the customer spoke before the simulator starts.
+    flipped = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "assistant", "content": "I need to create a task for the review."},
+               {"role": "user", "content": "I've created task_2 for you."}]
+    replies += [_reply("I need to create a task for the review. The previous discussion was about it."), _reply("Thanks. Please mark task_2 as completed.")]
+    message = serving.complete("user", flipped, "http://x/v1", {}).choices[0].message
+    assert message.content == "Thanks. Please mark task_2 as completed." and len(seen) == 2
+    assert serving.stats()["user"]["repeats_customer"] == 1
+    assert customer.repeats_customer("i NEED to create a task, for the review", flipped)
+    assert not customer.repeats_customer("I need to create", flipped)  # a shared beginning is not a repeat
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Hello! How can I assist you today?", True), ("Hi, how may I help?", True), ("I'm happy to help with that.", True),
+    ("I'm sorry, but I can't assist with that.", True),
+    ("Is there anything else I can do for you?", True), ("Agent: Sure, one moment.", True),
+    ("Hi, I need to delete all my tasks.", False), ("Can you help me create a task?", False),
+    ("Could you assist me with task_1?", False), ("Thanks, that is all. ###STOP###", False), ("", False), (None, False),
+])
+def test_an_assistant_like_reply_is_told_from_a_customer_one(text, expected):
+    assert customer.reads_like_assistant(text) is expected
+
+
+def test_chosen_steps_only_and_user_tools_keep_tau2s_chat_form(fake_server):
+    seen, replies = fake_server
+    request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
+    replies.append(_reply("I want to delete my tasks."))
+    serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["reminder"]})
+    assert seen[0][0] == request + [{"role": "system", "content": customer.REMINDER + customer.FIRST_MESSAGE}]
+    # tau2's telecom customer has tools of its own: its calls and results stay in chat form, no begun message.
+    replies.append(_reply("I want to delete my tasks."))
+    serving.complete("user", list(request), "http://x/v1", {"tools": TOOLS})
+    assert seen[1][0] == request + [{"role": "system", "content": customer.REMINDER + customer.FIRST_MESSAGE}]
+    with pytest.raises(ValueError, match="unknown user_adapter steps"):
+        serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["flip"]})
+
+
+@pytest.fixture
+def openai_stub():
+    """A loopback OpenAI-compatible server that records each request body as it arrived, byte for byte."""
+    import http.server
+    import threading
+
+    bodies: list[bytes] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+            answer = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "I need a new task."}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", bodies
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("user_model, role", [("gpt-4.1-mini", "user"), ("openai/qwen2.5-7b", "user"), ("local", "agent"), ("local", "judge")])
+def test_requests_of_other_models_and_roles_are_byte_identical_with_the_adapter_on_or_off(openai_stub, tmp_path, user_model, role):
+    import litellm
+
+    from evolver.config import load_config
+    from evolver.llm import register_providers
+
+    api_base, bodies = openai_stub
+    request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
+    for switch in (True, False):
+        cfg = load_config(tmp_path, {"agent_model": user_model, "user_model": user_model, "api_base": api_base,
+                                     "local_user_adapter": switch}, environ={"OPENAI_API_KEY": "sk-test"})
+        model = cfg.role(role)
+        register_providers([model.model])
+        litellm.completion(model=model.model, messages=[dict(m) for m in request], api_key="sk-test", **model.litellm_args())
+    assert len(bodies) == 2 and bodies[0] == bodies[1]
+    sent = json.loads(bodies[0])
+    assert sent["messages"] == request and serving.USER_ADAPTER not in sent
+
+
+def test_the_local_user_is_adapted_by_default_and_the_switch_turns_it_off(openai_stub, tmp_path):
+    import litellm
+
+    from evolver.config import eval_request, load_config
+    from evolver.llm import register_providers
+
+    api_base, bodies = openai_stub
+    request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
+    for overrides in ({}, {"local_user_adapter": False}):
+        cfg = load_config(tmp_path, {"user_model": "local", "api_base": api_base, **overrides}, environ={})
+        user = eval_request(cfg, tmp_path, tmp_path / "out").user  # result.json records it: models.user
+        assert user.llm_args[serving.USER_ADAPTER] is (not overrides)
+        register_providers([user.model])
+        litellm.completion(model=user.model, messages=[dict(m) for m in request], **user.litellm_args())
+    adapted, plain = (json.loads(b) for b in bodies)
+    assert plain["messages"] == request and serving.USER_ADAPTER not in plain
+    assert adapted["messages"][-1] == {"role": "assistant", "content": customer.OPENING}
+    assert serving.USER_ADAPTER not in adapted
 
 
 # ---- the real model --------------------------------------------------------------

@@ -15,7 +15,12 @@ litellm's OpenAI-compatible route and then:
 - re-asks once with decoding constrained to the real tools' schemas when the
   reply is a call to a tool that does not exist (constrained decoding for every
   reply would also force a call where the user needs an answer: measured);
-- drops repeated calls of a repetition loop.
+- drops repeated calls of a repetition loop;
+- for the label `user` (tau2's user simulator), presents the conversation so that
+  a small model plays the customer instead of a second assistant
+  (evolver.local.customer). The request option `user_adapter` (true by default,
+  false to turn it off, or a list of the adapter's steps) chooses it; it is never
+  forwarded to the server, and no other label is touched.
 
 `<label>` is sent as the model name and names the counters. The embedded
 llama.cpp server serves its one model whatever the name, so evolver uses
@@ -37,6 +42,7 @@ import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from evolver.local import customer
 from evolver.toolcalls import parse_text_tool_calls
 
 PROVIDER = "local"
@@ -48,6 +54,10 @@ REASKS = 2
 DEFAULT_MAX_TOKENS = 512
 REASK_TEMPERATURE = 0.7
 REASK_NOTE = "Your last reply was empty. Reply now: write your message"
+# The label evolver gives tau2's user simulator (config.Config.role), and the request
+# option that turns the user-role adapter on (true, the default), off (false) or to some steps.
+USER_LABEL = "user"
+USER_ADAPTER = customer.OPTION
 
 _counts: dict[str, Counter] = defaultdict(Counter)
 _lock = threading.Lock()
@@ -73,7 +83,11 @@ def stats() -> dict[str, dict[str, int]]:
     native_tool_calls, text_tool_calls (calls parsed from text), empty (first reply
     empty), reasks, recovered (a re-ask gave a non-empty reply), still_empty,
     truncated (cut at max_tokens), repeated_calls_dropped, unknown_tool_reasks,
-    constrained_tool_calls (an unknown-tool reply re-asked into a real call)."""
+    constrained_tool_calls (an unknown-tool reply re-asked into a real call); for the
+    user label with the adapter on: as_customer (requests presented to it),
+    assistant_like (a reply that read like an assistant's), repeats_customer (a reply
+    that repeated the customer's earlier line), rechecks (re-asks of either),
+    still_off_role (the re-ask was no better)."""
     with _lock:
         return {label: dict(c) for label, c in _counts.items()}
 
@@ -92,10 +106,42 @@ def complete(label: str, messages: list, api_base: str | None, params: dict):
     tool_names = [t["function"]["name"] for t in params.get("tools") or [] if t.get("function")]
     if not (params.get("max_tokens") or params.get("max_completion_tokens")):
         params["max_tokens"] = DEFAULT_MAX_TOKENS
+    steps = customer.parse_steps(params.pop(USER_ADAPTER, True))  # an option of this provider, not of the server
     try:
+        if label == USER_LABEL and steps:
+            return _complete_as_customer(messages, api_base, params, tool_names, steps)
         return _complete(label, messages, api_base, params, tool_names)
     finally:
         _publish()
+
+
+def _complete_as_customer(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str]):
+    """tau2's user simulator on a small model: the request presented so that it writes the customer's
+    message; with the recheck step, a reply that still offers help or repeats the customer's own
+    earlier line is asked again once, with every step on and some temperature (the same prompt at
+    temperature 0 repeats itself)."""
+    _count(USER_LABEL, "as_customer")
+    response = _customer_reply(messages, api_base, params, tool_names, steps)
+    problem = customer.off_role(response.choices[0].message.content, messages)
+    if problem is None:
+        return response
+    _count(USER_LABEL, problem)
+    if "recheck" not in steps:
+        return response
+    _count(USER_LABEL, "rechecks")
+    retry = _customer_reply(messages, api_base, {**params, "temperature": REASK_TEMPERATURE}, tool_names, customer.DEFAULT_STEPS, recheck=True)
+    if customer.off_role(retry.choices[0].message.content, messages):
+        _count(USER_LABEL, "still_off_role")
+    return retry
+
+
+def _customer_reply(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str], recheck: bool = False):
+    presented, opening = customer.present(messages, steps, has_tools=bool(tool_names), recheck=recheck)
+    response = _complete(USER_LABEL, presented, api_base, params, tool_names)
+    message = response.choices[0].message
+    if message.content is not None or opening:
+        message.content = customer.customer_text(message.content, opening)
+    return response
 
 
 def _complete(label: str, messages: list, api_base: str, params: dict, tool_names: list[str]):
