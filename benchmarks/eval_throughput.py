@@ -146,13 +146,13 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
     return {"proxy_ms": proxy_ms, "direct_ms": direct_ms, "start_ms": start_ms}
 
 
-def run_backend(backend, trials: int, concurrency: int, repo: Path) -> dict:
+def run_backend(backend, trials: int, concurrency: int, repo: Path, tasks: list[str] = TASKS) -> dict:
     """One evaluation through a backend object in this process, timed around evaluate()."""
     from evolver.config import eval_request, load_config
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"})
     out = Path(tempfile.mkdtemp(prefix="evolver-bench-out-"))
-    req = eval_request(cfg, repo, out, task_ids=TASKS, trials=trials, concurrency=concurrency)
+    req = eval_request(cfg, repo, out, task_ids=tasks, trials=trials, concurrency=concurrency)
     start = time.perf_counter()
     result = backend.evaluate(req, "bench", timeout=3600)
     return {"seconds": time.perf_counter() - start, "sims": len(result.simulations), "infra": result.summary.infra_errors}
@@ -166,7 +166,7 @@ def start_ray(repo: Path):
     start = time.perf_counter()
     backend = RayBackend("")
     init = time.perf_counter() - start
-    first = run_backend(backend, 1, 1, repo)["seconds"]
+    first = run_backend(backend, 1, 1, repo, TASKS[:1])["seconds"]
     print(f"ray: local instance started in {init:.1f} s; first evaluation (1 simulation, the node's zygote starting) {first:.1f} s", flush=True)
     return backend
 
