@@ -36,17 +36,16 @@ class Zygote:
     """One connection to the warm zygote (evolver.zygote_client finds or starts it), used by one
     evaluation at a time: its messages say which of that evaluation's workers exited."""
 
-    def __init__(self, environment: Optional[dict] = None) -> None:
+    def __init__(self) -> None:
         self.conn = zygote_client.connect()
         self.exits: dict[int, int] = {}
-        self.environment = environment
 
     def _note(self, msg: dict) -> None:
         if "exit" in msg:
             self.exits[msg["exit"]] = msg["code"]
 
     def spawn(self, request: Path, log: Path, cwd: str) -> int:
-        env = zygote_client.environment_fd(dict(os.environ) if self.environment is None else self.environment)
+        env = zygote_client.environment_fd(dict(os.environ))
         zygote_client.send_with_fds(self.conn.sock, {"request": str(request), "log": str(log), "cwd": cwd}, [env])
         os.close(env)
         return zygote_client.await_pid(self.conn, self._note, 60)
@@ -104,13 +103,11 @@ def _shards(req: EvalRequest) -> list[EvalRequest]:
 
 class LocalBackend:
     """Evaluations on this machine. Several may run at once (one per thread: the candidates of an
-    iteration); each holds its own connection to the zygote, kept for the next one afterwards.
-    The workers get ``environment`` (default: this process's), e.g. a Ray driver's keys on a Ray node."""
+    iteration); each holds its own connection to the zygote, kept for the next one afterwards."""
 
     name = "local"
 
-    def __init__(self, environment: Optional[dict] = None) -> None:
-        self.environment = environment
+    def __init__(self) -> None:
         self.idle: list[Zygote] = []
         self.lock = threading.Lock()
         self.cancelled = threading.Event()
@@ -144,7 +141,7 @@ class LocalBackend:
         with self.lock:
             zygote = self.idle.pop() if self.idle else None
         if zygote is None or zygote.conn.closed:
-            zygote = Zygote(self.environment)
+            zygote = Zygote()
         try:
             yield zygote
         finally:
