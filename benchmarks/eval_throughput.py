@@ -1,6 +1,6 @@
 """Throughput of `evolver eval` against tau2's own runner, with scripted LLMs at a fixed latency.
 
-    python benchmarks/eval_throughput.py [--latencies 0.5,0.1] [--grids 32,128] [--concurrency 8,16]
+    python benchmarks/eval_throughput.py [--latencies 0.5,0.1] [--grids 32,128] [--concurrency 8,16] [--ray | --ray-only]
 
 For each setting it prints simulations per second for
   - evolver: the `evolver eval` command in a fresh process, timed from launch to
@@ -15,6 +15,14 @@ and the ratios between them. Start-up (launch to the first simulation
 running) is printed in its own columns, warm and cold. Warm and tau2 show the
 median of --repeats runs; cold is one run per setting. evolver runs with its
 sandbox on: every simulation's agent in its own confined process.
+
+With --ray (or --ray-only, which skips the columns above) it adds the Ray
+backend: the same evaluation through `RayBackend.evaluate` on a local Ray
+instance started once for the benchmark, against `LocalBackend.evaluate` with
+its daemon warm, both called in this process (median of --repeats each, run
+alternately); "ray/local" is the ratio of their rates. The Ray instance's own
+start (ray.init, then the first evaluation, which starts the zygote on the
+node) is printed once.
 
 First it measures the sandbox's own cost: milliseconds per agent turn through
 the agent process (channel, LLM request relayed through the trusted side,
@@ -138,6 +146,42 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
     return {"proxy_ms": proxy_ms, "direct_ms": direct_ms, "start_ms": start_ms}
 
 
+def run_backend(backend, trials: int, concurrency: int, repo: Path, tasks: list[str] = TASKS) -> dict:
+    """One evaluation through a backend object in this process, timed around evaluate()."""
+    from evolver.config import eval_request, load_config
+
+    cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"})
+    out = Path(tempfile.mkdtemp(prefix="evolver-bench-out-"))
+    req = eval_request(cfg, repo, out, task_ids=tasks, trials=trials, concurrency=concurrency)
+    start = time.perf_counter()
+    result = backend.evaluate(req, "bench", timeout=3600)
+    return {"seconds": time.perf_counter() - start, "sims": len(result.simulations), "infra": result.summary.infra_errors}
+
+
+def start_ray(repo: Path):
+    """A RayBackend on a local instance, its start-up timed: ray.init, then a first one-simulation
+    evaluation (the node's zygote starts and imports tau2)."""
+    from evolver.backends.ray import RayBackend
+
+    start = time.perf_counter()
+    backend = RayBackend("")
+    init = time.perf_counter() - start
+    first = run_backend(backend, 1, 1, repo, TASKS[:1])["seconds"]
+    print(f"ray: local instance started in {init:.1f} s; first evaluation (1 simulation, the node's zygote starting) {first:.1f} s", flush=True)
+    return backend
+
+
+def compare_backends(ray_backend, local_backend, trials: int, concurrency: int, repeats: int, repo: Path) -> tuple[dict, dict]:
+    """Median runs of the local and the Ray backend, alternated so that a change of load hits both."""
+    local_runs, ray_runs = [], []
+    for _ in range(repeats):
+        local_runs.append(run_backend(local_backend, trials, concurrency, repo))
+        ray_runs.append(run_backend(ray_backend, trials, concurrency, repo))
+    local, ray = median(local_runs), median(ray_runs)
+    assert local["infra"] == ray["infra"] == 0, "infrastructure errors in the benchmark"
+    return local, ray
+
+
 def median(runs: list[dict]) -> dict:
     """The run with the median time: a shared 2-core machine is noisy."""
     return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
@@ -150,7 +194,11 @@ def main() -> None:
     parser.add_argument("--concurrency", default="8,16")
     parser.add_argument("--repeats", type=int, default=5, help="warm and tau2 runs per setting; the median is shown (cold: one)")
     parser.add_argument("--proxy-turns", type=int, default=300, help="agent turns timed for the sandbox's per-turn cost (0: skip)")
+    parser.add_argument("--ray", action="store_true", help="add the Ray backend on a local instance against the local backend")
+    parser.add_argument("--ray-only", action="store_true", help="only that comparison")
     args = parser.parse_args()
+    if args.ray_only:
+        return main_ray(args)
     os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")  # the benchmark's own daemon
     from evolver import zygote_client
@@ -166,7 +214,9 @@ def main() -> None:
     print("evolver: `evolver eval` CLI, launch to exit; warm: its worker daemon already running, cold: started by "
           "the command. tau2: timed after its imports (tau2+imp: including them).")
     print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'warm/s':>7} {'cold/s':>7} {'tau2/s':>7} {'tau2+imp/s':>10} {'limit/s':>7} | "
-          f"{'warm/tau2':>9} {'cold/tau2':>9} {'cold/tau2+imp':>13} {'warm/lim':>8} {'tau2/lim':>8} | {'start warm':>10} {'cold':>5}")
+          f"{'warm/tau2':>9} {'cold/tau2':>9} {'cold/tau2+imp':>13} {'warm/lim':>8} {'tau2/lim':>8} | {'start warm':>10} {'cold':>5}"
+          + (f" | {'local/s':>7} {'ray/s':>7} {'ray/local':>9}" if args.ray else ""))
+    ray_backend = local_backend = None
     try:
         for latency in [float(x) for x in args.latencies.split(",")]:
             os.environ["EVOLVER_SCRIPTED_LATENCY"] = str(latency)
@@ -181,11 +231,60 @@ def main() -> None:
                     warm_rate, cold_rate = warm["sims"] / warm["seconds"], cold["sims"] / cold["seconds"]
                     tau_rate, tau_imp = tau["sims"] / tau["seconds"], tau["sims"] / tau["with_import"]
                     lim_rate = warm["sims"] / limit_seconds
-                    print(f"{latency:>7.1f} {grid:>5} {conc:>4} | {warm_rate:>7.2f} {cold_rate:>7.2f} {tau_rate:>7.2f} {tau_imp:>10.2f} {lim_rate:>7.2f} | "
-                          f"{warm_rate / tau_rate:>9.2f} {cold_rate / tau_rate:>9.2f} {cold_rate / tau_imp:>13.2f} {warm_rate / lim_rate:>8.2f} "
-                          f"{tau_rate / lim_rate:>8.2f} | {warm['startup']:>9.2f}s {cold['startup']:>4.1f}s", flush=True)
+                    row = (f"{latency:>7.1f} {grid:>5} {conc:>4} | {warm_rate:>7.2f} {cold_rate:>7.2f} {tau_rate:>7.2f} {tau_imp:>10.2f} {lim_rate:>7.2f} | "
+                           f"{warm_rate / tau_rate:>9.2f} {cold_rate / tau_rate:>9.2f} {cold_rate / tau_imp:>13.2f} {warm_rate / lim_rate:>8.2f} "
+                           f"{tau_rate / lim_rate:>8.2f} | {warm['startup']:>9.2f}s {cold['startup']:>4.1f}s")
                     assert warm["infra"] == cold["infra"] == 0, "infrastructure errors in the benchmark"
+                    if args.ray:
+                        if ray_backend is None:  # for each latency: its workers get the environment it starts with
+                            from evolver.backends.local import LocalBackend
+
+                            ray_backend, local_backend = start_ray(repo), LocalBackend()
+                        local, ray = compare_backends(ray_backend, local_backend, trials, conc, args.repeats, repo)
+                        local_rate, ray_rate = local["sims"] / local["seconds"], ray["sims"] / ray["seconds"]
+                        row += f" | {local_rate:>7.2f} {ray_rate:>7.2f} {ray_rate / local_rate:>9.2f}"
+                    print(row, flush=True)
+            for backend in (ray_backend, local_backend):
+                if backend is not None:
+                    backend.close()
+            ray_backend = local_backend = None
     finally:
+        for backend in (ray_backend, local_backend):
+            if backend is not None:
+                backend.close()
+        zygote_client.stop_all()
+
+
+def main_ray(args) -> None:
+    """--ray-only: the Ray backend on a local instance against the local backend, nothing else."""
+    os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
+    os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")
+    from evolver import zygote_client
+    from evolver.backends.local import LocalBackend
+    from evolver.scaffold import init_repo
+
+    repo = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
+    init_repo(repo)
+    print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'local/s':>7} {'ray/s':>7} {'ray/local':>9} | {'local s':>7} {'ray s':>6}")
+    ray_backend = local_backend = None
+    try:
+        for latency in [float(x) for x in args.latencies.split(",")]:
+            # Set before the backends start: the Ray backend sends its workers the environment it starts with.
+            os.environ["EVOLVER_SCRIPTED_LATENCY"] = str(latency)
+            ray_backend, local_backend = start_ray(repo), LocalBackend()
+            for grid in [int(x) for x in args.grids.split(",")]:
+                for conc in [int(x) for x in args.concurrency.split(",")]:
+                    local, ray = compare_backends(ray_backend, local_backend, grid // len(TASKS), conc, args.repeats, repo)
+                    local_rate, ray_rate = local["sims"] / local["seconds"], ray["sims"] / ray["seconds"]
+                    print(f"{latency:>7.1f} {grid:>5} {conc:>4} | {local_rate:>7.2f} {ray_rate:>7.2f} {ray_rate / local_rate:>9.2f} | "
+                          f"{local['seconds']:>6.1f}s {ray['seconds']:>5.1f}s", flush=True)
+            ray_backend.close()
+            local_backend.close()
+            ray_backend = local_backend = None
+    finally:
+        for backend in (ray_backend, local_backend):
+            if backend is not None:
+                backend.close()
         zygote_client.stop_all()
 
 

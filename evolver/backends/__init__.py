@@ -6,7 +6,7 @@ cancelled. Whatever the backend, the candidate's agent runs in evolver's
 sandbox and only the trusted controller writes the run directory.
 
 - local (evolver.backends.local): worker processes forked by this machine's zygote;
-- ray: simulations as Ray tasks (on the ray-backend branch, not merged yet).
+- ray (evolver.backends.ray): simulations as Ray tasks on a cluster or a local Ray instance.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ class Backend(Protocol):
 
 def make_backend(name: str, ray_address: str = "") -> Backend:
     if name == "ray":
-        from evolver.errors import UsageError
+        from evolver.backends.ray import RayBackend
 
-        raise UsageError("the Ray backend is not in this version yet (it is on the ray-backend branch); use --backend local")
+        return RayBackend(ray_address)
     from evolver.backends.local import LocalBackend
 
     return LocalBackend()

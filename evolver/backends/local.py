@@ -36,16 +36,17 @@ class Zygote:
     """One connection to the warm zygote (evolver.zygote_client finds or starts it), used by one
     evaluation at a time: its messages say which of that evaluation's workers exited."""
 
-    def __init__(self) -> None:
+    def __init__(self, environment: Optional[dict] = None) -> None:
         self.conn = zygote_client.connect()
         self.exits: dict[int, int] = {}
+        self.environment = environment
 
     def _note(self, msg: dict) -> None:
         if "exit" in msg:
             self.exits[msg["exit"]] = msg["code"]
 
     def spawn(self, request: Path, log: Path, cwd: str) -> int:
-        env = zygote_client.environment_fd(dict(os.environ))
+        env = zygote_client.environment_fd(dict(os.environ) if self.environment is None else self.environment)
         zygote_client.send_with_fds(self.conn.sock, {"request": str(request), "log": str(log), "cwd": cwd}, [env])
         os.close(env)
         return zygote_client.await_pid(self.conn, self._note, 60)
@@ -103,11 +104,13 @@ def _shards(req: EvalRequest) -> list[EvalRequest]:
 
 class LocalBackend:
     """Evaluations on this machine. Several may run at once (one per thread: the candidates of an
-    iteration); each holds its own connection to the zygote, kept for the next one afterwards."""
+    iteration); each holds its own connection to the zygote, kept for the next one afterwards.
+    The workers get ``environment`` (default: this process's), e.g. a Ray driver's keys on a Ray node."""
 
     name = "local"
 
-    def __init__(self) -> None:
+    def __init__(self, environment: Optional[dict] = None) -> None:
+        self.environment = environment
         self.idle: list[Zygote] = []
         self.lock = threading.Lock()
         self.cancelled = threading.Event()
@@ -141,7 +144,7 @@ class LocalBackend:
         with self.lock:
             zygote = self.idle.pop() if self.idle else None
         if zygote is None or zygote.conn.closed:
-            zygote = Zygote()
+            zygote = Zygote(self.environment)
         try:
             yield zygote
         finally:

@@ -1,0 +1,401 @@
+"""The Ray backend (evolver.backends.ray) on a real local Ray instance: scripted LLMs; tau2, git,
+the sandbox, Ray and subprocesses are real.
+
+`evolver eval` and `evolver run` give the local backend's results for the same seeds; provider
+keys reach the workers on the nodes and never the agent; a resumed evaluation keeps what it has;
+two evaluations run at once; a killed Ray worker's simulations are run again; cancel() and
+Ctrl-C stop everything; and no Ray or evolver process outlives the instance evolver started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from evolver.backends import Cancelled
+from evolver.backends.ray import RayBackend, plan, worker_environment
+from evolver.backends.ray_node import pack_agent, unpack_agent
+from evolver.config import eval_request, load_config
+from evolver.data import SimRecord, read_sim_records
+from evolver.errors import UsageError
+from tests.conftest import SCRIPTED_MODELS, git, run_cli
+from tests.scripts.ray_cases import KEY, VALUE
+from tests.test_eval import _inject_into_turn
+from tests.test_loop import make_target
+
+EVAL_ARGS = ["--json", *SCRIPTED_MODELS, "--trials", "2", "--concurrency", "4", "--seed", "11"]  # all 9 mock tasks
+KEY_ENV = {"EVOLVER_SCRIPT": "tests.scripts.ray_cases:needs_key", KEY: VALUE}
+LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
+RUN_ARGS = ["--iterations", "4", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS]
+# The candidate refuses to work if its process can see a key: the sandbox gives it an empty environment.
+NO_KEYS_IN_THE_AGENT = ("import os\n"
+                        "if [k for k in os.environ if k.endswith('_API_KEY')]:\n"
+                        "    raise RuntimeError('the agent process sees keys: ' + ', '.join(k for k in os.environ if k.endswith('_API_KEY')))")
+
+
+def mock_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "test@example.invalid")
+    git(path, "config", "user.name", "test")
+    assert run_cli(["init", str(path)]).returncode == 0
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "init")
+    return path
+
+
+def ray_processes() -> dict[int, str]:
+    """Ray's daemons and workers, and whatever runs from an evolver-ray- folder (the zygote of a
+    Ray instance evolver started, its workers and agent processes), by pid."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith("ray::") or "evolver-ray-" in cmd or "site-packages/ray/" in cmd:
+            found[int(entry.name)] = cmd
+    return found
+
+
+def left_behind(before: dict[int, str], wait: float = 20.0) -> list[str]:
+    """Such processes started since ``before`` that are still there ``wait`` seconds on."""
+    deadline = time.monotonic() + wait
+    while True:
+        new = sorted(cmd[:150] for pid, cmd in ray_processes().items() if pid not in before)
+        if not new or time.monotonic() > deadline:
+            return new
+        time.sleep(0.2)
+
+
+def per_simulation(result_file: str) -> dict:
+    sims = json.loads(Path(result_file).read_text())["simulations"]
+    return {(s["task_id"], s["trial"]): (s["seed"], s["outcome"], s["reward"], s["termination_reason"]) for s in sims}
+
+
+def test_the_concurrency_is_shared_out_and_every_task_lands_in_one_group():
+    tasks = [f"t{i}" for i in range(10)]
+    for concurrency, slots in ((1, 1), (4, 1), (5, 2), (8, 2), (16, 4), (64, 10)):
+        groups, shares = plan(tasks, concurrency)
+        assert len(groups) == len(shares) == slots and sum(shares) == concurrency and max(shares) - min(shares) <= 1
+        assert sorted(t for g in groups for t in g) == tasks
+    assert plan(["only"], 16) == ([["only"]], [16])  # one task keeps all its trials and the whole concurrency
+
+
+def test_the_candidate_travels_as_its_agent_folder(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "agent" / "skills" / "__pycache__").mkdir(parents=True)
+    (checkout / "agent" / "agent.py").write_text("AGENT = 1\n")
+    (checkout / "agent" / "skills" / "a.md").write_text("skill")
+    (checkout / "agent" / "skills" / "__pycache__" / "x.pyc").write_bytes(b"stale")
+    (checkout / "agent" / "same.md").symlink_to("skills/a.md")
+    (checkout / "evolver.toml").write_text("not sent")
+    unpack_agent(pack_agent(checkout), tmp_path / "node")
+    got = sorted(str(p.relative_to(tmp_path / "node")) for p in (tmp_path / "node").rglob("*"))
+    assert got == ["agent", "agent/agent.py", "agent/same.md", "agent/skills", "agent/skills/a.md"]
+    assert os.readlink(tmp_path / "node" / "agent" / "same.md") == "skills/a.md"  # a link stays a link
+    (checkout / "agent" / "out.md").symlink_to("../evolver.toml")
+    with pytest.raises(UsageError, match="links outside agent/"):
+        pack_agent(checkout)
+
+
+def test_the_workers_get_the_environment_less_what_describes_this_machine():
+    sent = worker_environment({"OPENAI_API_KEY": "k", "EVOLVER_SCRIPT": "s", "PYTHONPATH": "p", "AWS_REGION_NAME": "r",
+                               "PATH": "/bin", "HOME": "/root", "RAY_ADDRESS": "a", "EVOLVER_RUNTIME_DIR": "d", "XDG_RUNTIME_DIR": "x"})
+    assert sent == {"OPENAI_API_KEY": "k", "EVOLVER_SCRIPT": "s", "PYTHONPATH": "p", "AWS_REGION_NAME": "r"}
+
+
+@pytest.mark.parametrize("address, message", [
+    ("127.0.0.1:1", "cannot reach a Ray cluster at '127.0.0.1:1'"),
+    ("nonsense", "--ray-address 'nonsense' is neither HOST:PORT of a Ray head node nor auto"),
+])
+def test_a_bad_ray_address_is_refused_in_one_line_at_once(repo, address, message):
+    started = time.monotonic()
+    proc = run_cli(["eval", str(repo), "--backend", "ray", "--ray-address", address, *SCRIPTED_MODELS])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"evolver: error: {message}"), proc.stderr
+    assert time.monotonic() - started < 30 and not list((repo / "runs").glob("eval-*"))
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """The same evaluation through each backend: keyed provider, a candidate that checks it holds no key."""
+    repo = mock_repo(tmp_path_factory.mktemp("ray-eval") / "target")
+    _inject_into_turn(repo, NO_KEYS_IN_THE_AGENT)
+    before = ray_processes()
+    out = {}
+    for backend in ("local", "ray"):
+        proc = run_cli(["eval", str(repo), "--backend", backend, *EVAL_ARGS], env=KEY_ENV)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[backend] = json.loads(proc.stdout)
+    return repo, out, left_behind(before)
+
+
+def test_eval_on_ray_gives_the_local_results_for_the_same_seed(both):
+    _, out, _ = both
+    local, ray = per_simulation(out["local"]["result_file"]), per_simulation(out["ray"]["result_file"])
+    assert len(ray) == 18 and ray == local  # task, trial, seed, outcome, reward and termination, one by one
+    assert {reward for _, _, reward, _ in ray.values()} == {0.0, 1.0}  # tasks that pass and a task that fails
+    assert out["ray"]["usage"] == out["local"]["usage"]
+    result = json.loads(Path(out["ray"]["result_file"]).read_text())
+    assert result["isolation"]["mode"] == json.loads(Path(out["local"]["result_file"]).read_text())["isolation"]["mode"] == "sandbox"
+    run_dir = Path(out["ray"]["result_file"]).parent
+    keys = [(r.task_id, r.trial) for r in map(SimRecord.model_validate_json, (run_dir / "sims.jsonl").read_text().splitlines())]
+    assert sorted(keys) == sorted(ray)  # the driver wrote each simulation once
+    for sim in result["simulations"]:
+        trajectory = json.loads((run_dir / sim["trajectory_file"]).read_text())
+        assert trajectory["task_id"] == sim["task_id"] and trajectory["messages"]
+
+
+def test_keys_reach_the_workers_on_the_nodes_and_never_the_agent(both):
+    repo, out, _ = both
+    for summary in out.values():  # without the key every call fails; with a key in sight the candidate fails
+        assert summary["infra_errors"] == 0 and summary["failed"] == 0
+    written = [p for p in (repo / "runs").rglob("*") if p.is_file() and VALUE in p.read_text(errors="replace")]
+    assert written == []
+
+
+def test_no_ray_or_evolver_process_outlives_the_command(both):
+    assert both[2] == []
+
+
+@pytest.fixture
+def cluster(tmp_path_factory):
+    """A Ray cluster started with `ray start`, without the keys or this checkout on its PYTHONPATH:
+    what a job brings must come from the driver. Its own token; stopped by pid, not with `ray stop`
+    (which stops every Ray instance on the machine)."""
+    root = Path(tempfile.mkdtemp(prefix="evolver-ray-cluster-"))  # short: Ray's socket paths must fit 107 bytes
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "PYTHONPATH"}
+    env.update(auth, RAY_USAGE_STATS_ENABLED="0", EVOLVER_RUNTIME_DIR=str(root / "zygote"))
+    before = ray_processes()
+    start = subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port), "--num-cpus", "2",
+                            "--object-store-memory", "100000000", "--include-dashboard", "false", "--temp-dir", str(root / "ray"),
+                            "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert start.returncode == 0, start.stderr[-2000:]
+        yield f"127.0.0.1:{port}", auth, before, root
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in set(ray_processes()) - set(before):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            if not left_behind(before, wait=10):
+                break
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_joining_a_cluster_its_workers_get_the_keys_and_this_checkout_from_the_driver(cluster, tmp_path):
+    address, auth, before, root = cluster
+    repo = mock_repo(tmp_path / "target")
+    _inject_into_turn(repo, NO_KEYS_IN_THE_AGENT)
+    env = {**KEY_ENV, **auth, "EVOLVER_ZYGOTE_IDLE": "1"}  # the node's daemon goes 1 s after the job's Ray workers
+    proc = run_cli(["eval", str(repo), "--backend", "ray", "--ray-address", address, *EVAL_ARGS, "--task-ids", "create_task_1,update_task_1"], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["num_simulations"] == 4 and summary["avg_reward"] == 1.0 and summary["infra_errors"] == summary["failed"] == 0
+    # The job is over: only the cluster's own processes are left, not its Ray workers' daemon and their forks.
+    assert [cmd for cmd in left_behind(before, wait=10) if "evolver.zygote" in cmd] == []
+    logged = subprocess.run(["grep", "-rl", VALUE, str(root)], capture_output=True, text=True).stdout
+    assert logged == ""  # the key is in none of the cluster's logs and files
+
+
+def test_run_on_ray_reaches_the_local_verdicts(tmp_path):
+    ends = {}
+    for backend in ("local", "ray"):
+        repo = make_target(tmp_path / backend)
+        proc = run_cli(["run", str(repo), "--backend", backend, *RUN_ARGS], env=LOOP_ENV)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
+        history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"]
+        status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
+        ends[backend] = {
+            "candidates": [(c["title"], c["verdict"], c["gate_candidate"], c["gate_incumbent"]) for c in history],
+            "best": git(repo, "rev-parse", f"evolver/{run_id}/best^{{tree}}").strip(),
+            "usage": status["usage"],
+        }
+    assert [(t, v) for t, v, _, _ in ends["ray"]["candidates"]] == [
+        ("Break the state class", "invalid"), ("Edit the optimizer", "refused"),
+        ("Transfer everyone", "rejected"), ("Keep the user's exact title", "accepted")]
+    assert ends["ray"] == ends["local"]  # gate scores, the kept tree and every token included
+
+
+def test_ctrl_c_stops_a_ray_evaluation_and_everything_it_started(tmp_path):
+    repo = mock_repo(tmp_path / "target")
+    before = ray_processes()
+    command = [sys.executable, "-m", "evolver", "eval", str(repo), "--backend", "ray", *SCRIPTED_MODELS, "--trials", "4"]
+    proc = subprocess.Popen(command, env={**os.environ, "EVOLVER_SCRIPTED_LATENCY": "0.3"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline, sims = time.monotonic() + 300, None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((repo / "runs").glob("eval-*/sims.jsonl"))
+        if found and found[0].read_text().count("\n") >= 2:
+            sims = found[0]
+            break
+        time.sleep(0.1)
+    assert sims is not None and proc.poll() is None, "the evaluation ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    count = sims.read_text().count("\n")
+    assert count < 36  # stopped mid-way (9 tasks x 4 trials)
+    assert left_behind(before) == []
+    assert sims.read_text().count("\n") == count
+
+
+def descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+@pytest.fixture(scope="class")
+def backend():
+    before = ray_processes()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVOLVER_SCRIPTED_LATENCY", "0.2")  # reaches the workers: the backend takes the environment it starts with
+        with RayBackend("") as backend:
+            yield backend
+    assert not backend.root.exists() and left_behind(before) == []
+
+
+@pytest.fixture(scope="class")
+def inproc_repo(tmp_path_factory):
+    return mock_repo(tmp_path_factory.mktemp("ray-inproc") / "target")
+
+
+@pytest.mark.usefixtures("backend")
+class TestInProcess:
+    """A RayBackend in this process: resuming, concurrency, a killed Ray worker, cancel()."""
+
+    @pytest.fixture
+    def repo(self, inproc_repo):
+        return inproc_repo
+
+    def request(self, repo: Path, out: Path, tasks: list[str], trials: int = 2):
+        cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"})
+        return eval_request(cfg, repo, out, task_ids=tasks, trials=trials, concurrency=4, seed=5)
+
+    def zygote_processes(self, backend, wait: float = 10.0) -> int:
+        """The instance's zygote and its forks (workers, agent processes: they share its command line),
+        once only the zygote is left or ``wait`` seconds have passed."""
+        deadline = time.monotonic() + wait
+        while True:
+            count = sum(str(backend.root) in cmd and "evolver.zygote" in cmd for cmd in ray_processes().values())
+            if count <= 1 or time.monotonic() > deadline:
+                return count
+            time.sleep(0.1)
+
+    def test_a_resumed_evaluation_keeps_scored_simulations_and_retries_infrastructure_errors(self, backend, repo, tmp_path):
+        out = tmp_path / "eval"
+        out.mkdir()
+        earlier = [SimRecord(task_id="create_task_1", trial=0, outcome="ok", reward=0.25),  # a reward no run gives: kept, not rerun
+                   SimRecord(task_id="update_task_1", trial=0, outcome="infra_error", termination_reason="infra_error", error="outage")]
+        (out / "sims.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in earlier))
+        result = backend.evaluate(self.request(repo, out, ["create_task_1", "update_task_1"], trials=1), "resume", timeout=300)
+        assert {(s.task_id, s.outcome, s.reward) for s in result.simulations} == {("create_task_1", "ok", 0.25), ("update_task_1", "ok", 1.0)}
+        assert result.worker_note is None
+        lines = [SimRecord.model_validate_json(line) for line in (out / "sims.jsonl").read_text().splitlines()]
+        assert [(r.task_id, r.outcome) for r in lines] == [("create_task_1", "ok"), ("update_task_1", "infra_error"), ("update_task_1", "ok")]
+
+    def test_two_evaluations_at_once(self, backend, repo, tmp_path):
+        tasks = ["create_task_1", "update_task_1", "impossible_task_1"]
+        results = {}
+
+        def evaluate(name: str) -> None:
+            results[name] = backend.evaluate(self.request(repo, tmp_path / name, tasks, trials=4), name, timeout=300)
+
+        threads = [threading.Thread(target=evaluate, args=(name,)) for name in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert set(results) == {"a", "b"}
+        windows = []
+        for result in results.values():
+            assert [(s.task_id, s.trial, s.outcome, s.reward) for s in result.simulations] == [
+                (t, trial, "ok", 1.0) for trial in range(4) for t in tasks]
+            assert len((tmp_path / result.run_id / "sims.jsonl").read_text().splitlines()) == 12
+            trajectories = [json.loads(p.read_text()) for p in (tmp_path / result.run_id / "trajectories").glob("*.json")]
+            windows.append((min(t["start_time"] for t in trajectories), max(t["end_time"] for t in trajectories)))
+        (a_start, a_end), (b_start, b_end) = windows
+        assert a_start < b_end and b_start < a_end  # they ran at the same time, not one after the other
+
+    def test_a_killed_ray_worker_is_an_infrastructure_fault_and_its_simulations_run_again(self, backend, repo, tmp_path):
+        out = tmp_path / "killed"
+        tasks = ["create_task_1", "update_task_1"]  # 8 simulations at 4 at once: a second wave follows the first record
+        done = {}
+        runner = threading.Thread(target=lambda: done.update(result=backend.evaluate(self.request(repo, out, tasks, trials=4), "killed", timeout=300)))
+        runner.start()
+        deadline, victim = time.monotonic() + 120, None
+        while time.monotonic() < deadline and victim is None:
+            if (out / "sims.jsonl").exists() and (out / "sims.jsonl").read_text():  # groups are mid-way
+                mine = descendants(os.getpid())
+                victim = next((pid for pid, cmd in ray_processes().items() if pid in mine and cmd.startswith("ray::run_group")), None)
+            time.sleep(0.05)
+        assert victim is not None, "no Ray task was seen running a group"
+        os.kill(victim, signal.SIGKILL)
+        runner.join(300)
+        result = done["result"]
+        assert [(s.task_id, s.trial, s.outcome, s.reward) for s in result.simulations] == [
+            (t, trial, "ok", 1.0) for trial in range(4) for t in tasks]
+        assert result.worker_note is None and result.summary.infra_errors == 0
+        assert "ended early (attempt 1 of 3): WorkerCrashedError" in (out / "worker.log").read_text()
+        records = read_sim_records(out / "sims.jsonl")
+        assert len((out / "sims.jsonl").read_text().splitlines()) == len(records) == 8  # nothing ran twice
+        assert self.zygote_processes(backend) == 1  # the killed Ray worker's workers and agent processes went with it
+
+    def test_cancel_stops_every_evaluation_in_flight_and_their_workers(self, backend, repo, tmp_path):
+        errors = {}
+
+        def evaluate(name: str) -> None:
+            try:
+                # 40 simulations each: both are still running once each has a record, even if one waited for a Ray worker to start
+                backend.evaluate(self.request(repo, tmp_path / name, ["create_task_1", "update_task_1"], trials=20), name, timeout=300)
+            except Cancelled as exc:
+                errors[name] = exc
+
+        threads = [threading.Thread(target=evaluate, args=(name,)) for name in ("a", "b")]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all((tmp_path / n / "sims.jsonl").exists() for n in ("a", "b")):
+            time.sleep(0.05)
+        backend.cancel()
+        for t in threads:
+            t.join(60)
+        assert set(errors) == {"a", "b"}
+        counts = [len((tmp_path / n / "sims.jsonl").read_text().splitlines()) for n in ("a", "b")]
+        assert max(counts) < 40
+        assert self.zygote_processes(backend) == 1  # the warm zygote stays; no worker or agent process is left
+        later = backend.evaluate(self.request(repo, tmp_path / "later", ["create_task_1"], trials=1), "later", timeout=300)
+        assert later.simulations[0].reward == 1.0  # cancel() stopped what was in flight, not the backend
