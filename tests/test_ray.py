@@ -90,11 +90,11 @@ def per_simulation(result_file: str) -> dict:
 
 def test_the_concurrency_is_shared_out_and_every_task_lands_in_one_group():
     tasks = [f"t{i}" for i in range(10)]
-    for concurrency, slots in ((1, 1), (4, 1), (5, 2), (8, 2), (16, 4), (64, 10)):
-        groups, shares = plan(tasks, concurrency)
-        assert len(groups) == len(shares) == slots and sum(shares) == concurrency and max(shares) - min(shares) <= 1
+    for concurrency, cpus, n in ((1, 64, 1), (4, 64, 1), (5, 64, 2), (16, 64, 4), (64, 64, 10), (16, 2, 1), (16, 5, 2)):
+        groups, shares = plan(tasks, concurrency, cpus)
+        assert len(groups) == len(shares) == n and sum(shares) == concurrency and max(shares) - min(shares) <= 1
         assert sorted(t for g in groups for t in g) == tasks
-    assert plan(["only"], 16) == ([["only"]], [16])  # one task keeps all its trials and the whole concurrency
+    assert plan(["only"], 16, 64) == ([["only"]], [16])  # one task keeps all its trials and the whole concurrency
 
 
 def test_the_candidate_travels_as_its_agent_folder(tmp_path):
