@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -155,7 +156,9 @@ def run_backend(backend, trials: int, concurrency: int, repo: Path, tasks: list[
     req = eval_request(cfg, repo, out, task_ids=tasks, trials=trials, concurrency=concurrency)
     start = time.perf_counter()
     result = backend.evaluate(req, "bench", timeout=3600)
-    return {"seconds": time.perf_counter() - start, "sims": len(result.simulations), "infra": result.summary.infra_errors}
+    seconds = time.perf_counter() - start
+    shutil.rmtree(out, ignore_errors=True)
+    return {"seconds": seconds, "sims": len(result.simulations), "infra": result.summary.infra_errors}
 
 
 def start_ray(repo: Path):

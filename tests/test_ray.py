@@ -57,9 +57,10 @@ def mock_repo(path: Path) -> Path:
     return path
 
 
-def ray_processes() -> dict[int, str]:
-    """Ray's daemons and workers, and whatever runs from an evolver-ray- folder (the zygote of a
-    Ray instance evolver started, its workers and agent processes), by pid."""
+def processes_with(marker: str) -> dict[int, str]:
+    """Processes whose command line holds ``marker``, by pid. Given a Ray instance's own folder, that is
+    its daemons (their --temp-dir or --session-dir) and the worker daemon of an instance evolver started
+    (its socket), with that daemon's forks. Nothing else: other runs of these tests may share the machine."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -68,19 +69,29 @@ def ray_processes() -> dict[int, str]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if cmd.startswith("ray::") or "evolver-ray-" in cmd or "site-packages/ray/" in cmd:
+        if marker in cmd:
             found[int(entry.name)] = cmd
     return found
 
 
-def left_behind(before: dict[int, str], wait: float = 20.0) -> list[str]:
-    """Such processes started since ``before`` that are still there ``wait`` seconds on."""
+def left_behind(marker: str, wait: float = 20.0) -> list[str]:
+    """Such processes still there ``wait`` seconds on."""
     deadline = time.monotonic() + wait
     while True:
-        new = sorted(cmd[:150] for pid, cmd in ray_processes().items() if pid not in before)
-        if not new or time.monotonic() > deadline:
-            return new
+        found = sorted(cmd[:150] for cmd in processes_with(marker).values())
+        if not found or time.monotonic() > deadline:
+            return found
         time.sleep(0.2)
+
+
+def own_tmpdir() -> str:
+    """A TMPDIR for one command, so that its Ray instance's folder (made there) names its processes.
+    Short: Ray's socket paths below it must fit in 107 bytes."""
+    return tempfile.mkdtemp(prefix="e", dir="/tmp")
+
+
+# Ray commands run as they are, not in a fork of the tests' warm daemon, so that TMPDIR applies to them.
+ALONE = {"EVOLVER_ZYGOTE_IDLE": "0"}
 
 
 def per_simulation(result_file: str) -> dict:
@@ -90,11 +101,11 @@ def per_simulation(result_file: str) -> dict:
 
 def test_the_concurrency_is_shared_out_and_every_task_lands_in_one_group():
     tasks = [f"t{i}" for i in range(10)]
-    for concurrency, slots in ((1, 1), (4, 1), (5, 2), (8, 2), (16, 4), (64, 10)):
-        groups, shares = plan(tasks, concurrency)
-        assert len(groups) == len(shares) == slots and sum(shares) == concurrency and max(shares) - min(shares) <= 1
+    for concurrency, cpus, n in ((1, 64, 1), (4, 64, 1), (5, 64, 2), (16, 64, 4), (64, 64, 10), (16, 2, 1), (16, 5, 2)):
+        groups, shares = plan(tasks, concurrency, cpus)
+        assert len(groups) == len(shares) == n and sum(shares) == concurrency and max(shares) - min(shares) <= 1
         assert sorted(t for g in groups for t in g) == tasks
-    assert plan(["only"], 16) == ([["only"]], [16])  # one task keeps all its trials and the whole concurrency
+    assert plan(["only"], 16, 64) == ([["only"]], [16])  # one task keeps all its trials and the whole concurrency
 
 
 def test_the_candidate_travels_as_its_agent_folder(tmp_path):
@@ -137,13 +148,14 @@ def both(tmp_path_factory):
     """The same evaluation through each backend: keyed provider, a candidate that checks it holds no key."""
     repo = mock_repo(tmp_path_factory.mktemp("ray-eval") / "target")
     _inject_into_turn(repo, NO_KEYS_IN_THE_AGENT)
-    before = ray_processes()
-    out = {}
-    for backend in ("local", "ray"):
-        proc = run_cli(["eval", str(repo), "--backend", backend, *EVAL_ARGS], env=KEY_ENV)
+    tmpdir, out = own_tmpdir(), {}
+    for backend, env in (("local", KEY_ENV), ("ray", {**KEY_ENV, **ALONE, "TMPDIR": tmpdir})):
+        proc = run_cli(["eval", str(repo), "--backend", backend, *EVAL_ARGS], env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[backend] = json.loads(proc.stdout)
-    return repo, out, left_behind(before)
+    left = left_behind(tmpdir)
+    shutil.rmtree(tmpdir, ignore_errors=True)
+    return repo, out, left
 
 
 def test_eval_on_ray_gives_the_local_results_for_the_same_seed(both):
@@ -186,25 +198,25 @@ def cluster(tmp_path_factory):
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "PYTHONPATH"}
     env.update(auth, RAY_USAGE_STATS_ENABLED="0", EVOLVER_RUNTIME_DIR=str(root / "zygote"))
-    before = ray_processes()
     start = subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port), "--num-cpus", "2",
                             "--object-store-memory", "100000000", "--include-dashboard", "false", "--temp-dir", str(root / "ray"),
                             "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=300)
     try:
         assert start.returncode == 0, start.stderr[-2000:]
-        yield f"127.0.0.1:{port}", auth, before, root
+        yield f"127.0.0.1:{port}", auth, root
     finally:
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in set(ray_processes()) - set(before):
+            daemons = processes_with(str(root))
+            for pid in set(daemons).union(*(descendants(pid) for pid in daemons)):  # its Ray workers too
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-            if not left_behind(before, wait=10):
+            if not left_behind(str(root), wait=10):
                 break
         shutil.rmtree(root, ignore_errors=True)
 
 
 def test_joining_a_cluster_its_workers_get_the_keys_and_this_checkout_from_the_driver(cluster, tmp_path):
-    address, auth, before, root = cluster
+    address, auth, root = cluster
     repo = mock_repo(tmp_path / "target")
     _inject_into_turn(repo, NO_KEYS_IN_THE_AGENT)
     env = {**KEY_ENV, **auth, "EVOLVER_ZYGOTE_IDLE": "1"}  # the node's daemon goes 1 s after the job's Ray workers
@@ -213,7 +225,7 @@ def test_joining_a_cluster_its_workers_get_the_keys_and_this_checkout_from_the_d
     summary = json.loads(proc.stdout)
     assert summary["num_simulations"] == 4 and summary["avg_reward"] == 1.0 and summary["infra_errors"] == summary["failed"] == 0
     # The job is over: only the cluster's own processes are left, not its Ray workers' daemon and their forks.
-    assert [cmd for cmd in left_behind(before, wait=10) if "evolver.zygote" in cmd] == []
+    assert left_behind(str(root / "zygote"), wait=10) == []
     logged = subprocess.run(["grep", "-rl", VALUE, str(root)], capture_output=True, text=True).stdout
     assert logged == ""  # the key is in none of the cluster's logs and files
 
@@ -240,9 +252,9 @@ def test_run_on_ray_reaches_the_local_verdicts(tmp_path):
 
 def test_ctrl_c_stops_a_ray_evaluation_and_everything_it_started(tmp_path):
     repo = mock_repo(tmp_path / "target")
-    before = ray_processes()
+    tmpdir = own_tmpdir()
     command = [sys.executable, "-m", "evolver", "eval", str(repo), "--backend", "ray", *SCRIPTED_MODELS, "--trials", "4"]
-    proc = subprocess.Popen(command, env={**os.environ, "EVOLVER_SCRIPTED_LATENCY": "0.3"},
+    proc = subprocess.Popen(command, env={**os.environ, **ALONE, "TMPDIR": tmpdir, "EVOLVER_SCRIPTED_LATENCY": "0.3"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline, sims = time.monotonic() + 300, None
     while time.monotonic() < deadline and proc.poll() is None:
@@ -257,8 +269,9 @@ def test_ctrl_c_stops_a_ray_evaluation_and_everything_it_started(tmp_path):
     assert proc.returncode == 130, err
     count = sims.read_text().count("\n")
     assert count < 36  # stopped mid-way (9 tasks x 4 trials)
-    assert left_behind(before) == []
+    assert left_behind(tmpdir) == []
     assert sims.read_text().count("\n") == count
+    shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def descendants(pid: int) -> set[int]:
@@ -280,12 +293,11 @@ def descendants(pid: int) -> set[int]:
 
 @pytest.fixture(scope="class")
 def backend():
-    before = ray_processes()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EVOLVER_SCRIPTED_LATENCY", "0.2")  # reaches the workers: the backend takes the environment it starts with
         with RayBackend("") as backend:
             yield backend
-    assert not backend.root.exists() and left_behind(before) == []
+    assert not backend.root.exists() and left_behind(str(backend.root)) == []
 
 
 @pytest.fixture(scope="class")
@@ -310,7 +322,7 @@ class TestInProcess:
         once only the zygote is left or ``wait`` seconds have passed."""
         deadline = time.monotonic() + wait
         while True:
-            count = sum(str(backend.root) in cmd and "evolver.zygote" in cmd for cmd in ray_processes().values())
+            count = sum("evolver.zygote" in cmd for cmd in processes_with(str(backend.root)).values())
             if count <= 1 or time.monotonic() > deadline:
                 return count
             time.sleep(0.1)
@@ -360,7 +372,7 @@ class TestInProcess:
         while time.monotonic() < deadline and victim is None:
             if (out / "sims.jsonl").exists() and (out / "sims.jsonl").read_text():  # groups are mid-way
                 mine = descendants(os.getpid())
-                victim = next((pid for pid, cmd in ray_processes().items() if pid in mine and cmd.startswith("ray::run_group")), None)
+                victim = next((pid for pid, cmd in processes_with("ray::run_group").items() if pid in mine), None)
             time.sleep(0.05)
         assert victim is not None, "no Ray task was seen running a group"
         os.kill(victim, signal.SIGKILL)

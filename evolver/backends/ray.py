@@ -31,15 +31,17 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.backends import Cancelled, Progress, TaskListing, ray_node
-from evolver.backends.local import _complete, _count_lines, _harness_switches  # the result is built as the local backend builds it
+from evolver.backends.local import WORKER_PROCESSES, _complete, _count_lines, _harness_switches  # the result is built as the local backend builds it
 from evolver.data import EvalRequest, EvalResult, SimRecord, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
 from evolver.metrics import summarize
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # a local instance moves only records, trajectories and small archives
-# Simulations one Ray task runs at once: the request's concurrency is shared out in groups of this size,
-# one Ray task per group, all at once. Fewer, larger groups would pay fewer worker starts but spread
-# less over a cluster; measured on one node, 4 runs at 0.99x the local backend (eval_throughput.py).
+# Simulations one Ray task runs at once: the request's concurrency is shared out in groups of about
+# this size, one Ray task per group, all at once, but no more groups than the cluster has CPUs for
+# their worker processes (each group starts the local backend's two): every worker pays a start
+# (the candidate staged and imported, tau2 set up): on this 2-core machine, 32 simulations at
+# concurrency 16 in four groups ran at 0.30x the local backend, in one group at 1.11x.
 GROUP_CONCURRENCY = 4
 # What a group asks of Ray: a CPU per this many simulations at once. An API-bound simulation mostly
 # waits (the local backend drives 16 at once on 2 cores at 0.9x tau2's own speed), so several
@@ -63,10 +65,10 @@ def worker_environment(environ: dict) -> dict:
     return {k: v for k, v in environ.items() if k not in MACHINE_LOCAL and not k.startswith(MACHINE_LOCAL_PREFIXES)}
 
 
-def plan(tasks: list[str], concurrency: int) -> tuple[list[list[str]], list[int]]:
+def plan(tasks: list[str], concurrency: int, cpus: int) -> tuple[list[list[str]], list[int]]:
     """(groups of tasks, the concurrency of each): together they run the request's concurrency.
     Tasks are dealt in turn, so long and short ones mix in every group."""
-    n = max(1, min(len(tasks), -(-concurrency // GROUP_CONCURRENCY)))
+    n = max(1, min(len(tasks), -(-concurrency // GROUP_CONCURRENCY), cpus // WORKER_PROCESSES))
     return [tasks[i::n] for i in range(n)], [concurrency // n + (i < concurrency % n) for i in range(n)]
 
 
@@ -235,11 +237,13 @@ class _Evaluation:
 
     def run(self, timeout: float, deadline: float) -> None:
         self._prepare()
-        archive = self.ray.put(ray_node.pack_agent(Path(self.req.checkout)))
+        self.timeout = timeout  # each group's own limit, as the local backend's; the driver's deadline adds a grace
+        self.archive = self.ray.put(ray_node.pack_agent(Path(self.req.checkout)))
         try:
-            for tasks, concurrency in zip(*plan(self.tasks, self.req.concurrency)):
+            cpus = int(self.ray.cluster_resources().get("CPU", 1))
+            for tasks, concurrency in zip(*plan(self.tasks, self.req.concurrency, cpus)):
                 if self._unfinished(tasks):
-                    self._dispatch(_Group(tasks, concurrency), archive, timeout)
+                    self._dispatch(_Group(tasks, concurrency))
             while self.inflight:
                 if self.stop.is_set():
                     raise Cancelled("the evaluation was cancelled")
@@ -248,7 +252,7 @@ class _Evaluation:
                     break
                 ready, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=WAIT)
                 for gen in ready:
-                    self._take(gen, archive, timeout)
+                    self._take(gen)
                 self._progress()
         finally:
             self._cancel_inflight()
@@ -267,15 +271,15 @@ class _Evaluation:
     def _unfinished(self, tasks: list[str]) -> bool:
         return any((t, trial) not in self.done for t in tasks for trial in range(self.req.trials))
 
-    def _dispatch(self, group: _Group, archive, timeout: float) -> None:
+    def _dispatch(self, group: _Group) -> None:
         group.attempts += 1
         sub = self.req.model_copy(update={"task_ids": group.tasks, "num_tasks": None, "concurrency": group.concurrency})
         done = [self.done[(t, trial)].model_dump_json() + "\n" for t in group.tasks for trial in range(self.req.trials) if (t, trial) in self.done]
-        job = {"request": sub.model_dump(mode="json"), "done": done, "timeout": timeout}
+        job = {"request": sub.model_dump(mode="json"), "done": done, "timeout": self.timeout}
         task = self.backend.run_group.options(num_cpus=min(1.0, group.concurrency / SIMULATIONS_PER_CPU), scheduling_strategy="SPREAD")
-        self.inflight[task.remote(job, archive, self.backend.environment)] = group
+        self.inflight[task.remote(job, self.archive, self.backend.environment)] = group
 
-    def _take(self, gen, archive, timeout: float) -> None:
+    def _take(self, gen) -> None:
         """The next item of a group: a finished simulation, its closing item, or its end or failure."""
         group = self.inflight[gen]
         try:
@@ -285,7 +289,7 @@ class _Evaluation:
             return
         except self.ray.exceptions.RayError as exc:  # its Ray worker or node was lost, or its code failed
             del self.inflight[gen]
-            self._lost(group, exc, archive, timeout)
+            self._lost(group, exc)
             return
         if "record" in item:
             self._write(item, group)
@@ -294,13 +298,13 @@ class _Evaluation:
         else:
             self._end(item["end"])
 
-    def _lost(self, group: _Group, exc: Exception, archive, timeout: float) -> None:
+    def _lost(self, group: _Group, exc: Exception) -> None:
         if not self._unfinished(group.tasks):
             return
         reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
         self._log(f"a Ray task of tasks {', '.join(group.tasks)} ended early (attempt {group.attempts} of {ATTEMPTS}): {reason}\n{exc}\n")
         if group.attempts < ATTEMPTS:
-            self._dispatch(group, archive, timeout)  # its finished simulations stay; the others run again
+            self._dispatch(group)  # its finished simulations stay; the others run again
         else:
             self.notes.append(f"a Ray task failed {ATTEMPTS} times for task(s) {', '.join(group.tasks)} ({reason}); see {self.out / 'worker.log'}")
 
