@@ -385,7 +385,7 @@ def _screen(candidates: Mapping[str, RewardTable], trials: int) -> tuple[str | N
         else:
             decision, reason = "reject", f"Screened out: {_points(score[name] - score[winner])} behind {winner} after {trials} trial(s) per task."
         verdicts[name] = Verdict(
-            decision=decision, reason=reason, effect=score[name] - score[winner] if winner else 0.0,
+            decision=decision, reason=reason, effect=score[name] - score[winner] if winner is not None else 0.0,
             stderr=None, ci_low=None, p_value=None, n_tasks=len(shared), n_dropped=len(candidates[name]) - len(shared),
             n_candidate_sims=sum(len(r) for r in candidates[name].values()),
             stage=0, final=False, suite_size=0, regressions=(),

@@ -279,6 +279,15 @@ def test_noise_floor_shrinks_with_more_tasks_and_grows_with_power():
     assert noise_floor(quarter, config, simulations=50, power=0.95) > floor
 
 
+def test_noise_floor_of_the_concurrent_gate():
+    config = GateConfig(stages=(2, 4), futility=(0.0,), max_regressions=10**6)
+    rng = random.Random(7)
+    incumbent = {f"t{i}": [float(rng.random() < rng.random()) for _ in range(4)] for i in range(25)}
+    floor = noise_floor(incumbent, config, simulations=30, concurrent=True)
+    assert 0.1 < floor < 0.6
+    assert noise_floor(incumbent, config, simulations=30, concurrent=True, power=0.95) > floor
+
+
 def test_config_rejects_mismatched_futility_boundaries():
     with pytest.raises(ValueError):
         GateConfig(stages=(1, 2, 4), futility=(0.0,))
