@@ -61,8 +61,8 @@ from evolver.gate import (  # noqa: E402
 
 REFERENCE_TRIALS = 6
 NULL_SHARE = 3  # no-op cells run this many times the decisions: they are cheap and carry the main claim
-# As in noise_floor: 1,000 relabellings instead of 5,000 make a decision several times faster; the
-# p-values are coarser (still valid), which moves keep rates by well under a point.
+# 1,000 relabellings instead of 5,000 make the decisions that keep several times faster; the p-values
+# are coarser but still valid (noise_floor makes the same trade).
 PERMUTATIONS = 1000
 FIXED_SIZES = range(1, 17)  # trials per arm of the fixed-size test
 MIX = (-0.10, 0.0, 0.05, 0.10)
@@ -92,7 +92,7 @@ def drift_of(shape: str) -> float:
 
 
 class World:
-    """One decision's tasks: lazily drawn 0/1 trials per arm, identical for every design that asks."""
+    """One decision's tasks, pass rates and reference; arm() draws an arm's 0/1 trials in the iteration's window."""
 
     def __init__(self, rng: random.Random, shape: str, args: dict) -> None:
         self.rng = rng
