@@ -1,31 +1,44 @@
-"""Monte-Carlo figures for evolver.gate under tau2-like noise.
+"""Monte-Carlo figures for evolver.gate: false keeps, power and cost, per noise shape and design.
 
-    python benchmarks/gate_power.py [--tasks 40] [--decisions 2000] [--seed 1]
-                                    [--from-result PATH] [--jobs 2]
+    python benchmarks/gate_power.py [--decisions 400] [--seed 1] [--jobs 1] [--tasks 40]
+                                    [--from-result PATH]
 
-Noise model: each task has a pass probability, drawn per decision from
-Beta(a, b) (default Beta(1, 1), i.e. uniform, whose expected flip rate between
-two identical single-trial runs, E[2p(1-p)], is exactly 1/3), or taken from a
-result file through gate.pass_rates (each task's observed noise). A candidate
-with effect d shifts every task's probability by the same amount in logit
-space (gate.shift_rates), solved by bisection so that the mean over tasks
-moves by exactly d; tasks near 0 or 1 move less, as real tasks do.
+One world per decision: each of the 40 tasks gets a pass probability from the
+noise shape, the incumbent's reference (6 trials per task, measured before
+the iteration) is drawn at those rates, and the iteration runs at the same
+rates moved by the shape's drift. A candidate with effect d passes each task
+at the iteration's rates moved by one common logit shift that raises their
+mean by d (gate.shift_rates). Noise shapes:
 
-Compared on the same simulated data:
-  * the gate with the default GateConfig (sequential, futility stops);
-  * "best so far": one candidate trial, accept when its score >= the best of
-    the incumbent's previous single-trial runs (--history, default 3, which
-    reproduces the 25-28% no-op acceptance measured on tau2);
-  * a fixed-size paired test: the same final test at n trials per task, no
-    interim looks, for n = 1..8.
-Two more rows: "+10, breaks 3" gains 10 points on average but drops its 3 most
-reliable tasks to 0.2 (the regression suite should catch it); "floor" runs each
-of 8 task sets at its own noise_floor(), which should give ~80% acceptance.
+  uniform      pass rates ~ Beta(1, 1): a third of tasks flip between two runs
+  bimodal      Beta(0.3, 0.3): most tasks nearly always pass or nearly always fail
+  coin flips   every task passes half the time: the most noise there can be
+  30% fixed    12 of 40 tasks always pass or always fail, the rest uniform
+  10% errors   uniform, and each trial is lost to an infrastructure error (None) 1 time in 10
+  drift +d     uniform, and the iteration runs d points above the reference (everything moves together)
+  (--from-result adds the per-task rates of a real run)
 
-Simulations counted are the candidate's. The incumbent's reference results
-(--incumbent-trials per task, default the gate's final stage) are run once
-when it is accepted and reused for every later decision, so they are printed
-separately as a one-off cost and not added per decision.
+Designs (each decision of every design sees the same kind of world):
+
+  today        gate.decide(): the candidate's stages against the reference,
+               measured once and reused; one candidate. Sims: the candidate's only.
+  new          gate.decide_set() with gate.sized(): K candidates; with K > 1 each runs
+               GateConfig.screen trials and only the best goes on; its gate runs
+               beside the incumbent's own trials (the reference only sharpens
+               the early stops). Sims: the screen, the candidate's and the incumbent's.
+  new, no ref  the same without the reference (every look concurrent only).
+  Bonferroni   every candidate runs its own gate at alpha / K beside one shared
+               incumbent arm; the largest passing gain is kept.
+
+Columns: "final": the gate's last stage, trials per task per arm (sized to
+the noise, averaged over worlds). "false keep": all K candidates do nothing,
+the share of iterations that keep one. "+5/+10/+15": one candidate that good
+among K-1 that do nothing, the share that keep it. "sims": simulations per
+iteration, over candidates drawn from an equal mix of -10, 0, +5 and +10
+points. "fixed" (K = 1): the sims of a fixed-size exact test, on the same
+arms as the design (today: the candidate against the reference; new: both
+arms counted), that keeps +10 as often as the design does, its trials per
+arm interpolated between whole counts (generous to it); "ratio" = sims / fixed.
 """
 
 from __future__ import annotations
@@ -42,14 +55,225 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from evolver.gate import GateConfig, decide, evaluate, noise_floor, pass_rates, shift_rates  # noqa: E402
+from evolver.gate import (  # noqa: E402
+    GateConfig, decide, decide_set, evaluate, evaluate_set, pass_rates, set_stages, shift_rates, sized,
+)
 
-FIXED_SIZES = range(1, 9)
-MIX = ("-10", "0", "+5", "+10")  # candidates averaged for the sims ratio
-BREAKING = "+10, breaks 3"  # +10 on average, but its 3 most reliable tasks drop to 0.2
-BROKEN_TASKS, BROKEN_RATE = 3, 0.2
-SCENARIOS = {"-10": -0.10, "0": 0.0, "+5": 0.05, "+10": 0.10, "+15": 0.15, BREAKING: 0.10}
-FLOOR = "noise floor"  # effect: noise_floor() of the task set, aimed at 0.80 acceptance
+REFERENCE_TRIALS = 6
+NULL_SHARE = 3  # no-op cells run this many times the decisions: they are cheap and carry the main claim
+# 1,000 relabellings instead of 5,000 make the decisions that keep several times faster; the p-values
+# are coarser but still valid (noise_floor makes the same trade).
+PERMUTATIONS = 1000
+FIXED_SIZES = range(1, 17)  # trials per arm of the fixed-size test
+MIX = (-0.10, 0.0, 0.05, 0.10)
+POWER = (0.05, 0.10, 0.15)
+SHAPES = ("uniform", "bimodal", "coin flips", "30% fixed", "10% errors", "drift +2", "drift +5", "drift +10")
+STEADY = 1e-4  # the closest a drawn pass rate gets to 0 or 1 (logits stay finite)
+
+
+def shape_rates(rng: random.Random, shape: str, tasks: int, given: list[float] | None) -> list[float]:
+    def clip(p: float) -> float:
+        return min(max(p, STEADY), 1 - STEADY)
+
+    if shape == "bimodal":
+        return [clip(rng.betavariate(0.3, 0.3)) for _ in range(tasks)]
+    if shape == "coin flips":
+        return [0.5] * tasks
+    if shape == "30% fixed":
+        fixed = round(0.3 * tasks)
+        return [clip(rng.random()) for _ in range(tasks - fixed)] + [clip(float(i % 2)) for i in range(fixed)]
+    if shape.startswith("from "):
+        return list(given)
+    return [clip(rng.random()) for _ in range(tasks)]
+
+
+def drift_of(shape: str) -> float:
+    return float(shape.split("+")[1]) / 100 if shape.startswith("drift") else 0.0
+
+
+class World:
+    """One decision's tasks, pass rates and reference; arm() draws an arm's 0/1 trials in the iteration's window."""
+
+    def __init__(self, rng: random.Random, shape: str, args: dict) -> None:
+        self.rng = rng
+        self.missing = 0.1 if shape == "10% errors" else 0.0
+        self.rates = shape_rates(rng, shape, args["tasks"], args["rates"])
+        self.now = shift_rates(self.rates, drift_of(shape)) if drift_of(shape) else self.rates
+        self.reference = self.draw(self.rates, REFERENCE_TRIALS)
+
+    def draw(self, rates: list[float], n: int) -> dict[str, list[float | None]]:
+        rng, missing = self.rng, self.missing
+        return {f"t{i}": [None if missing and rng.random() < missing else float(rng.random() < p) for _ in range(n)]
+                for i, p in enumerate(rates)}
+
+    def arm(self, effect: float, n: int) -> dict[str, list[float | None]]:
+        """Trials in the iteration's window of an arm `effect` better than the incumbent."""
+        return self.draw(shift_rates(self.now, effect) if effect else self.now, n)
+
+
+def cut(table: dict, n: int) -> dict:
+    return {t: r[:n] for t, r in table.items()}
+
+
+def run_today(world: World, effects: list[float], config: GateConfig) -> tuple[str | None, int]:
+    candidate = world.arm(effects[0], config.stages[-1])
+    verdict = evaluate(world.reference, lambda n: cut(candidate, n), config)[-1]
+    return ("c0" if verdict.decision == "accept" else None), verdict.n_candidate_sims
+
+
+def run_new(world: World, effects: list[float], config: GateConfig, reference: bool) -> tuple[str | None, int, dict]:
+    depth = config.screen + max(config.stages[-1], max(FIXED_SIZES))
+    incumbent = world.arm(0.0, depth)
+    arms = {f"c{j}": world.arm(e, depth) for j, e in enumerate(effects)}
+    ran = {name: 0 for name in arms}
+
+    def run(inc_trials: int, cand_trials: int, alive: tuple[str, ...]):
+        ran.update({name: cand_trials for name in alive})
+        ran["incumbent"] = inc_trials
+        return cut(incumbent, inc_trials), {name: cut(arms[name], ran[name]) for name in arms}
+
+    verdicts = evaluate_set(list(arms), run, config, reference=world.reference if reference else None)
+    sims = sum(ran.values()) * len(world.rates)
+    return verdicts[-1].kept, sims, {"incumbent": incumbent, "arms": arms, "first": verdicts[0]}
+
+
+def run_bonferroni(world: World, effects: list[float], config: GateConfig) -> tuple[str | None, int]:
+    """Each candidate's own gate at alpha / K; the incumbent arm runs as long as any candidate does."""
+    each = replace(config, alpha=config.alpha / len(effects))
+    incumbent = world.arm(0.0, config.stages[-1])
+    arms = {f"c{j}": world.arm(e, config.stages[-1]) for j, e in enumerate(effects)}
+    passed, ran, inc_ran = {}, 0, 0
+    for name, table in arms.items():
+        def run(n_inc: int, n: int, _: tuple, name: str = name, table: dict = table) -> tuple[dict, dict]:
+            return cut(incumbent, n_inc), {name: cut(table, n)}
+
+        verdicts = evaluate_set([name], run, each, reference=world.reference)
+        last = verdicts[-1]
+        ran += last.verdicts[name].n_candidate_sims
+        inc_ran = max(inc_ran, last.n_incumbent_sims)
+        if last.kept:
+            passed[name] = last.verdicts[name].effect
+    kept = max(sorted(passed), key=passed.get, default=None)
+    return kept, ran + inc_ran
+
+
+def fixed_input(detail: dict) -> tuple[dict, dict]:
+    """The +10 candidate's trials and the incumbent's, for a fixed-size test (one candidate: no screen)."""
+    return detail["incumbent"], detail["arms"]["c0"]
+
+
+def fixed_keeps(inputs: list[tuple[dict, dict]], n: int, concurrent: bool) -> int:
+    """How many of the +10 decisions a fixed-size exact test with n trials per arm keeps."""
+    one = replace(GateConfig(), stages=(n,), futility=())
+    kept = 0
+    for incumbent, candidate in inputs:
+        if concurrent:
+            kept += decide_set(cut(incumbent, n), {"c0": cut(candidate, n)}, one, stage=0).kept == "c0"
+        else:
+            kept += decide(incumbent, cut(candidate, n), one, stage=0).decision == "accept"
+    return kept
+
+
+def fixed_curve(inputs: list, kept: int, concurrent: bool) -> dict[int, int]:
+    """Keeps of the fixed-size test at n = 1, 2, ... up to the first n that keeps as many as the gate did
+    (larger n cost the most to compute and are not needed to interpolate)."""
+    curve = {}
+    for n in FIXED_SIZES:
+        curve[n] = fixed_keeps(inputs, n, concurrent)
+        if curve[n] >= kept:
+            break
+    return curve
+
+
+def scenario_effects(rng: random.Random, scenario: str, k: int) -> list[float]:
+    """The K candidates' effects: the named one first, the rest do nothing; "mix" draws each from MIX."""
+    if scenario == "mix":
+        return [rng.choice(MIX) for _ in range(k)]
+    return [float(scenario)] + [0.0] * (k - 1)
+
+
+def run_row(job: tuple) -> dict:
+    """`count` decisions of one (shape, design, K, scenario)."""
+    shape, design, k, scenario, count, seed, args = job
+    rng = random.Random(f"{seed}:{shape}:{design}:{k}:{scenario}")
+    base = GateConfig(permutations=PERMUTATIONS)
+    out = {"kept": 0, "noop_kept": 0, "sims": 0, "final": 0, "fixed": {}}
+    inputs = []  # for the fixed-size test, at +10
+    for _ in range(count):
+        world = World(rng, shape, args)
+        effects = scenario_effects(rng, scenario, k)
+        config = base if design == "today" else sized(base, world.reference)
+        if design == "today":
+            kept, sims = run_today(world, effects, config)
+            if scenario == "0.1" and has_fixed(shape, design, k):
+                inputs.append((world.reference, world.arm(0.10, max(FIXED_SIZES))))
+        elif design == "Bonferroni":
+            kept, sims = run_bonferroni(world, effects, config)
+        else:
+            kept, sims, detail = run_new(world, effects, config, reference=design == "new")
+            if scenario == "0.1" and has_fixed(shape, design, k):
+                inputs.append(fixed_input(detail))
+        real = kept is not None and effects[int(kept[1:])] > 0
+        out["kept"] += real if scenario not in ("0.0", "mix") else kept is not None
+        out["noop_kept"] += kept is not None and effects[int(kept[1:])] == 0
+        out["sims"] += sims
+        out["final"] += config.stages[-1]
+    if inputs and has_fixed(shape, design, k):
+        out["fixed"] = fixed_curve(inputs, out["kept"], concurrent=design != "today")
+    return out
+
+
+def has_fixed(shape: str, design: str, k: int) -> bool:
+    """Rows compared with a fixed-size test: one candidate; not today's gate under drift (both keep
+    no-ops far more often than alpha, so "the same error rates" means nothing); not with missing
+    trials (its exact test then takes seconds per decision)."""
+    return (k == 1 and design in ("today", "new", "new, no ref") and shape != "10% errors"
+            and not (design == "today" and shape.startswith("drift")))
+
+
+def interpolated_size(power_by_size: dict[int, float], power: float) -> float:
+    """Trials per arm a fixed test needs for `power`, interpolated between whole counts (its power is concave
+    in size, so this is generous to it)."""
+    previous_n, previous_power = 0, 0.0
+    for n, p in power_by_size.items():
+        if p >= power:
+            return previous_n + (n - previous_n) * (power - previous_power) / (p - previous_power)
+        previous_n, previous_power = n, p
+    return math.inf
+
+
+def rows_to_run(shapes: list[str]) -> list[tuple[str, str, int]]:
+    rows = [(shape, "today", 1) for shape in shapes if shape in ("uniform", "coin flips") or shape.startswith("drift")]
+    rows += [(shape, "new", k) for shape in shapes for k in (1, 2, 4)]
+    rows += [("uniform", "new, no ref", 1), ("uniform", "Bonferroni", 2), ("uniform", "Bonferroni", 4)]
+    return rows
+
+
+def scenarios_of(k: int) -> list[str]:
+    return ["0.0", *map(str, POWER), *(["-0.1"] if k == 1 else ["mix"])]
+
+
+def summarise(shape: str, design: str, k: int, parts: dict[str, dict], decisions: int, tasks: int) -> dict:
+    count = {s: decisions * (NULL_SHARE if s == "0.0" else 1) for s in parts}
+    rate = {s: parts[s]["kept"] / count[s] for s in parts}
+    sims = {s: parts[s]["sims"] / count[s] for s in parts}
+    mix = sum(sims[str(e)] for e in MIX) / len(MIX) if k == 1 else sims["mix"]
+    power = {n: kept / decisions for n, kept in parts["0.1"]["fixed"].items()}
+    size = interpolated_size(power, rate["0.1"]) if has_fixed(shape, design, k) else math.nan
+    arms = 1 if design == "today" else 2  # today's reference is reused, not counted
+    fixed = arms * size * tasks
+    return {"shape": shape, "design": design, "k": k, "false": rate["0.0"], **{f"+{round(100 * e)}": rate[str(e)] for e in POWER},
+            "noop_beside": parts["0.1"]["noop_kept"] / decisions, "sims": mix, "fixed": fixed,
+            "final": parts["0.0"]["final"] / count["0.0"]}
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"{'shape':<12}{'design':<13}{'K':>2}{'final':>6}{'false keep':>11}{'+5':>7}{'+10':>7}{'+15':>7}"
+          f"{'sims':>7}{'fixed':>7}{'ratio':>7}")
+    for r in results:
+        fixed = f"{r['fixed']:>7.0f}{r['sims'] / r['fixed']:>7.2f}" if math.isfinite(r["fixed"]) else f"{'-':>7}{'-':>7}"
+        print(f"{r['shape']:<12}{r['design']:<13}{r['k']:>2}{r['final']:>6.1f}{r['false']:>11.3f}{r['+5']:>7.3f}"
+              f"{r['+10']:>7.3f}{r['+15']:>7.3f}{r['sims']:>7.0f}{fixed}")
 
 
 def load_rates(path: str) -> list[float]:
@@ -60,141 +284,41 @@ def load_rates(path: str) -> list[float]:
     return list(pass_rates(table).values())
 
 
-def draw_rates(rng: random.Random, args: dict) -> list[float]:
-    if args["rates"]:
-        return args["rates"]
-    return [min(max(rng.betavariate(*args["beta"]), 1e-4), 1 - 1e-4) for _ in range(args["tasks"])]
-
-
-def candidate_rates(rates: list[float], name: str, effect: float) -> list[float]:
-    if name != BREAKING:
-        return shift_rates(rates, effect)
-    # Its most reliable tasks drop to BROKEN_RATE; the others gain enough for the mean effect.
-    broken = set(sorted(range(len(rates)), key=rates.__getitem__)[-BROKEN_TASKS:])
-    others = [p for i, p in enumerate(rates) if i not in broken]
-    gain = (effect * len(rates) - sum(BROKEN_RATE - rates[i] for i in broken)) / len(others)
-    moved = iter(shift_rates(others, gain))
-    return [BROKEN_RATE if i in broken else next(moved) for i in range(len(rates))]
-
-
-def trials(rng: random.Random, rates: list[float], n: int) -> dict[str, list[float]]:
-    return {f"t{i}": [float(rng.random() < p) for _ in range(n)] for i, p in enumerate(rates)}
-
-
-def run_chunk(job: tuple) -> dict:
-    """Simulate `count` decisions of one candidate kind; returns summed counts."""
-    name, effect, count, seed, args = job
-    rng = random.Random(f"{seed}:{name}")
-    config = GateConfig()
-    fixed = {n: replace(config, stages=(n,), futility=()) for n in FIXED_SIZES}
-    depth = max(config.stages[-1], max(FIXED_SIZES))
-    out = {"accept": 0, "regression": 0, "sims": 0, "best": 0, "flips": 0.0, "effect": effect * count,
-           "seconds": 0.0, "fixed": {n: 0 for n in FIXED_SIZES}}
-    if name == FLOOR:  # one task set per chunk: its noise floor, estimated from one incumbent run
-        started = time.perf_counter()
-        args = {**args, "rates": draw_rates(rng, args)}
-        effect = noise_floor(trials(rng, args["rates"], args["incumbent_trials"]), config)
-        out["effect"], out["seconds"] = effect * count, time.perf_counter() - started
-    for _ in range(count):
-        rates = draw_rates(rng, args)
-        incumbent = trials(rng, rates, args["incumbent_trials"])
-        candidate = trials(rng, candidate_rates(rates, name, effect), depth)
-
-        verdict = evaluate(incumbent, lambda n: {t: r[:n] for t, r in candidate.items()}, config)[-1]
-        out["accept"] += verdict.decision == "accept"
-        out["regression"] += len(verdict.regressions) > config.max_regressions
-        out["sims"] += verdict.n_candidate_sims
-        best = max(sum(r[j] for r in incumbent.values()) for j in range(args["history"]))
-        out["best"] += sum(r[0] for r in candidate.values()) >= best
-        out["flips"] += sum(r[0] != r[1] for r in incumbent.values()) / len(incumbent)
-        if name in ("0", "+10"):
-            for n, cfg in fixed.items():
-                table = {t: r[:n] for t, r in candidate.items()}
-                out["fixed"][n] += decide(incumbent, table, cfg, stage=0).decision == "accept"
-    return out
-
-
-def merge(parts: list[dict]) -> dict:
-    total = {key: sum(p[key] for p in parts) for key in parts[0] if key != "fixed"}
-    total["fixed"] = {n: sum(p["fixed"][n] for p in parts) for n in FIXED_SIZES}
-    return total
-
-
-def equivalent_size(power_by_size: dict[int, float], power: float) -> float:
-    """Trials per task a fixed test needs for `power`, interpolated between integer sizes.
-
-    Interpolating is generous to the fixed test: its power is concave in size.
-    """
-    previous_n, previous_power = 0, 0.0
-    for n, p in power_by_size.items():
-        if p >= power:
-            return previous_n + (n - previous_n) * (power - previous_power) / (p - previous_power)
-        previous_n, previous_power = n, p
-    return math.inf
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=40, help="gate tasks (ignored with --from-result)")
-    parser.add_argument("--decisions", type=int, default=2000, help="decisions per candidate kind")
+    parser.add_argument("--decisions", type=int, default=400, help="decisions per cell of the table")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--beta", type=float, nargs=2, default=(1.0, 1.0), metavar=("A", "B"))
-    parser.add_argument("--from-result", help='JSON {"tasks": {id: [rewards...]}}: per-task rates from a real run')
-    parser.add_argument("--incumbent-trials", type=int, default=GateConfig().stages[-1])
-    parser.add_argument("--history", type=int, default=3, help='incumbent runs behind "best so far"')
-    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--tasks", type=int, default=40, help="gate tasks (ignored with --from-result)")
+    parser.add_argument("--from-result", help="an `evolver eval` result.json: one more shape, its per-task rates")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     args = parser.parse_args()
-    if args.incumbent_trials < max(2, args.history):
-        parser.error("--incumbent-trials must be at least 2 and at least --history")
 
     started = time.perf_counter()
-    config = GateConfig()
-    shared = {"tasks": args.tasks, "beta": tuple(args.beta), "incumbent_trials": args.incumbent_trials,
-              "history": args.history, "rates": load_rates(args.from_result) if args.from_result else None}
-    n_tasks = len(shared["rates"] or range(args.tasks))
-    kinds = {**SCENARIOS, FLOOR: 0.0}
-    chunks = 8  # per kind, so that the workers stay busy
-    jobs = [(name, effect, args.decisions // chunks + (c < args.decisions % chunks), f"{args.seed}:{c}", shared)
-            for name, effect in kinds.items() for c in range(chunks)]
+    rates = load_rates(args.from_result) if args.from_result else None
+    shapes = [*SHAPES, *([f"from {Path(args.from_result).name}"] if rates else [])]
+    shared = {"tasks": len(rates) if rates else args.tasks, "rates": rates}
+    rows = rows_to_run(shapes)
+    jobs = [(shape, design, k, s, args.decisions * (NULL_SHARE if s == "0.0" else 1), args.seed, shared)
+            for shape, design, k in rows for s in scenarios_of(k)]
     with ProcessPoolExecutor(args.jobs) as pool:
-        parts = list(pool.map(run_chunk, jobs))
-    results = {name: merge(parts[i * chunks:(i + 1) * chunks]) for i, name in enumerate(kinds)}
+        parts = iter(pool.map(run_row, jobs, chunksize=1))
+    results = [summarise(shape, design, k, {s: next(parts) for s in scenarios_of(k)}, args.decisions, shared["tasks"])
+               for shape, design, k in rows]
 
-    d = args.decisions
-    source = f"rates from {args.from_result}" if args.from_result else f"pass rates ~ Beta{tuple(args.beta)}"
-    flip = sum(results[name]["flips"] for name in SCENARIOS) / (d * len(SCENARIOS))
-    print(f"{n_tasks} tasks, {source}; flip rate between two identical single-trial runs: {flip:.3f}")
-    print(f"gate: alpha {config.alpha}, stages {config.stages}, futility z < {config.futility}; "
-          f"regression: >{config.max_regressions} reliable tasks dropping by >{config.regression_drop}")
-    print(f"incumbent reference: {args.incumbent_trials} trials/task = {args.incumbent_trials * n_tasks} sims "
-          f"once per accepted incumbent, reused, not counted below. {d} decisions per row: "
-          f"rates +-{2 * math.sqrt(0.25 / d):.3f} at most (2 SE)")
+    config = GateConfig()
+    null = NULL_SHARE * args.decisions
+    print(f"{shared['tasks']} tasks; {args.decisions} decisions per cell, {null} for false keeps (2 SE: at most "
+          f"{2 * math.sqrt(0.25 / args.decisions):.3f}; {2 * math.sqrt(0.05 * 0.95 / null):.3f} near 0.05); "
+          f"seed {args.seed}; alpha {config.alpha}; base stages {config.stages}, futility {config.futility}; "
+          f"screen {config.screen} trial(s) per task; {PERMUTATIONS} relabellings per final test")
     print()
-    print(f"{'candidate':<16}{'gate accept':>12}{'regr. rej':>10}{'gate sims':>10}{'best-so-far':>13}{'sims':>6}")
-    for name, r in results.items():
-        label = f"floor {100 * r['effect'] / d:+.1f}" if name == FLOOR else name
-        print(f"{label:<16}{r['accept'] / d:>12.3f}{r['regression'] / d:>10.3f}{r['sims'] / d:>10.1f}"
-              f"{r['best'] / d:>13.3f}{n_tasks:>6}")
-    print(f"(accepting -10 or 0 is the error. 'floor': each of {chunks} task sets at its own noise_floor(), "
-          f"estimated from one incumbent run in {results[FLOOR]['seconds'] / chunks:.1f} s; aimed at 0.80)")
-
-    power = {n: results["+10"]["fixed"][n] / d for n in FIXED_SIZES}
-    false_accept = {n: results["0"]["fixed"][n] / d for n in FIXED_SIZES}
+    print_table(results)
     print()
-    print("fixed-size paired test, trials/task: " + " ".join(f"{n:>6}" for n in FIXED_SIZES))
-    print("  accept at +10 (power):             " + " ".join(f"{power[n]:>6.3f}" for n in FIXED_SIZES))
-    print("  accept at 0 (false accept):        " + " ".join(f"{false_accept[n]:>6.3f}" for n in FIXED_SIZES))
-    gate_power = results["+10"]["accept"] / d
-    size = equivalent_size(power, gate_power)
-    if math.isinf(size):
-        print(f"no fixed test up to {max(FIXED_SIZES)} trials/task reaches the gate's power at +10")
-        return
-    whole = math.ceil(size)
-    mix = sum(results[name]["sims"] for name in MIX) / (d * len(MIX))
-    print(f"same power as the gate at +10 ({gate_power:.3f}): {size:.2f} trials/task interpolated "
-          f"= {size * n_tasks:.0f} sims; {whole} whole trials = {whole * n_tasks} sims")
-    print(f"gate sims averaged over candidates {', '.join(MIX)}: {mix:.1f} = {mix / (size * n_tasks):.3f} x "
-          f"the interpolated fixed test, {mix / (whole * n_tasks):.3f} x the whole-trial one")
+    beside = [r for r in results if r["k"] > 1]
+    print("a candidate that does nothing kept beside a +10 one: "
+          + ", ".join(f"{r['shape']} {r['design']} K={r['k']}: {r['noop_beside']:.3f}" for r in beside if r["shape"] == "uniform"))
+    print("(incumbent trials, candidate trials) per task after each stage, before sizing: "
+          + "; ".join(f"K={k} {set_stages(config, k)}" for k in (1, 2)))
     print(f"({time.perf_counter() - started:.0f} s)")
 
 

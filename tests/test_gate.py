@@ -8,6 +8,7 @@ import math
 import random
 
 import pytest
+from statistics import fmean
 
 from evolver.gate import (
     GateConfig, decide, decide_set, evaluate, evaluate_set, noise_floor, pass_rates, set_stages, shift_rates, sized,
@@ -278,6 +279,15 @@ def test_noise_floor_shrinks_with_more_tasks_and_grows_with_power():
     assert noise_floor(quarter, config, simulations=50, power=0.95) > floor
 
 
+def test_noise_floor_of_the_concurrent_gate():
+    config = GateConfig(stages=(2, 4), futility=(0.0,), max_regressions=10**6)
+    rng = random.Random(7)
+    incumbent = {f"t{i}": [float(rng.random() < rng.random()) for _ in range(4)] for i in range(25)}
+    floor = noise_floor(incumbent, config, simulations=30, concurrent=True)
+    assert 0.1 < floor < 0.6
+    assert noise_floor(incumbent, config, simulations=30, concurrent=True, power=0.95) > floor
+
+
 def test_config_rejects_mismatched_futility_boundaries():
     with pytest.raises(ValueError):
         GateConfig(stages=(1, 2, 4), futility=(0.0,))
@@ -454,28 +464,39 @@ def test_drift_since_the_reference_cannot_pass_for_an_effect():
 
 
 def test_set_p_value_relabels_only_within_each_stage_window():
-    # Two stages; the world moved between them. Brute force relabels within each window only.
+    # Two stages, one trial each; every task did better in the second window, on both sides.
+    # Relabelling across windows would count that drift as noise; within windows it cancels.
     config = GateConfig(alpha=0.3, stages=(1, 2), futility=(0.0,), permutations=40000)
-    incumbent = {"a": [0.0, 1.0], "b": [0.0, 1.0], "c": [1.0, 0.0], "d": [0.0, 1.0]}
-    candidate = {"a": [1.0, 1.0], "b": [0.0, 1.0], "c": [1.0, 1.0], "d": [1.0, 0.0]}
-
-    def splits(task):
-        """Every relabelling of a task's two windows: ((cand, inc) in window 1, (cand, inc) in window 2)."""
-        windows = [(candidate[task][w], incumbent[task][w]) for w in range(2)]
-        return list(itertools.product(*({pair, pair[::-1]} | {pair} for pair in windows)))
+    incumbent = {t: [0.0, 1.0] for t in "abcd"}
+    candidate = {"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [0.0, 1.0], "d": [0.0, 1.0]}
 
     def judged(labelled):
-        first = [w1[0] - w1[1] for w1, _ in labelled]
-        total = sum((w1[0] + w2[0]) / 2 - (w1[1] + w2[1]) / 2 for w1, w2 in labelled)
-        return _z(first) >= config.futility[0], total
+        """(passes the look after one trial, final total delta) of ((cand trials), (inc trials)) per task."""
+        first = [c[0] - i[0] for c, i in labelled]
+        return _z(first) >= config.futility[0], sum(fmean(c) - fmean(i) for c, i in labelled)
 
-    observed = [tuple((candidate[t][w], incumbent[t][w]) for w in range(2)) for t in sorted(candidate)]
-    passes, total = judged(observed)
-    assert passes
-    outcomes = [judged(combo) for combo in itertools.product(*(
-        [s for s in itertools.product(*([(c, i), (i, c)] for c, i in zip(candidate[t], incumbent[t])))]
-        for t in sorted(candidate)))]
-    expected = sum(ok and delta >= total - 1e-12 for ok, delta in outcomes) / len(outcomes)
+    def p_value(relabellings):
+        """Exact P(passes the look and total >= observed) over every combination of per-task relabellings."""
+        passes, total = judged([(candidate[t], incumbent[t]) for t in sorted(candidate)])
+        assert passes
+        hits = weight_sum = 0
+        for combo in itertools.product(*(relabellings(t) for t in sorted(candidate))):
+            weight = math.prod(w for _, w in combo)
+            ok, delta = judged([labelled for labelled, _ in combo])
+            weight_sum += weight
+            hits += weight * (ok and delta >= total - 1e-12)
+        return hits / weight_sum
+
+    def within_windows(task):
+        pairs = [((c, i), (i, c)) for c, i in zip(candidate[task], incumbent[task])]
+        return [(tuple(zip(*choice)), 1) for choice in itertools.product(*pairs)]
+
+    def across_windows(task):
+        seen = collections.Counter(tuple(order) for order in itertools.permutations(candidate[task] + incumbent[task]))
+        return [((order[:2], order[2:]), count) for order, count in seen.items()]
+
+    expected = p_value(within_windows)
+    assert abs(p_value(across_windows) - expected) > 0.05  # the example tells the two apart
     verdict = decide_set(incumbent, {"c": candidate}, config, stage=1).verdicts["c"]
     se = math.sqrt(expected * (1 - expected) / config.permutations)
     assert abs(verdict.p_value - expected) < 4 * se
@@ -504,11 +525,11 @@ def test_decide_set_refuses_an_empty_set_and_unknown_stages():
 
 
 def test_false_accept_rate_of_a_set_stays_under_alpha_under_drift():
-    """300 iterations of 3 no-op candidates; the iteration runs 10 points above the reference, which
+    """200 iterations of 3 no-op candidates; the iteration runs 10 points above the reference, which
     fools today's gate (decide) about 80% of the time (benchmarks/gate_power.py)."""
     rng = random.Random(20261123)
     config = dataclasses.replace(CONFIG, permutations=1000)
-    iterations, kept = 300, 0
+    iterations, kept = 200, 0
     for _ in range(iterations):
         rates = [rng.random() for _ in range(40)]
         now = shift_rates([min(max(p, 0.001), 0.999) for p in rates], 0.10)
