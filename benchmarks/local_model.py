@@ -199,15 +199,15 @@ def bench_speed(address: str) -> dict:
 
 
 # The first customer message states the task when it names the action the scenario asks for and what
-# it applies to (case-insensitive regular expressions, both from the task's scenario instructions):
-# what an agent needs to hear before it can act. It does not judge tone; "reads like an assistant's"
-# (evolver.local.customer.reads_like_assistant) is reported beside it.
-CREATE = (r"creat|\bnew\b|\badd|\bmake|set up|\ba task\b", r"important meeting")
-COMPLETE = (r"complet|\bdone\b|finish", r"\btask|project review")
+# it acts on (case-insensitive regular expressions per mock task, from its scenario instructions): what
+# an agent must hear to know which request it is serving. Titles and ids are not required, since tau2's
+# guidelines tell the customer to disclose details when asked. Tone is not judged here: "reads like an
+# assistant's" (evolver.local.customer.reads_like_assistant) is reported beside it.
+CREATE = (r"creat|\bnew\b|\badd|\bmake|set up", r"\btask|meeting")
+COMPLETE = (r"complet|\bdone\b|finish|status", r"\btask|project review")
 STATES_TASK = {
     "create_task_1": CREATE, "create_task_1_with_env_assertions": CREATE, "create_task_1_nl_eval": CREATE,
-    "update_task_1": (COMPLETE[0], r"task_1|task 1\b"),
-    "update_task_with_message_history": COMPLETE, "update_task_with_initialization_data": COMPLETE,
+    "update_task_1": COMPLETE, "update_task_with_message_history": COMPLETE, "update_task_with_initialization_data": COMPLETE,
     "update_task_with_initialization_actions": COMPLETE, "update_task_with_history_and_env_assertions": COMPLETE,
     "impossible_task_1": (r"delet|remov|clear", r"\btask"),
 }
@@ -223,10 +223,8 @@ def states_task(task_id: str, text: str | None) -> bool:
 PRESENTATIONS = {
     "off": False,
     "reminder": ["reminder"],
+    "prefill": ["prefill"],
     "reminder+prefill": ["reminder", "prefill"],
-    "transcript": ["transcript"],
-    "transcript+reminder": ["transcript", "reminder"],
-    "transcript+reminder+prefill": ["transcript", "reminder", "prefill"],
     "all (with recheck)": list(customer.STEPS),
 }
 
