@@ -272,7 +272,8 @@ def bench_customer(api_base: str, presentations: list[str]) -> dict:
     return out
 
 
-def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, user: str, adapter: bool, trials: int) -> dict:
+def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, user: str, adapter: bool, trials: int,
+               task_ids: list[str] | None = None) -> dict:
     from evolver.backends.local import LocalBackend
     from evolver.data import EvalRequest, RoleModel
     from evolver.scaffold import init_repo
@@ -291,7 +292,7 @@ def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, us
     # user "scripted": evolver's deterministic mock customer states the task, so the
     # figures show the agent's tool calling alone (the small models often fail as the user).
     scripted = RoleModel(model="scripted/user")
-    req = EvalRequest(checkout=str(work), out_dir=str(work / "runs" / "bench"), domain="mock", num_tasks=num_tasks, trials=trials,
+    req = EvalRequest(checkout=str(work), out_dir=str(work / "runs" / "bench"), domain="mock", num_tasks=num_tasks, task_ids=task_ids, trials=trials,
                       concurrency=1, max_steps=max_steps,
                       agent=role("agent"), user=scripted if user == "scripted" else role("user"),
                       judge=RoleModel(model="scripted/judge") if user == "scripted" else role("judge"))
@@ -361,6 +362,7 @@ def main() -> int:
     ap.add_argument("--presentations", default=",".join(PRESENTATIONS), help="customer part: which presentations of the user-role adapter")
     ap.add_argument("--trials", type=int, default=1, help="sims part: trials per task")
     ap.add_argument("--num-tasks", type=int, default=9)
+    ap.add_argument("--task-ids", help="sims part: only these mock tasks, comma-separated (a loaded machine may need the 9 split over runs)")
     ap.add_argument("--max-steps", type=int, default=30)
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
@@ -382,7 +384,8 @@ def main() -> int:
                     entry.setdefault("toolcalls", {})[tname] = bench_toolcalls(srv.api_base, ["native", "parsed", "constrained"])
                 # Simulations run once, with the template the product serves.
                 if "sims" in parts and tname == list(templates)[-1]:
-                    entry["sims"] = [bench_sims(srv.api_base, h == "on", args.num_tasks, args.max_steps, u, a == "on", args.trials)
+                    entry["sims"] = [bench_sims(srv.api_base, h == "on", args.num_tasks, args.max_steps, u, a == "on", args.trials,
+                                                 args.task_ids.split(",") if args.task_ids else None)
                                      for u in args.sim_users.split(",") for h in args.sim_handling.split(",")
                                      for a in (args.sim_user_adapter.split(",") if h == "on" and u == "local" else ["off"])]
         report["load_average_end"] = os.getloadavg()
