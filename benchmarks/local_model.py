@@ -300,7 +300,8 @@ def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, us
     with LocalBackend() as backend:
         result = backend.evaluate(req, "bench", timeout=4 * 3600)
     sims = result.simulations
-    firsts = {(s.task_id, s.trial): _first_customer_message(Path(req.out_dir), s) for s in sims}
+    # A simulation that ended in an error has no trajectory (worker.Recorder): its first message is unknown, not counted.
+    firsts = {(s.task_id, s.trial): _first_customer_message(Path(req.out_dir), s) for s in sims if s.trajectory_file}
     return {
         "handling": handling,
         "user": user,
@@ -309,10 +310,11 @@ def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, us
         "avg_reward": result.summary.avg_reward,
         "rewards": _per_task(sims, lambda s: s.reward),
         "states_task": f"{sum(states_task(k[0], v) for k, v in firsts.items())}/{len(firsts)}",
-        "states_task_per_task": _per_task(sims, lambda s: states_task(s.task_id, firsts[(s.task_id, s.trial)])),
+        "states_task_per_task": _per_task(sims, lambda s: states_task(s.task_id, firsts[(s.task_id, s.trial)]) if s.trajectory_file else None),
         "assistant_like_first": f"{sum(customer.reads_like_assistant(v) for v in firsts.values())}/{len(firsts)}",
         "first_customer_messages": {f"{k[0]}#{k[1]}": (v or "")[:200] for k, v in firsts.items()},
-        "mean_steps": round(statistics.mean(s.steps for s in sims), 1),
+        "mean_steps": round(statistics.mean(s.steps for s in sims if s.trajectory_file), 1) if firsts else None,
+        "steps": _per_task(sims, lambda s: s.steps if s.trajectory_file else None),
         "terminations": _per_task(sims, lambda s: s.termination_reason),
         "errors": {f"{s.task_id}#{s.trial}": (s.error or "").splitlines()[0][:200] for s in sims if s.error},
         "seconds_total": round(result.summary.duration, 1),
@@ -335,8 +337,6 @@ def _first_customer_message(run_dir: Path, sim) -> str | None:
     """The first message the user simulator wrote: the first user message after the task's own message history."""
     from tau2.registry import registry
 
-    if not sim.trajectory_file:
-        return None
     task = next(t for t in registry.get_tasks_loader("mock")() if t.id == sim.task_id)
     history = len(task.initial_state.message_history or []) if task.initial_state else 0
     messages = json.loads((run_dir / sim.trajectory_file).read_text()).get("messages", [])
