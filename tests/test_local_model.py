@@ -275,33 +275,28 @@ TAU2_USER_SYSTEM = "# User Simulation Guidelines\nYou are playing the role of a 
 GREETING = "Hi! How can I help you today?"
 
 
-def test_the_customer_sees_a_transcript_a_reminder_and_a_begun_first_message(fake_server):
+def test_the_customer_gets_a_reminder_and_a_begun_first_message_after_tau2s_own_request(fake_server):
     seen, replies = fake_server
     replies.append(_reply("Hi, I need to delete all my tasks."))  # llama.cpp returns the prefill with the reply
     tau2_request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
-    message = serving.complete("user", list(tau2_request), "http://x/v1", {"temperature": 0.0}).choices[0].message
+    message = serving.complete("user", [dict(m) for m in tau2_request], "http://x/v1", {"temperature": 0.0}).choices[0].message
     presented, params = seen[0]
-    assert [m["role"] for m in presented] == ["system", "user", "assistant"]
-    assert presented[0] == tau2_request[0]  # tau2's guidelines and scenario, as they are
-    assert presented[1]["content"].startswith(f"The conversation so far:\nAgent: {GREETING}\n\n")
-    assert customer.REMINDER in presented[1]["content"] and customer.FIRST_MESSAGE in presented[1]["content"]
-    assert presented[1]["content"].endswith(customer.ASK)
-    assert presented[2] == {"role": "assistant", "content": customer.OPENING}
+    assert presented == tau2_request + [  # tau2's guidelines, scenario and conversation as they are, then the two steps
+        {"role": "system", "content": customer.REMINDER + customer.FIRST_MESSAGE},
+        {"role": "assistant", "content": customer.OPENING},
+    ]
     assert serving.USER_ADAPTER not in params  # the provider's option never reaches the server
     assert message.content == "Hi, I need to delete all my tasks."
     assert serving.stats()["user"] == {"as_customer": 1, "requests": 1, "replies": 1}
 
 
-def test_a_later_turn_is_labelled_and_only_the_customer_line_is_kept(fake_server):
+def test_a_later_turn_gets_the_reminder_but_no_begun_message(fake_server):
     seen, replies = fake_server
-    replies.append(_reply("Customer: It is for user_1.\nAgent: Thank you, creating it now."))
+    replies.append(_reply("It is for user_1."))
     flipped = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING},
                {"role": "assistant", "content": "I need a new task."}, {"role": "user", "content": "For which user?"}]
-    message = serving.complete("user", flipped, "http://x/v1", {}).choices[0].message
-    presented = seen[0][0]
-    assert presented[-1]["role"] == "user"  # no begun message: the customer has spoken already
-    assert "Customer: I need a new task.\nAgent: For which user?" in presented[1]["content"]
-    assert customer.FIRST_MESSAGE not in presented[1]["content"]
+    message = serving.complete("user", [dict(m) for m in flipped], "http://x/v1", {}).choices[0].message
+    assert seen[0][0] == flipped + [{"role": "system", "content": customer.REMINDER}]
     assert message.content == "It is for user_1."
 
 
@@ -319,7 +314,8 @@ def test_a_reply_that_reads_like_an_assistant_is_asked_again_once(fake_server):
     message = serving.complete("user", list(request), "http://x/v1", {"temperature": 0.0}).choices[0].message
     assert message.content == "Hi, I need to delete all my tasks."
     assert len(seen) == 2 and seen[1][1]["temperature"] == serving.REASK_TEMPERATURE
-    assert customer.RECHECK_NOTE in seen[1][0][1]["content"] and customer.RECHECK_NOTE not in seen[0][0][1]["content"]
+    assert seen[1][0][-2] == {"role": "system", "content": customer.REMINDER + customer.FIRST_MESSAGE + customer.RECHECK_NOTE}
+    assert customer.RECHECK_NOTE not in json.dumps(seen[0][0])
     assert serving.stats()["user"]["assistant_like"] == serving.stats()["user"]["rechecks"] == 1
     assert "still_off_role" not in serving.stats()["user"]
     # Still an assistant's after the re-ask: returned, counted, and not asked a third time.
@@ -328,7 +324,7 @@ def test_a_reply_that_reads_like_an_assistant_is_asked_again_once(fake_server):
     assert len(seen) == 4 and serving.stats()["user"]["still_off_role"] == 1
     # Without the recheck step an assistant-like reply is counted and returned as it is.
     replies.append(_reply("How can I help?"))
-    message = serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["transcript", "prefill"]}).choices[0].message
+    message = serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["reminder", "prefill"]}).choices[0].message
     assert len(seen) == 5 and message.content == "Hi, I need How can I help?" and serving.stats()["user"]["rechecks"] == 2
 
 
@@ -356,18 +352,18 @@ def test_an_assistant_like_reply_is_told_from_a_customer_one(text, expected):
     assert customer.reads_like_assistant(text) is expected
 
 
-def test_chosen_steps_only_and_user_tools_keep_tau2s_chat_form(fake_server):
+def test_chosen_steps_only_and_no_begun_message_for_a_customer_with_tools(fake_server):
     seen, replies = fake_server
     request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
     replies.append(_reply("I want to delete my tasks."))
-    serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["reminder"]})
-    assert seen[0][0] == request + [{"role": "system", "content": customer.REMINDER + customer.FIRST_MESSAGE}]
-    # tau2's telecom customer has tools of its own: its calls and results stay in chat form, no begun message.
+    serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["prefill"]})
+    assert seen[0][0] == request + [{"role": "assistant", "content": customer.OPENING}]
+    # tau2's telecom customer has tools of its own: a begun text message would leave no room for a call.
     replies.append(_reply("I want to delete my tasks."))
     serving.complete("user", list(request), "http://x/v1", {"tools": TOOLS})
     assert seen[1][0] == request + [{"role": "system", "content": customer.REMINDER + customer.FIRST_MESSAGE}]
     with pytest.raises(ValueError, match="unknown user_adapter steps"):
-        serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["flip"]})
+        serving.complete("user", list(request), "http://x/v1", {serving.USER_ADAPTER: ["transcript"]})
 
 
 @pytest.fixture

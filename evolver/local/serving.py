@@ -118,8 +118,8 @@ def complete(label: str, messages: list, api_base: str | None, params: dict):
 def _complete_as_customer(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str]):
     """tau2's user simulator on a small model: the request presented so that it writes the customer's
     message; with the recheck step, a reply that still offers help or repeats the customer's own
-    earlier line is asked again once, with every step on and some temperature (the same prompt at
-    temperature 0 repeats itself)."""
+    earlier line is asked again once, with the reminder, the begun message, a note against both, and
+    some temperature (the same prompt at temperature 0 repeats itself)."""
     _count(USER_LABEL, "as_customer")
     response = _customer_reply(messages, api_base, params, tool_names, steps)
     problem = customer.off_role(response.choices[0].message.content, messages)
@@ -129,7 +129,7 @@ def _complete_as_customer(messages: list, api_base: str, params: dict, tool_name
     if "recheck" not in steps:
         return response
     _count(USER_LABEL, "rechecks")
-    retry = _customer_reply(messages, api_base, {**params, "temperature": REASK_TEMPERATURE}, tool_names, customer.DEFAULT_STEPS, recheck=True)
+    retry = _customer_reply(messages, api_base, {**params, "temperature": REASK_TEMPERATURE}, tool_names, steps, recheck=True)
     if customer.off_role(retry.choices[0].message.content, messages):
         _count(USER_LABEL, "still_off_role")
     return retry
@@ -139,8 +139,7 @@ def _customer_reply(messages: list, api_base: str, params: dict, tool_names: lis
     presented, opening = customer.present(messages, steps, has_tools=bool(tool_names), recheck=recheck)
     response = _complete(USER_LABEL, presented, api_base, params, tool_names)
     message = response.choices[0].message
-    if message.content is not None or opening:
-        message.content = customer.customer_text(message.content, opening)
+    message.content = customer.customer_text(message.content, opening)
     return response
 
 
