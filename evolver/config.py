@@ -339,7 +339,7 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
     several, their screen), the full gate of one candidate and of the incumbent beside it, at
     the longest the gate may be sized to, a fresh reference and analysis for a new incumbent;
     plus the baseline and the holdout."""
-    from evolver.gate import _MOST_STRETCH as MOST_STRETCH  # public once the gate branch settles
+    from evolver.gate import MOST_STRETCH
 
     gate = gate_config(cfg)
     longest = math.ceil(gate.stages[-1] * MOST_STRETCH)

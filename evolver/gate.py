@@ -140,7 +140,7 @@ _TINY = 1e-12  # an effect or stderr this small is rounding error: 0
 # 83% of the time on uniform pass rates, 85% on coin flips, but 78% with 10% of trials lost to errors;
 # at 3.1, 87%, 87% and 83%.
 _SIZED_Z = 3.1
-_MOST_STRETCH = 2.0  # (1, 2, 3, 4, 6) at most to (2, 4, 6, 8, 12): a bound on one iteration's cost
+MOST_STRETCH = 2.0  # (1, 2, 3, 4, 6) at most to (2, 4, 6, 8, 12): a bound on one iteration's cost
 
 
 @dataclass(frozen=True)
@@ -435,7 +435,7 @@ def sized(config: GateConfig, reference: RewardTable, *, effect: float = 0.10) -
     final stage, from the incumbent's per-task noise (pass_rates, the effect
     spread as shift_rates does, infrastructure errors at the reference's
     rate), must reach _SIZED_Z. Every stage is stretched by the same factor,
-    at most _MOST_STRETCH, and keeps its futility boundary: the looks then sit
+    at most MOST_STRETCH, and keeps its futility boundary: the looks then sit
     at the same shares of the evidence. Sizing uses only results from before
     the iteration, so the gate's false-accept bound holds whatever it picks.
     """
@@ -449,7 +449,7 @@ def sized(config: GateConfig, reference: RewardTable, *, effect: float = 0.10) -
     if spread <= 0:
         return config
     z = effect * len(rates) / math.sqrt(spread / (config.stages[-1] * valid))
-    return replace(config, stages=_stretched(config.stages, min(max((_SIZED_Z / z) ** 2, 1.0), _MOST_STRETCH)))
+    return replace(config, stages=_stretched(config.stages, min(max((_SIZED_Z / z) ** 2, 1.0), MOST_STRETCH)))
 
 
 def _stretched(stages: tuple[int, ...], factor: float) -> tuple[int, ...]:
