@@ -193,3 +193,30 @@ def read_sim_records(path: Path) -> list[SimRecord]:
             continue
         records[(record.task_id, record.trial)] = record
     return list(records.values())
+
+
+class SimsTally:
+    """Simulations finished so far and their mean reward, as sims.jsonl grows: each read parses
+    only the lines appended since the last one (progress is polled several times a second)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = Path(path), 0
+        self.rewards: dict[tuple[str, int], Optional[float]] = {}  # a retried simulation's later record wins
+
+    def read(self) -> tuple[int, Optional[float]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except OSError:
+            chunk = b""
+        whole = chunk.rfind(b"\n") + 1  # a line still being written is read next time
+        for line in chunk[:whole].splitlines():
+            try:
+                record = SimRecord.model_validate_json(line)
+            except ValueError:
+                continue
+            self.rewards[(record.task_id, record.trial)] = record.reward
+        self.offset += whole
+        scored = [r for r in self.rewards.values() if r is not None]  # infrastructure errors have no reward
+        return len(self.rewards), (sum(scored) / len(scored) if scored else None)

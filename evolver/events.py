@@ -45,6 +45,8 @@ class Estimate:
 @dataclass(frozen=True)
 class Spent:
     usage: dict  # role -> RoleUsage: the run's tokens and dollars so far, the iteration in progress included
+    budget_usd: float = 0.0  # the run's limits (0: none), for the views to show what is left
+    budget_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class EvalProgress:
     name: str  # the evaluation, e.g. "iter-003b-gate"
     done: int
     total: int
+    mean: Optional[float] = None  # mean reward of the finished simulations (infrastructure errors left out)
 
 
 @dataclass(frozen=True)

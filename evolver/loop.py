@@ -358,7 +358,7 @@ class Loop:
         req = eval_request(self.cfg, checkout, out, timeout=timeout, split=None, task_ids=tasks, trials=trials, seed=seed)
         try:
             result = self.backend.evaluate(req, self.run.run_id, timeout=timeout,
-                                           on_progress=lambda done, total: self.events.emit(ev.EvalProgress(name, done, total)))
+                                           on_progress=lambda done, total, mean: self.events.emit(ev.EvalProgress(name, done, total, mean)))
         finally:
             self.events.emit(ev.EvalFinished(name))
         holder = record if record is not None else self.state
@@ -446,7 +446,7 @@ class Loop:
         total = dict(self.state.usage)
         for role, usage in (record.usage.items() if record is not None else ()):
             total[role] = total.get(role, RoleUsage()).add(usage)
-        self.events.emit(ev.Spent(total))
+        self.events.emit(ev.Spent(total, self.cfg.budget_usd, self.cfg.budget_tokens))
 
     def save(self, record: IterationRecord) -> None:
         with self.saving:

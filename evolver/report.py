@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from evolver import events as ev
@@ -40,28 +40,38 @@ _bars: dict[int, list] = {}  # console -> [its one live Progress, evaluations dr
 _bars_lock = threading.Lock()
 
 
+def _live(console: Console) -> Progress:
+    """Bars with done/total, elapsed time and an ETA from the rate measured so far."""
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True)
+
+
+def _bar_label(name: str, mean: Optional[float]) -> str:
+    return name if mean is None else f"{name}  mean reward {mean:.2f}"
+
+
 @contextmanager
 def progress_bar(console: Console, label: str):
-    """Yields a callback (done, total) that drives a progress bar on the console.
+    """Yields a callback (done, total, mean reward so far) that drives a progress bar on the console.
 
     Evaluations running at once (the candidates of an iteration) share one live
     display, a bar each. Off when the console is not a terminal: piped output stays clean.
     """
     if not console.is_terminal:
-        yield lambda done, total: None
+        yield lambda done, total, mean=None: None
         return
     with _bars_lock:
         entry = _bars.get(id(console))
         if entry is None:
-            progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=console, transient=True)
+            progress = _live(console)
             progress.start()
             entry = _bars[id(console)] = [progress, 0]
         entry[1] += 1
         progress = entry[0]
         task = progress.add_task(label, total=None)
     try:
-        yield lambda done, total: progress.update(task, completed=done, total=total or None)
+        yield lambda done, total, mean=None: progress.update(task, completed=done, total=total or None,
+                                                             description=_bar_label(label, mean))
     finally:
         with _bars_lock:
             progress.remove_task(task)
@@ -98,15 +108,16 @@ class ConsoleView:
                 self.phase = event.text
                 self._reset_phase_clock()
             elif isinstance(event, ev.Spent):
-                self.spent = ", ".join(f"{role} {cost_text([u])}" for role, u in sorted(event.usage.items()))
+                self.spent = _spent_text(event)
             elif isinstance(event, ev.EvalProgress):
-                self.evals[event.name] = (event.done, event.total)
+                self.evals[event.name] = (event.done, event.total, event.mean)
                 if self.live is not None:
                     if event.name not in self.rows:
                         self.rows[event.name] = self.live.add_task(event.name, total=None)
-                    self.live.update(self.rows[event.name], completed=event.done, total=event.total or None)
+                    self.live.update(self.rows[event.name], completed=event.done, total=event.total or None,
+                                     description=_bar_label(event.name, event.mean))
             elif isinstance(event, ev.EvalFinished):
-                self.finished_sims += self.evals.pop(event.name, (0, 0))[0]
+                self.finished_sims += self.evals.pop(event.name, (0, 0, None))[0]
                 if self.live is not None and event.name in self.rows:
                     self.live.remove_task(self.rows.pop(event.name))
             for line in _lines(event, self.console.is_terminal):
@@ -120,16 +131,19 @@ class ConsoleView:
         (self.live.console if self.live is not None else self.console).print(line)
         self.said = time.monotonic()
 
-    def _summary(self) -> str:
-        done = self.finished_sims + sum(d for d, _ in self.evals.values())
-        return f"{self.phase} | {done:,} simulations done" + (f" | {self.spent}" if self.spent else "")
+    def _summary(self, each: bool = False) -> str:
+        """The phase row; with ``each``, also every evaluation in flight (a log file has no bars)."""
+        done = self.finished_sims + sum(d for d, _, _ in self.evals.values())
+        parts = [self.phase, f"{done:,} simulations done"]
+        if each:
+            parts += [_bar_label(f"{name} {d}/{t}", mean) for name, (d, t, mean) in sorted(self.evals.items())]
+        return " | ".join(parts + ([self.spent] if self.spent else []))
 
     def _refresh(self) -> None:
         if not self.console.is_terminal or self.ended.is_set():
             return
         if self.live is None:
-            self.live = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 console=self.console, transient=True)
+            self.live = _live(self.console)
             self.live.start()
             self.rows[""] = self.live.add_task(self._summary(), total=None)
         self.live.update(self.rows[""], description=self._summary())
@@ -148,7 +162,18 @@ class ConsoleView:
         while not self.ended.wait(min(self.every, 5.0)):
             with self.lock:
                 if time.monotonic() - self.said >= self.every:
-                    self._say(f"{time.strftime('%H:%M:%S')} {self._summary()}")
+                    self._say(f"{time.strftime('%H:%M:%S')} {self._summary(each=True)}")
+
+
+def _spent_text(event: ev.Spent) -> str:
+    """Tokens and dollars per role, and what is used of each budget the run has."""
+    usage = event.usage.values()
+    parts = [f"{role} {u.tokens:,} tok {cost_text([u])}" for role, u in sorted(event.usage.items())]
+    if event.budget_usd:
+        parts.append(f"${sum(u.cost for u in usage):.2f} of ${event.budget_usd:.2f} budget")
+    if event.budget_tokens:
+        parts.append(f"{sum(u.tokens for u in usage):,} of {event.budget_tokens:,} tokens budget")
+    return ", ".join(parts)
 
 
 def _lines(event: ev.Event, terminal: bool) -> list[str]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
-from evolver.data import RoleUsage, cost_text
+from evolver.data import RoleUsage, SimRecord, SimsTally, cost_text
 from tests.conftest import SCRIPTED_MODELS, run_cli
 from tests.test_loop import make_target
 
@@ -38,7 +39,7 @@ def _start(repo, extra_env: dict) -> subprocess.Popen:
 
 def test_output_to_a_file_has_a_line_at_every_phase_and_at_least_every_interval(tmp_path):
     repo = make_target(tmp_path / "target")
-    proc = _start(repo, {"EVOLVER_LOG_INTERVAL": "1", "EVOLVER_SCRIPTED_LATENCY": "0.2"})
+    proc = _start(repo, {"EVOLVER_LOG_INTERVAL": "1", "EVOLVER_SCRIPTED_LATENCY": "0.2", "EVOLVER_BUDGET_TOKENS": "90000000"})
     arrivals = []
     for line in proc.stderr:
         arrivals.append((time.monotonic(), line.rstrip()))
@@ -51,6 +52,29 @@ def test_output_to_a_file_has_a_line_at_every_phase_and_at_least_every_interval(
     assert times[-1] - times[0] > 8  # long enough for the interval to matter
     assert max(b - a for a, b in zip(times, times[1:])) <= 3.0  # 1 s interval, checked every second
     assert any("simulations done" in t for t in texts)  # lines said because time passed, not because a phase changed
+    # Such a line names each evaluation in flight, how far it is and its mean reward so far,
+    # and, once something was spent, the tokens per role against the run's budget.
+    assert any(re.search(r"iter-001-\w+ \d+/\d+  mean reward \d\.\d\d", t) for t in texts), texts
+    assert any(re.search(r"agent [\d,]+ tok .*, [\d,]+ of 90,000,000 tokens budget", t) for t in texts), texts
+
+
+def test_progress_reads_only_new_lines_counts_a_retried_simulation_once_and_leaves_infra_errors_out_of_the_mean(tmp_path):
+    path = tmp_path / "sims.jsonl"
+    tally = SimsTally(path)
+    assert tally.read() == (0, None)  # no file yet
+
+    def line(task, trial, outcome, reward):
+        return SimRecord(task_id=task, trial=trial, outcome=outcome, reward=reward).model_dump_json() + "\n"
+
+    path.write_text(line("a", 0, "ok", 1.0) + line("b", 0, "infra_error", None))
+    assert tally.read() == (2, 1.0)
+    with open(path, "a") as fh:  # b's retry succeeds; c's line is still being written
+        fh.write(line("b", 0, "ok", 0.0) + line("c", 0, "ok", 1.0)[:20])
+    assert tally.read() == (2, 0.5)
+    with open(path, "a") as fh:
+        fh.write(line("c", 0, "ok", 1.0)[20:])
+    done, mean = tally.read()
+    assert (done, round(mean, 4)) == (3, 0.6667)
 
 
 def test_status_advances_while_a_run_runs_and_says_dead_after_a_kill(tmp_path):

@@ -16,7 +16,7 @@ from typing import Callable, Optional, Protocol
 
 from evolver.data import EvalRequest, EvalResult
 
-Progress = Callable[[int, int], None]  # (finished simulations, total simulations)
+Progress = Callable[[int, int, Optional[float]], None]  # (finished simulations, all of them, mean reward of the finished)
 BACKENDS = ("local", "ray")
 
 

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 from evolver import zygote_client
 from evolver.backends import Cancelled, Progress, TaskListing
-from evolver.data import EvalRequest, EvalResult, SimRecord, read_sim_records, write_json_atomic
+from evolver.data import EvalRequest, EvalResult, SimRecord, SimsTally, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
 from evolver.metrics import summarize
 from evolver.worker import claims_dir, status_file
@@ -207,10 +207,12 @@ def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_
     out = Path(req.out_dir)
     started = time.monotonic()
 
+    tally = SimsTally(out / "sims.jsonl")
+
     def tick() -> None:
         if on_progress:
             tasks = _merge([_read_status(p) for p in out.glob("status-*.json")] or [{}])["tasks"]
-            on_progress(_count_lines(out / "sims.jsonl"), len(tasks) * req.trials)
+            on_progress(*_progress(tally, len(tasks) * req.trials))
 
     status, note, code = _run_worker(zygote, req, timeout, cancelled, tick)
     state = status.get("state")
@@ -222,7 +224,7 @@ def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_
     task_ids = status.get("tasks") or []
     records = _complete(read_sim_records(out / "sims.jsonl"), task_ids, req.trials, candidate_error, note)
     if on_progress:
-        on_progress(len(records), len(task_ids) * req.trials)
+        on_progress(*_progress(tally, len(task_ids) * req.trials))
     return EvalResult(
         run_id=run_id, checkout=req.checkout, domain=req.domain, split=req.split,
         task_ids=task_ids, trials=req.trials, seed=req.seed, max_steps=req.max_steps,
@@ -235,12 +237,9 @@ def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_
     )
 
 
-def _count_lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as fh:
-            return sum(1 for _ in fh)
-    except OSError:
-        return 0
+def _progress(tally: SimsTally, total: int) -> tuple[int, int, Optional[float]]:
+    done, mean = tally.read()
+    return done, total, mean
 
 
 def _complete(records, task_ids, trials, candidate_error, note) -> list[SimRecord]:

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.backends import Cancelled, Progress, TaskListing, ray_node
-from evolver.backends.local import WORKER_PROCESSES, _complete, _count_lines, _harness_switches  # the result is built as the local backend builds it
-from evolver.data import EvalRequest, EvalResult, SimRecord, read_sim_records, write_json_atomic
+from evolver.backends.local import WORKER_PROCESSES, _complete, _harness_switches, _progress  # the result is built as the local backend builds it
+from evolver.data import EvalRequest, EvalResult, SimRecord, SimsTally, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
 from evolver.metrics import summarize
 
@@ -264,7 +264,7 @@ class _Evaluation:
         write_json_atomic(self.out / "request.json", self.req)
         for old in self.out.glob("status-*.json"):  # a resumed evaluation must not read the last one's verdict
             old.unlink()
-        self.lines = _count_lines(self.out / "sims.jsonl")
+        self.tally = SimsTally(self.out / "sims.jsonl")
         # Resume: simulations already scored are not run again; infrastructure errors are.
         self.done = {(r.task_id, r.trial): r for r in read_sim_records(self.out / "sims.jsonl") if r.outcome != "infra_error"}
 
@@ -320,7 +320,6 @@ class _Evaluation:
             os.write(fd, (item["record"] + "\n").encode())
         finally:
             os.close(fd)
-        self.lines += 1
         if record.outcome != "infra_error":
             self.done[(record.task_id, record.trial)] = record
 
@@ -353,7 +352,7 @@ class _Evaluation:
 
     def _progress(self) -> None:
         if self.on_progress:
-            self.on_progress(self.lines, self.total)
+            self.on_progress(*_progress(self.tally, self.total))
 
     def _log(self, text: str) -> None:
         with open(self.out / "worker.log", "a") as fh:
@@ -378,8 +377,7 @@ class _Evaluation:
         notes = self.notes + [e["worker_note"].replace(e["out_dir"], str(self.out)) for e in self.ends if e["worker_note"]]
         note = "; ".join(dict.fromkeys(notes)) or None
         records = _complete(read_sim_records(self.out / "sims.jsonl"), self.tasks, req.trials, candidate_error, note)
-        if self.on_progress:
-            self.on_progress(len(records), self.total)
+        self._progress()
         return EvalResult(
             run_id=run_id, checkout=req.checkout, domain=req.domain, split=req.split,
             task_ids=self.tasks, trials=req.trials, seed=req.seed, max_steps=req.max_steps,
