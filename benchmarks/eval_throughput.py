@@ -51,7 +51,7 @@ TASKS = ["create_task_1", "create_task_1_with_env_assertions", "update_task_1", 
 TAU2_DIRECT = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from evolver.llm import register_providers
+from evolver.local.providers import register_providers
 register_providers(["scripted/agent"])
 import tau2.run
 from tau2.run import load_tasks
@@ -109,7 +109,8 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
 
     from evolver import proxy_agent, worker, zygote_client
     from evolver.data import RoleModel
-    from evolver.llm import register_providers, retrying
+    from evolver.llm import retrying
+    from evolver.local.providers import register_providers
 
     os.environ["EVOLVER_SCRIPTED_LATENCY"] = "0"
     register_providers(["scripted/agent"])

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, apply_default_models, eval_request, load_config, require_sandbox, setting
+from evolver.config import DOMAINS, apply_default_models, eval_request, load_config, setting
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
@@ -214,6 +214,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.llm import check_api_base
     from evolver.local.backend import serve_local
     from evolver.report import eval_table, progress_bar
+    from evolver.sandbox import require_sandbox
 
     repo = Path(args.path).resolve()
     if not args.ref:
@@ -314,6 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.local.backend import cap_concurrency, serve_local
     from evolver.report import history_table
     from evolver.runstate import find_run
+    from evolver.sandbox import require_sandbox
     from evolver.start import new_run, resume_run
 
     console = Console(stderr=True, soft_wrap=True)

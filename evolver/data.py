@@ -14,6 +14,12 @@ from typing import Literal, Optional
 from pydantic import BaseModel, Field
 
 
+# The llm_args key that turns a `local/` user's adapter (evolver.local.customer) on (true, the
+# default), off (false) or to some of its steps: evolver.config sets it, the `local/` provider
+# (evolver.local.serving) takes it off before the request reaches the server.
+USER_ADAPTER = "user_adapter"
+
+
 class RoleModel(BaseModel):
     """One LLM role: a litellm model string plus the arguments passed with every call."""
 

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from evolver import events as ev
 from evolver import gate as gatelib
 from evolver.backends import Backend
-from evolver.config import Config, eval_request, max_simulations
+from evolver.config import Config, eval_request
 from evolver.data import EvalResult, RoleUsage, write_json_atomic
 from evolver.digest import build_digest
 from evolver.lineage import Lineage, commit_message
@@ -31,6 +31,7 @@ from evolver.llm import ProviderError
 from evolver.metrics import rewards_by_task
 from evolver.noop import inert_edit_reason
 from evolver.patch import Edit, PatchRejected, apply_edits
+from evolver.plan import max_simulations
 from evolver.propose import agent_files_text, build_messages, propose
 from evolver.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
 

@@ -75,7 +75,8 @@ def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str,
 
 
 def _complete(role: RoleModel, messages: list[dict], retries: int) -> tuple[str, RoleUsage]:
-    from evolver.llm import register_providers, retrying
+    from evolver.llm import retrying
+    from evolver.local.providers import register_providers
 
     register_providers([role.model])
     import litellm

@@ -33,7 +33,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from evolver.data import EvalRequest, RoleUsage, SimRecord, read_sim_records, write_json_atomic
-from evolver.llm import ProviderError, missing_api_key, prepare_environment, register_providers
+from evolver.llm import ProviderError, missing_api_key, prepare_environment
+from evolver.local.providers import register_providers
 
 AGENT_NAME = "evolver_harness"
 EXIT_USAGE = 2

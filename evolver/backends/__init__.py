@@ -17,7 +17,6 @@ from typing import Callable, Optional, Protocol
 from evolver.data import EvalRequest, EvalResult
 
 Progress = Callable[[int, int], None]  # (finished simulations, total simulations)
-BACKENDS = ("local", "ray")
 
 
 class Cancelled(Exception):
