@@ -464,6 +464,12 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     return 0
 
 
+def preload() -> None:
+    """What `evolver eval` imports, done once in the warm zygote (evolver.launch hands `eval` to it),
+    so that its commands start as fast as its workers."""
+    import evolver.backends.local, evolver.local.backend, evolver.report  # noqa: E401, F401
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import sys
 
+COMMANDS = "evolver.cli"  # the module whose main(argv) runs a command: here, or in a fork of the zygote
+
 
 def main() -> int:
     argv = sys.argv[1:]
     if argv[:1] == ["eval"]:
         from evolver import zygote_client
 
-        code = zygote_client.run_command(argv)
+        code = zygote_client.run_command(argv, COMMANDS)
         if code is not None:
             return code
     from evolver.cli import main as cli_main

@@ -30,6 +30,7 @@ from evolver.errors import UsageError
 
 DEFAULT_IDLE = 600.0
 START_TIMEOUT = 300.0  # importing tau2 on a loaded 2-core machine
+CONNECTION_ENV = "EVOLVER_ZYGOTE_FD"  # set in a worker by the zygote: its own connection to it, for agent processes
 
 
 # What the zygote inherits of a client's environment: enough to find Python, evolver and
@@ -223,10 +224,11 @@ def stop_all() -> int:
     return sum(_ask(path, {"stop": True}, "stopping") is not None for path, _ in running())
 
 
-def run_command(argv: list[str]) -> Optional[int]:
-    """Run an evolver command in a fork of this code's warm zygote, on our own stdin/stdout/stderr,
-    and return its exit code; None when no such zygote is running (the caller runs it itself).
-    Ctrl-C and SIGTERM are passed on; if we are killed, the zygote kills the command."""
+def run_command(argv: list[str], entry: str) -> Optional[int]:
+    """Run an evolver command, ``entry``'s main(argv) (a module the zygote imports), in a fork of this
+    code's warm zygote, on our own stdin/stdout/stderr, and return its exit code; None when no such
+    zygote is running (the caller runs it itself). Ctrl-C and SIGTERM are passed on; if we are
+    killed, the zygote kills the command."""
     try:
         if not idle_seconds():  # no warm zygote wanted: EVOLVER_ZYGOTE_IDLE=0 (or 0.0)
             return None
@@ -237,7 +239,7 @@ def run_command(argv: list[str]) -> Optional[int]:
     except (UsageError, RuntimeError, OSError):
         return None  # the command itself reports bad settings
     env = environment_fd(dict(os.environ))
-    send_with_fds(conn.sock, {"command": argv, "cwd": os.getcwd()}, [0, 1, 2, env])
+    send_with_fds(conn.sock, {"command": argv, "entry": entry, "cwd": os.getcwd()}, [0, 1, 2, env])
     os.close(env)
     pid = conn.expect("pid", 60)["pid"]
 
@@ -282,8 +284,6 @@ class WorkerConnection:
 
     @classmethod
     def from_environment(cls) -> "WorkerConnection":
-        from evolver.zygote import CONNECTION_ENV
-
         fd = os.environ.pop(CONNECTION_ENV, None)
         if fd is None:
             raise RuntimeError("this worker has no connection to the zygote")
