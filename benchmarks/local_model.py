@@ -274,7 +274,7 @@ def bench_customer(api_base: str, presentations: list[str]) -> dict:
 
 def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, user: str, adapter: bool, trials: int,
                task_ids: list[str] | None = None) -> dict:
-    from evolver.backends.local import LocalBackend
+    from evolver.evaluation.backends.local import LocalBackend
     from evolver.data import EvalRequest, RoleModel
     from evolver.scaffold import init_repo
 

@@ -34,7 +34,7 @@ def main() -> None:
     from rich.console import Console
 
     import evolver.loop as loop_mod
-    from evolver.backends.local import LocalBackend
+    from evolver.evaluation.backends.local import LocalBackend
     from evolver.config import load_config
     from evolver.scaffold import init_repo
     from evolver.start import new_run

@@ -210,11 +210,11 @@ def _check_repo(path: Path) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from evolver.backends import make_backend
+    from evolver.evaluation.backends import make_backend
     from evolver.llm import check_api_base
     from evolver.local.backend import serve_local
     from evolver.report import eval_table, progress_bar
-    from evolver.sandbox import require_sandbox
+    from evolver.evaluation.sandbox import require_sandbox
 
     repo = Path(args.path).resolve()
     if not args.ref:
@@ -299,7 +299,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     prepare_environment()
     from tau2.run import load_tasks
 
-    from evolver.worker import available_splits
+    from evolver.evaluation.worker import available_splits
 
     splits = available_splits(args.domain)
     if args.split and args.split not in splits:
@@ -310,12 +310,12 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evolver.backends import make_backend
+    from evolver.evaluation.backends import make_backend
     from evolver.history import history_rows
     from evolver.local.backend import cap_concurrency, serve_local
     from evolver.report import history_table
     from evolver.runstate import find_run
-    from evolver.sandbox import require_sandbox
+    from evolver.evaluation.sandbox import require_sandbox
     from evolver.start import new_run, resume_run
 
     console = Console(stderr=True, soft_wrap=True)
@@ -448,7 +448,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
-    from evolver import zygote_client
+    from evolver.evaluation import zygote_client
 
     if args.action == "stop":
         print(f"asked {zygote_client.stop_all()} daemon(s) to stop; each exits once its current evaluations end")
@@ -467,7 +467,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 def preload() -> None:
     """What `evolver eval` imports, done once in the warm zygote (evolver.launch hands `eval` to it),
     so that its commands start as fast as its workers."""
-    import evolver.backends.local, evolver.local.backend, evolver.report  # noqa: E401, F401
+    import evolver.evaluation.backends.local, evolver.local.backend, evolver.report  # noqa: E401, F401
 
 
 def _interrupt(signum, frame):
@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
                "show": cmd_show, "report": cmd_report, "rollback": cmd_rollback, "status": cmd_status, "runs": cmd_runs, "daemon": cmd_daemon}[args.command]
     try:
         if args.command in ("eval", "run"):
-            from evolver import zygote_client
+            from evolver.evaluation import zygote_client
 
             zygote_client.check_settings()
         return handler(args)

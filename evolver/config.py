@@ -18,7 +18,7 @@ from evolver.errors import UsageError
 CONFIG_FILE = "evolver.toml"
 ENV_PREFIX = "EVOLVER_"
 DOMAINS = ("airline", "retail", "telecom", "mock")
-# Where simulations can run; evolver.backends.make_backend builds each (named here, below it).
+# Where simulations can run; evolver.evaluation.backends.make_backend builds each (named here, below it).
 BACKENDS = ("local", "ray")
 ROLES = ("agent", "user", "meta")
 
@@ -57,7 +57,7 @@ class Config:
     max_steps: int = 30
     llm_retries: int = 4
     worker_timeout: float = 3600.0
-    # The candidate's agent process (evolver.sandbox): compute seconds per turn (LLM calls not
+    # The candidate's agent process (evolver.evaluation.sandbox): compute seconds per turn (LLM calls not
     # counted) and memory on top of what it starts with; past either the simulation fails.
     agent_timeout: float = 120.0
     agent_memory_mb: int = 1024
@@ -66,7 +66,7 @@ class Config:
     unsafe_no_sandbox: bool = False
     # Modules the worker imports first, e.g. to register an extra tau2 domain.
     plugins: list = field(default_factory=list)
-    # Where simulations run (evolver.backends): this machine, or Ray. With ray and no
+    # Where simulations run (evolver.evaluation.backends): this machine, or Ray. With ray and no
     # address, evolver starts a local Ray instance and stops it at exit; "auto" joins a running one.
     backend: str = "local"
     ray_address: str = ""

@@ -12,7 +12,7 @@ from evolver.config import Config
 from evolver.data import EvalResult, RoleUsage, cost_text
 from evolver.errors import UsageError
 from evolver.lineage import Lineage
-from evolver.metrics import rewards_by_task
+from evolver.evaluation.metrics import rewards_by_task
 from evolver.plan import max_simulations
 from evolver.runstate import BestChange, RunDir, slug
 

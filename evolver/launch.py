@@ -2,8 +2,8 @@
 
 A fresh Python process spends about 0.3 s importing evolver's CLI (pydantic, rich)
 before an evaluation can start; a fork of the warm zygote has all of that done
-(see evolver.zygote). This module therefore imports only the standard library
-and evolver.zygote_client. Everything else, and `eval` when no zygote is
+(see evolver.evaluation.zygote). This module therefore imports only the standard library
+and evolver.evaluation.zygote_client. Everything else, and `eval` when no zygote is
 running (the evaluation then starts one for its workers), runs evolver.cli here.
 EVOLVER_ZYGOTE_IDLE=0 turns the hand-over off along with the warm zygote.
 """
@@ -18,7 +18,7 @@ COMMANDS = "evolver.cli"  # the module whose main(argv) runs a command: here, or
 def main() -> int:
     argv = sys.argv[1:]
     if argv[:1] == ["eval"]:
-        from evolver import zygote_client
+        from evolver.evaluation import zygote_client
 
         code = zygote_client.run_command(argv, COMMANDS)
         if code is not None:

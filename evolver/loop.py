@@ -22,13 +22,13 @@ from typing import Callable, Optional
 
 from evolver import events as ev
 from evolver import gate as gatelib
-from evolver.backends import Backend
+from evolver.evaluation.backends import Backend
 from evolver.config import Config, eval_request
 from evolver.data import EvalResult, RoleUsage, write_json_atomic
 from evolver.digest import build_digest
 from evolver.lineage import Lineage, commit_message
 from evolver.llm import ProviderError
-from evolver.metrics import rewards_by_task
+from evolver.evaluation.metrics import rewards_by_task
 from evolver.noop import inert_edit_reason
 from evolver.patch import Edit, PatchRejected, apply_edits
 from evolver.plan import max_simulations

@@ -10,7 +10,7 @@ from typing import Optional
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
 from evolver.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
-from evolver.scan import scan_tree
+from evolver.evaluation.scan import scan_tree
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
@@ -135,7 +135,7 @@ def propose(
 
 def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset) -> list:
     """Apply the edits to a throwaway copy of agent/ to catch SEARCH mismatches early,
-    and scan the result (evolver.scan): its findings, empty when it is clean."""
+    and scan the result (evolver.evaluation.scan): its findings, empty when it is clean."""
     import shutil
     import tempfile
 

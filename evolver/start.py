@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import tracking
-from evolver.backends import Backend
+from evolver.evaluation.backends import Backend
 from evolver.config import LOCAL, Config, eval_request
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
@@ -27,7 +27,7 @@ from evolver.loop import Loop
 from evolver.plan import gate_config, max_simulations
 from evolver.report import ConsoleView
 from evolver.runstate import Manifest, RunDir, RunState
-from evolver.sandbox import require_sandbox
+from evolver.evaluation.sandbox import require_sandbox
 
 # Package data, so a wheel install runs as a checkout does (prompts/ in the repository).
 PROMPTS_DIR = Path(str(resources.files("evolver.prompts")))

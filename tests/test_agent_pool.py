@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from evolver import proxy_agent, worker, zygote_client
+from evolver.evaluation import proxy_agent, worker, zygote_client
 from evolver.data import RoleModel
 
 

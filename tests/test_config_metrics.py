@@ -7,7 +7,7 @@ import pytest
 from evolver.config import load_config
 from evolver.data import RoleUsage, SimRecord
 from evolver.errors import UsageError
-from evolver.metrics import pass_hat_k, rewards_by_task, summarize
+from evolver.evaluation.metrics import pass_hat_k, rewards_by_task, summarize
 
 
 def test_file_then_environment_then_flags(tmp_path):

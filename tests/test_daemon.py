@@ -1,4 +1,4 @@
-"""The warm worker daemon (evolver.zygote): reused across commands, private, and never left
+"""The warm worker daemon (evolver.evaluation.zygote): reused across commands, private, and never left
 holding a dead controller's workers. Real processes and sockets; each test has its own daemon."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evolver import zygote_client
+from evolver.evaluation import zygote_client
 from tests.conftest import SCRIPTED_MODELS, eval_json, run_cli
 
 ONE_TASK = ("--task-ids", "create_task_1")
@@ -158,7 +158,7 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
 
 def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
     """`evolver daemon stop` during a run: the run's later evaluations still get workers."""
-    from evolver.backends.local import LocalBackend
+    from evolver.evaluation.backends.local import LocalBackend
     from evolver.config import eval_request, load_config
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"}, environ={})
@@ -187,7 +187,7 @@ def test_a_child_that_exits_in_the_same_read_as_its_pid_is_not_lost():
     """The zygote's {"pid"} and {"exit"} for a child that ends at once can arrive in one read."""
     import socket
 
-    from evolver.backends.local import Zygote
+    from evolver.evaluation.backends.local import Zygote
 
     ours, theirs = socket.socketpair()
     theirs.sendall(b'{"pid": 4242}\n{"exit": 4242, "code": 3}\n')

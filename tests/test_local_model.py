@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from evolver.backends.local import LocalBackend
+from evolver.evaluation.backends.local import LocalBackend
 from evolver.data import EvalRequest, RoleModel
 from evolver.errors import UsageError
 from evolver.llm import prepare_environment

@@ -1,6 +1,6 @@
 """The loop's policy, branch by branch, against a fake evaluation backend.
 
-The backend (evolver.backends.Backend) is the loop's only way to simulations, so
+The backend (evolver.evaluation.backends.Backend) is the loop's only way to simulations, so
 a fake one that scores each task from the candidate's instruction text lets
 these tests run the real loop, git lineage, proposer (scripted meta-LLM), gate
 and run store in seconds: what is kept, what becomes the parent, when the run
@@ -15,10 +15,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolver.backends import TaskListing
+from evolver.evaluation.backends import TaskListing
 from evolver.config import load_config
 from evolver.data import EvalResult, RoleUsage, SimRecord
-from evolver.metrics import summarize
+from evolver.evaluation.metrics import summarize
 from evolver.start import new_run
 from tests.conftest import git
 from tests.scripts.loop_cases import EXACT, THOROUGH, TRANSFER

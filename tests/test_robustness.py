@@ -56,7 +56,7 @@ def test_a_skill_without_h5_is_refused_and_a_prompt_edit_always_counts(tmp_path)
 
 def test_the_worker_reads_the_trial_from_tau2_and_never_guesses(tmp_path):
     from evolver.data import EvalRequest, RoleModel
-    from evolver.worker import Recorder
+    from evolver.evaluation.worker import Recorder
 
     role = RoleModel(model="scripted/agent")
     req = EvalRequest(checkout=str(tmp_path), out_dir=str(tmp_path / "out"), domain="mock", trials=3, seed=300, agent=role, user=role, judge=role)

@@ -1,12 +1,12 @@
 """A warm worker factory: imports tau2 and litellm once, then forks one fresh worker per evaluation.
 
-    python -m evolver.zygote --socket PATH [--idle SECONDS]
+    python -m evolver.evaluation.zygote --socket PATH [--idle SECONDS]
 
 Importing tau2 and litellm takes 4-7 s on 2 cores, longer than a small
 evaluation. The zygote pays it once and then serves every controller (each
 `evolver eval` and `evolver run`) on a Unix socket; it exits after ``--idle``
 seconds without clients or workers (0: as soon as the last client leaves).
-evolver.zygote_client finds or starts it. Each worker is a fresh fork that has
+evolver.evaluation.zygote_client finds or starts it. Each worker is a fresh fork that has
 never imported a candidate, so candidate code still runs only in its own
 process, with its own process group, killable by the controller.
 
@@ -26,7 +26,7 @@ Protocol, one JSON object per line on a client's connection:
                      fork that has its imports done already
                      {"agent": spec} with one fd, its end of a socketpair: an agent process
                      that confines itself and runs one simulation's candidate code
-                     (evolver.agent_host)
+                     (evolver.evaluation.agent_host)
   zygote -> client   {"pid": N}, then {"exit": N, "code": C} when that child ends
   client -> zygote   {"status": true}  ->  {"status": {...}}
   client -> zygote   {"stop": true}: no new clients; exit once the current ones leave
@@ -55,7 +55,7 @@ import socket
 import sys
 import time
 
-from evolver.zygote_client import CONNECTION_ENV
+from evolver.evaluation.zygote_client import CONNECTION_ENV
 
 
 def _read_env(fd: int) -> dict:
@@ -65,7 +65,7 @@ def _read_env(fd: int) -> dict:
 
 
 def _child(req: dict, inherited: list[int], fds: list[int]) -> None:
-    """In the fork: own process group; then an agent process (evolver.agent_host), or, in the
+    """In the fork: own process group; then an agent process (evolver.evaluation.agent_host), or, in the
     client's directory and environment, a worker (output to its log) or an evolver command
     (on the client's own stdin/out/err)."""
     os.setsid()
@@ -80,7 +80,7 @@ def _child(req: dict, inherited: list[int], fds: list[int]) -> None:
         for target in (0, 1, 2):
             os.dup2(null, target)
         try:
-            from evolver import agent_host
+            from evolver.evaluation import agent_host
 
             code = agent_host.serve(fds[0], req["agent"])
         finally:
@@ -102,7 +102,7 @@ def _child(req: dict, inherited: list[int], fds: list[int]) -> None:
             sys.argv = ["evolver", *req["command"]]
             code = importlib.import_module(req["entry"]).main(req["command"])
         else:
-            from evolver import worker
+            from evolver.evaluation import worker
 
             code = worker.main([req["request"]])
     except SystemExit as exc:  # argparse's own exits (--help, usage errors)
@@ -296,13 +296,13 @@ def _kill_group(pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evolver.zygote")
+    parser = argparse.ArgumentParser(prog="python -m evolver.evaluation.zygote")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--idle", type=float, default=0.0)
     args = parser.parse_args(argv)
     zygote = Zygote(args.socket, args.idle)  # bind first: a second zygote for the path fails here
     try:
-        from evolver import worker
+        from evolver.evaluation import worker
 
         worker.preload()  # what a command needs is imported at its first command (_entry)
         zygote.serve()

@@ -1,4 +1,4 @@
-"""The node side of the Ray backend (evolver.backends.ray): what one Ray task runs on its node.
+"""The node side of the Ray backend (evolver.evaluation.backends.ray): what one Ray task runs on its node.
 
 A Ray task receives the candidate's agent/ as a tar archive, unpacks it into a
 temporary directory of its node and runs its group of simulations there with the
@@ -20,8 +20,8 @@ import threading
 from pathlib import Path
 from typing import Iterator, Optional
 
-from evolver import zygote_client
-from evolver.backends.local import LocalBackend
+from evolver.evaluation import zygote_client
+from evolver.evaluation.backends.local import LocalBackend
 from evolver.data import EvalRequest, SimRecord
 from evolver.errors import UsageError
 

@@ -1,4 +1,4 @@
-"""Find, start, query and stop the warm worker zygote (evolver.zygote) from a controller.
+"""Find, start, query and stop the warm worker zygote (evolver.evaluation.zygote) from a controller.
 
 One zygote serves every evolver command of a user that runs the same code: its
 socket is named by a fingerprint of the interpreter, PYTHONPATH, the installed
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import evolver
 from evolver.errors import UsageError
 
 DEFAULT_IDLE = 600.0
@@ -94,7 +95,7 @@ def fingerprint() -> str:
     purelib = Path(sysconfig.get_paths()["purelib"])
     # pip adds and removes *.dist-info entries on every install, which changes the directory's mtime.
     digest.update(str(purelib.stat().st_mtime_ns if purelib.exists() else 0).encode())
-    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
+    for path in sorted(Path(evolver.__file__).resolve().parent.rglob("*.py")):  # the whole package, not this folder
         info = path.stat()
         digest.update(f"{path}:{info.st_mtime_ns}:{info.st_size}\0".encode())
     return digest.hexdigest()[:16]
@@ -176,7 +177,7 @@ def _start(path: Path, idle: float) -> Connection:
     path.unlink(missing_ok=True)  # a zygote that was killed leaves its socket behind
     log = open(path.with_suffix(".log"), "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evolver.zygote", "--socket", str(path), "--idle", str(idle)],
+        [sys.executable, "-m", "evolver.evaluation.zygote", "--socket", str(path), "--idle", str(idle)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=path.parent, start_new_session=True,
         env=zygote_environment(),  # keyless: agent processes are forked from it
     )
