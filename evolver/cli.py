@@ -232,7 +232,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = repo / "runs" / run_id
     checkout, lineage = repo, None
     if args.ref:  # a commit is evaluated in its own worktree; the working tree is not touched
-        from evolver.lineage import Lineage, exclude_runs_dir  # gitpython only when needed: it slows every start
+        from evolver.store.lineage import Lineage, exclude_runs_dir  # gitpython only when needed: it slows every start
 
         lineage = Lineage(repo, run_id)
         commit = lineage.commit_of(args.ref)
@@ -314,7 +314,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.history import history_rows
     from evolver.local.backend import cap_concurrency, serve_local
     from evolver.report import history_table
-    from evolver.runstate import find_run
+    from evolver.store.runstate import find_run
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.start import new_run, resume_run
 
@@ -363,7 +363,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from evolver.history import history_rows
     from evolver.report import history_table
-    from evolver.runstate import find_run
+    from evolver.store.runstate import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     rows = history_rows(run)
@@ -377,7 +377,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from evolver.history import show
     from evolver.report import show_candidate
-    from evolver.runstate import find_run
+    from evolver.store.runstate import find_run
 
     info = show(find_run(Path(args.repo).resolve(), args.run), args.iteration)
     if args.json:
@@ -388,10 +388,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from evolver.lineage import open_repo
+    from evolver.store.lineage import open_repo
     from evolver.runreport import write_report
     from evolver.runreport.facts import collect
-    from evolver.runstate import find_run
+    from evolver.store.runstate import find_run
 
     repo = Path(args.repo).resolve()
     open_repo(repo)  # a folder that is not a repository says so, not "no runs"
@@ -410,7 +410,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from evolver.history import rollback
-    from evolver.runstate import find_run
+    from evolver.store.runstate import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     change = rollback(run, args.to, args.reason)
@@ -422,7 +422,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from evolver.history import status
     from evolver.report import status_table
-    from evolver.runstate import find_run
+    from evolver.store.runstate import find_run
 
     info = status(find_run(Path(args.repo).resolve(), args.run))
     if args.json:

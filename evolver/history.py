@@ -11,10 +11,10 @@ from typing import Optional
 from evolver.config import Config
 from evolver.data import EvalResult, RoleUsage, cost_text
 from evolver.errors import UsageError
-from evolver.lineage import Lineage
+from evolver.store.lineage import Lineage
 from evolver.evaluation.metrics import rewards_by_task
 from evolver.plan import max_simulations
-from evolver.runstate import BestChange, RunDir, slug
+from evolver.store.runstate import BestChange, RunDir, slug
 
 
 def history_rows(run: RunDir) -> list[dict]:

@@ -26,14 +26,14 @@ from evolver.evaluation.backends import Backend
 from evolver.config import Config, eval_request
 from evolver.data import EvalResult, RoleUsage, write_json_atomic
 from evolver.digest import build_digest
-from evolver.lineage import Lineage, commit_message
+from evolver.store.lineage import Lineage, commit_message
 from evolver.llm import ProviderError
 from evolver.evaluation.metrics import rewards_by_task
 from evolver.noop import inert_edit_reason
 from evolver.patch import Edit, PatchRejected, apply_edits
 from evolver.plan import max_simulations
 from evolver.propose import agent_files_text, build_messages, propose
-from evolver.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
+from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
 
 SMOKE_TIMEOUT = 600.0
 # How far a candidate got, best first: an iteration is as far as its furthest candidate.
@@ -479,7 +479,7 @@ class Loop:
 
 
 def _best(iteration: int, commit: str, reason: str):
-    from evolver.runstate import BestChange
+    from evolver.store.runstate import BestChange
 
     return BestChange(iteration=iteration, commit=commit, reason=reason, at=time.time())
 

@@ -20,13 +20,13 @@ from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 from evolver.events import Events
 from evolver.gate import GateConfig
-from evolver.lineage import Lineage, exclude_runs_dir, open_repo
+from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.llm import check_api_base, missing_api_key, prepare_environment
 from evolver.local.server import CTX_PER_SLOT
 from evolver.loop import Loop
 from evolver.plan import gate_config, max_simulations
 from evolver.report import ConsoleView
-from evolver.runstate import Manifest, RunDir, RunState
+from evolver.store.runstate import Manifest, RunDir, RunState
 from evolver.evaluation.sandbox import require_sandbox
 
 # Package data, so a wheel install runs as a checkout does (prompts/ in the repository).

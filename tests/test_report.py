@@ -239,7 +239,7 @@ def test_mlflow_holds_the_settings_metrics_verdicts_and_report(tracked_run, tmp_
 def test_mlflow_tracking_uri_is_honoured_and_a_reopened_run_logs_nothing_twice(tracked_run, tmp_path, monkeypatch):
     from rich.console import Console
 
-    from evolver.runstate import RunDir
+    from evolver.store.runstate import RunDir
     from evolver.tracking.mlflow_tracker import MlflowTracker
 
     repo, run_id, _ = tracked_run

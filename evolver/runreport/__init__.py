@@ -13,7 +13,7 @@ from typing import Optional
 
 from evolver.data import write_text_atomic
 from evolver.runreport.facts import RunFacts, collect
-from evolver.runstate import RunDir
+from evolver.store.runstate import RunDir
 
 REPORT_FILE = "report.html"
 

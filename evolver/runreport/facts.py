@@ -11,7 +11,7 @@ from evolver import __version__
 from evolver.config import INTERNAL
 from evolver.data import RoleUsage
 from evolver.history import history_rows, latest_rewards, show, status
-from evolver.runstate import RunDir, slug
+from evolver.store.runstate import RunDir, slug
 
 ROLE_ORDER = ("agent", "user", "judge", "meta")
 OUTSIDE_ITERATIONS = "baseline, references, holdout"  # what the run measured outside any iteration's own candidates
