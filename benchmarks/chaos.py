@@ -29,7 +29,7 @@ def valid_patches(template: str) -> dict[str, dict[str, str]]:
     """name -> {path: new text}: Harness.md's examples, all layers on, and a prompt fix."""
     import re
 
-    from evolver.patch import apply_edits, parse_proposal
+    from evolver.evolution.patch import apply_edits, parse_proposal
 
     guide = (ROOT / "Harness.md").read_text().split("## One example per layer", 1)[1]
     examples = re.findall(r"```\n(TITLE:.*?)```", guide, re.S)

@@ -33,7 +33,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = str(ROOT)
     from rich.console import Console
 
-    import evolver.loop as loop_mod
+    import evolver.evolution.loop as loop_mod
     from evolver.evaluation.backends.local import LocalBackend
     from evolver.config import load_config
     from evolver.scaffold import init_repo

@@ -19,12 +19,12 @@ from evolver.config import LOCAL, Config, eval_request
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 from evolver.events import Events
-from evolver.gate import GateConfig
+from evolver.evolution.gate import GateConfig
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.llm import check_api_base, missing_api_key, prepare_environment
 from evolver.local.server import CTX_PER_SLOT
-from evolver.loop import Loop
-from evolver.plan import gate_config, max_simulations
+from evolver.evolution.loop import Loop
+from evolver.evolution.plan import gate_config, max_simulations
 from evolver.report import ConsoleView
 from evolver.store.runstate import Manifest, RunDir, RunState
 from evolver.evaluation.sandbox import require_sandbox

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from evolver.data import EvalResult, EvalSummary, RoleModel, SimRecord
-from evolver.digest import build_digest
+from evolver.evolution.digest import build_digest
 from evolver.errors import UsageError
-from evolver.patch import Edit, ParseError, PatchRejected, apply_edits, check_path, parse_proposal
-from evolver.propose import build_messages, propose
+from evolver.evolution.patch import Edit, ParseError, PatchRejected, apply_edits, check_path, parse_proposal
+from evolver.evolution.propose import build_messages, propose
 from evolver.start import PROMPTS_DIR
 
 AGENT = 'AGENT_INSTRUCTION = """\nBe nice.\n"""\n\n\ndef f():\n    return 1\n'

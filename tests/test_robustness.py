@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evolver import patch
-from evolver.noop import inert_edit_reason
+from evolver.evolution import patch
+from evolver.evolution.noop import inert_edit_reason
 from evolver.scaffold import init_repo
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evolver.patch import apply_edits, parse_proposal
+from evolver.evolution.patch import apply_edits, parse_proposal
 from evolver.evaluation.scan import RULES, Finding, scan_text, scan_tree, task_data_identifiers
 
 ROOT = Path(__file__).resolve().parent.parent

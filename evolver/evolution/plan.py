@@ -2,7 +2,7 @@
 simulations the run can take (its cost bound, which `evolver run` estimates up front, the loop
 re-prices from its baseline and `evolver status` shows as planned).
 
-Here, not in evolver.config, because both read the gate (evolver.gate), and the shared
+Here, not in evolver.config, because both read the gate (evolver.evolution.gate), and the shared
 configuration does not import the evolution side.
 """
 
@@ -16,7 +16,7 @@ from evolver.errors import UsageError
 
 def gate_config(cfg: Config):
     """The gate's parameters from the configuration (defaults tuned in benchmarks/gate_power.py)."""
-    from evolver.gate import GateConfig
+    from evolver.evolution.gate import GateConfig
 
     default = GateConfig()
     try:
@@ -33,7 +33,7 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
     several, their screen), the full gate of one candidate and of the incumbent beside it, at
     the longest the gate may be sized to, a fresh reference and analysis for a new incumbent;
     plus the baseline and the holdout."""
-    from evolver.gate import MOST_STRETCH
+    from evolver.evolution.gate import MOST_STRETCH
 
     gate = gate_config(cfg)
     longest = math.ceil(gate.stages[-1] * MOST_STRETCH)

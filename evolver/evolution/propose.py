@@ -9,7 +9,7 @@ from typing import Optional
 
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
-from evolver.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
+from evolver.evolution.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 from evolver.evaluation.scan import scan_tree
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
