@@ -107,8 +107,8 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
     from tau2.data_model.message import UserMessage
     from tau2.domains.mock.environment import get_environment
 
-    from evolver.evaluation import proxy_agent, worker, zygote_client
     from evolver.data import RoleModel
+    from evolver.evaluation import proxy_agent, worker, zygote_client
     from evolver.llm import retrying
     from evolver.local.providers import register_providers
 
@@ -205,8 +205,8 @@ def main() -> None:
         return main_ray(args)
     os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")  # the benchmark's own daemon
+    from evolver.cli.scaffold import init_repo
     from evolver.evaluation import zygote_client
-    from evolver.scaffold import init_repo
 
     repo = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     init_repo(repo)
@@ -263,9 +263,9 @@ def main_ray(args) -> None:
     """--ray-only: the Ray backend on a local instance against the local backend, nothing else."""
     os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")
+    from evolver.cli.scaffold import init_repo
     from evolver.evaluation import zygote_client
     from evolver.evaluation.backends.local import LocalBackend
-    from evolver.scaffold import init_repo
 
     repo = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     init_repo(repo)

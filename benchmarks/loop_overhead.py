@@ -34,10 +34,10 @@ def main() -> None:
     from rich.console import Console
 
     import evolver.evolution.loop as loop_mod
-    from evolver.evaluation.backends.local import LocalBackend
+    from evolver.cli.scaffold import init_repo
+    from evolver.cli.start import new_run
     from evolver.config import load_config
-    from evolver.scaffold import init_repo
-    from evolver.start import new_run
+    from evolver.evaluation.backends.local import LocalBackend
 
     repo = Path(tempfile.mkdtemp(prefix="evolver-overhead-"))
     init_repo(repo)

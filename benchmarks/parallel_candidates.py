@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 def one_iteration(k: int, concurrency: int) -> tuple[float, list[str]]:
     from rich.console import Console
 
-    from evolver.evaluation.backends.local import LocalBackend
+    from evolver.cli.scaffold import init_repo
+    from evolver.cli.start import new_run
     from evolver.config import load_config
-    from evolver.scaffold import init_repo
-    from evolver.start import new_run
+    from evolver.evaluation.backends.local import LocalBackend
 
     repo = Path(tempfile.mkdtemp(prefix=f"evolver-k{k}-"))
     init_repo(repo)

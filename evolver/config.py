@@ -90,7 +90,7 @@ class Config:
     gate_alpha: float = 0.05
     gate_min_effect: float = 0.0
     gate_stages: list = field(default_factory=list)  # empty: the gate's tuned default (docs/gate.md)
-    # Experiment tracking (evolver.tracking): off, or mlflow (an optional extra) for the settings,
+    # Experiment tracking (evolver.cli.tracking): off, or mlflow (an optional extra) for the settings,
     # per-iteration metrics and the report, logged to mlruns/ or MLFLOW_TRACKING_URI.
     track: str = "off"
 

@@ -58,7 +58,7 @@ def test_commands_share_one_warm_daemon(repo, runtime):
 
 @pytest.mark.parametrize("warm", [False, True], ids=["command-run-locally", "command-run-in-the-daemon"])
 def test_killed_controller_takes_its_workers_not_the_daemon(repo, runtime, warm):
-    if warm:  # then the command itself is handed to the daemon (evolver.launch)
+    if warm:  # then the command itself is handed to the daemon (evolver.cli.launch)
         eval_json(repo, *ONE_TASK)
     env = {**os.environ, "EVOLVER_SCRIPTED_LATENCY": "1"}  # slow enough to be caught mid-run
     controller = subprocess.Popen([sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
@@ -158,8 +158,8 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
 
 def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
     """`evolver daemon stop` during a run: the run's later evaluations still get workers."""
-    from evolver.evaluation.backends.local import LocalBackend
     from evolver.config import eval_request, load_config
+    from evolver.evaluation.backends.local import LocalBackend
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"}, environ={})
     with LocalBackend() as backend:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from evolver.evaluation.backends.local import LocalBackend
 from evolver.data import EvalRequest, RoleModel
 from evolver.errors import UsageError
+from evolver.evaluation.backends.local import LocalBackend
 from evolver.llm import prepare_environment
 from evolver.local import customer, provision, serving
 from evolver.local.provision import MODELS, ModelSpec, check_cpu, check_gguf, resolve_model

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from evolver.evaluation.backends import Cancelled
-from evolver.evaluation.backends.ray import RayBackend, plan, worker_environment
-from evolver.evaluation.backends.ray_node import pack_agent, unpack_agent
 from evolver.config import eval_request, load_config
 from evolver.data import SimRecord, read_sim_records
 from evolver.errors import UsageError
+from evolver.evaluation.backends import Cancelled
+from evolver.evaluation.backends.ray import RayBackend, plan, worker_environment
+from evolver.evaluation.backends.ray_node import pack_agent, unpack_agent
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.scripts.ray_cases import KEY, VALUE
 from tests.test_eval import _inject_into_turn

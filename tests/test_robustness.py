@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from evolver.cli.scaffold import init_repo
 from evolver.evolution import patch
 from evolver.evolution.noop import inert_edit_reason
-from evolver.scaffold import init_repo
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = re.findall(r"```\n(TITLE:.*?)```", (ROOT / "Harness.md").read_text(), re.S)[1:]  # H2, H3, H4, H5

@@ -29,9 +29,9 @@ from tau2.agent.llm_agent import LLMAgent
 from tau2.data_model.message import AssistantMessage, ToolCall
 from tau2.utils.llm_utils import get_response_cost, get_response_usage
 
+from evolver.data import RoleModel, RoleUsage
 from evolver.evaluation.agent_host import decode_message, encode_message
 from evolver.evaluation.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout
-from evolver.data import RoleModel, RoleUsage
 from evolver.llm import ProviderError
 
 MAX_LLM_CALLS_PER_TURN = 16  # H2's retry makes 2; an agent in a loop of requests is stopped

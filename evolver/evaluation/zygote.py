@@ -22,7 +22,7 @@ Protocol, one JSON object per line on a client's connection:
                      client's environment as JSON in a memfd: a trusted evaluation worker
                      {"command": [args], "entry": module, "cwd": dir} with the client's stdin,
                      stdout, stderr and environment memfd passed along (SCM_RIGHTS): an
-                     `evolver` command (evolver.launch), run by ``module``'s main(args) in a
+                     `evolver` command (evolver.cli.launch), run by ``module``'s main(args) in a
                      fork that has its imports done already
                      {"agent": spec} with one fd, its end of a socketpair: an agent process
                      that confines itself and runs one simulation's candidate code

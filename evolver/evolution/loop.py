@@ -21,18 +21,18 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from evolver import events as ev
-from evolver.evolution import gate as gatelib
-from evolver.evaluation.backends import Backend
 from evolver.config import Config, eval_request
 from evolver.data import EvalResult, RoleUsage, write_json_atomic
-from evolver.evolution.digest import build_digest
-from evolver.store.lineage import Lineage, commit_message
-from evolver.llm import ProviderError
+from evolver.evaluation.backends import Backend
 from evolver.evaluation.metrics import rewards_by_task
+from evolver.evolution import gate as gatelib
+from evolver.evolution.digest import build_digest
 from evolver.evolution.noop import inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits
 from evolver.evolution.plan import max_simulations
 from evolver.evolution.propose import agent_files_text, build_messages, propose
+from evolver.llm import ProviderError
+from evolver.store.lineage import Lineage, commit_message
 from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
 
 SMOKE_TIMEOUT = 600.0

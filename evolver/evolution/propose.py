@@ -9,8 +9,8 @@ from typing import Optional
 
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
-from evolver.evolution.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 from evolver.evaluation.scan import scan_tree
+from evolver.evolution.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer

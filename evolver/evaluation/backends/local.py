@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from evolver.evaluation import zygote_client
-from evolver.evaluation.backends import Cancelled, Progress, TaskListing
 from evolver.data import EvalRequest, EvalResult, SimRecord, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
+from evolver.evaluation import zygote_client
+from evolver.evaluation.backends import Cancelled, Progress, TaskListing
 from evolver.evaluation.metrics import summarize
 from evolver.evaluation.worker import claims_dir, status_file
 

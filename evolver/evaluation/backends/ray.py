@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from evolver.evaluation.backends import Cancelled, Progress, TaskListing, ray_node
-from evolver.evaluation.backends.local import WORKER_PROCESSES, _complete, _count_lines, _harness_switches  # the result is built as the local backend builds it
 from evolver.data import EvalRequest, EvalResult, SimRecord, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
+from evolver.evaluation.backends import Cancelled, Progress, TaskListing, ray_node
+from evolver.evaluation.backends.local import WORKER_PROCESSES, _complete, _count_lines, _harness_switches  # the result is built as the local backend builds it
 from evolver.evaluation.metrics import summarize
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # a local instance moves only records, trajectories and small archives

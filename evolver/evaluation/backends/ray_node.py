@@ -20,10 +20,10 @@ import threading
 from pathlib import Path
 from typing import Iterator, Optional
 
-from evolver.evaluation import zygote_client
-from evolver.evaluation.backends.local import LocalBackend
 from evolver.data import EvalRequest, SimRecord
 from evolver.errors import UsageError
+from evolver.evaluation import zygote_client
+from evolver.evaluation.backends.local import LocalBackend
 
 LOG_TAIL = 64 * 1024  # bytes of a group's worker.log sent back with its closing item
 POLL = 0.1  # seconds between looks at the group's sims.jsonl

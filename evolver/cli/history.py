@@ -11,9 +11,9 @@ from typing import Optional
 from evolver.config import Config
 from evolver.data import EvalResult, RoleUsage, cost_text
 from evolver.errors import UsageError
-from evolver.store.lineage import Lineage
 from evolver.evaluation.metrics import rewards_by_task
 from evolver.evolution.plan import max_simulations
+from evolver.store.lineage import Lineage
 from evolver.store.runstate import BestChange, RunDir, slug
 
 

@@ -210,11 +210,11 @@ def _check_repo(path: Path) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from evolver.cli.console import eval_table, progress_bar
     from evolver.evaluation.backends import make_backend
+    from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
     from evolver.local.backend import serve_local
-    from evolver.report import eval_table, progress_bar
-    from evolver.evaluation.sandbox import require_sandbox
 
     repo = Path(args.path).resolve()
     if not args.ref:
@@ -284,7 +284,7 @@ def _discard(out: Path) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from evolver.scaffold import init_repo
+    from evolver.cli.scaffold import init_repo
 
     written = init_repo(Path(args.dir), force=args.force)
     print(f"initialised {Path(args.dir).resolve()}: " + ", ".join(written))
@@ -310,13 +310,13 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from evolver.cli.console import history_table
+    from evolver.cli.history import history_rows
+    from evolver.cli.start import new_run, resume_run
     from evolver.evaluation.backends import make_backend
-    from evolver.history import history_rows
-    from evolver.local.backend import cap_concurrency, serve_local
-    from evolver.report import history_table
-    from evolver.store.runstate import find_run
     from evolver.evaluation.sandbox import require_sandbox
-    from evolver.start import new_run, resume_run
+    from evolver.local.backend import cap_concurrency, serve_local
+    from evolver.store.runstate import find_run
 
     console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()
@@ -361,8 +361,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from evolver.history import history_rows
-    from evolver.report import history_table
+    from evolver.cli.console import history_table
+    from evolver.cli.history import history_rows
     from evolver.store.runstate import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
@@ -375,8 +375,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from evolver.history import show
-    from evolver.report import show_candidate
+    from evolver.cli.console import show_candidate
+    from evolver.cli.history import show
     from evolver.store.runstate import find_run
 
     info = show(find_run(Path(args.repo).resolve(), args.run), args.iteration)
@@ -388,9 +388,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from evolver.cli.runreport import write_report
+    from evolver.cli.runreport.facts import collect
     from evolver.store.lineage import open_repo
-    from evolver.runreport import write_report
-    from evolver.runreport.facts import collect
     from evolver.store.runstate import find_run
 
     repo = Path(args.repo).resolve()
@@ -399,7 +399,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     facts = collect(run)
     path = write_report(run, facts)
     if args.markdown:
-        from evolver.runreport.markdown import summary
+        from evolver.cli.runreport.markdown import summary
 
         print(summary(facts), end="")
         print(f"report: {path}", file=sys.stderr)
@@ -409,7 +409,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from evolver.history import rollback
+    from evolver.cli.history import rollback
     from evolver.store.runstate import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
@@ -420,8 +420,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from evolver.history import status
-    from evolver.report import status_table
+    from evolver.cli.console import status_table
+    from evolver.cli.history import status
     from evolver.store.runstate import find_run
 
     info = status(find_run(Path(args.repo).resolve(), args.run))
@@ -433,8 +433,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from evolver.history import runs
-    from evolver.report import runs_table
+    from evolver.cli.console import runs_table
+    from evolver.cli.history import runs
 
     repo = Path(args.repo).resolve()
     rows = runs(repo)
@@ -465,9 +465,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
 
 def preload() -> None:
-    """What `evolver eval` imports, done once in the warm zygote (evolver.launch hands `eval` to it),
+    """What `evolver eval` imports, done once in the warm zygote (evolver.cli.launch hands `eval` to it),
     so that its commands start as fast as its workers."""
-    import evolver.evaluation.backends.local, evolver.local.backend, evolver.report  # noqa: E401, F401
+    import evolver.evaluation.backends.local, evolver.local.backend, evolver.cli.console  # noqa: E401, F401
 
 
 def _interrupt(signum, frame):

@@ -23,9 +23,9 @@ from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from evolver import events as ev
+from evolver.cli.runreport import write_report
+from evolver.cli.runreport.facts import cost_of
 from evolver.store.lineage import exclude_runs_dir
-from evolver.runreport import write_report
-from evolver.runreport.facts import cost_of
 from evolver.store.runstate import IterationRecord, RunDir
 
 EXPERIMENT = "evolver"

@@ -33,7 +33,7 @@ def subscribe(events: Events, run: RunDir, track: str, console: Console) -> None
     if track == "off":
         return
     require(track)
-    from evolver.tracking.mlflow_tracker import MlflowTracker
+    from evolver.cli.tracking.mlflow_tracker import MlflowTracker
 
     try:
         tracker = MlflowTracker(run, console)
