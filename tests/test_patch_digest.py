@@ -43,7 +43,7 @@ def test_malformed_proposals(text, fragment):
         parse_proposal(text)
 
 
-@pytest.mark.parametrize("path", ["evolver/cli/commands.py", "agent/templates/tau_bench.py", "agent/../evolver/cli.py", "/etc/passwd", "agent", "Harness.md"])
+@pytest.mark.parametrize("path", ["evolver/cli/commands.py", "agent/templates/tau_bench.py", "agent/../evolver/cli/commands.py", "/etc/passwd", "agent", "Harness.md"])
 def test_allowlist_refuses(path):
     with pytest.raises(PatchRejected) as exc:
         check_path(path)
