@@ -2,7 +2,7 @@
 
     python benchmarks/chaos.py
 
-For each hostile candidate: does the static scan refuse it (evolver.scan, with
+For each hostile candidate: does the static scan refuse it (evolver.evaluation.scan, with
 the mock domain's task-data identifiers)? Then, as if the scan had missed it,
 a real `evolver eval` in the sandbox: neutralised (scored no higher than the
 honest agent, no file outside its scratch directory, no connection, no key,
@@ -29,7 +29,7 @@ def valid_patches(template: str) -> dict[str, dict[str, str]]:
     """name -> {path: new text}: Harness.md's examples, all layers on, and a prompt fix."""
     import re
 
-    from evolver.patch import apply_edits, parse_proposal
+    from evolver.evolution.patch import apply_edits, parse_proposal
 
     guide = (ROOT / "Harness.md").read_text().split("## One example per layer", 1)[1]
     examples = re.findall(r"```\n(TITLE:.*?)```", guide, re.S)
@@ -53,9 +53,9 @@ def main() -> None:
     from evolver.llm import prepare_environment
 
     prepare_environment()
-    from evolver import zygote_client
-    from evolver.scan import scan_text
-    from evolver.worker import domain_identifiers
+    from evolver.evaluation import zygote_client
+    from evolver.evaluation.scan import scan_text
+    from evolver.evaluation.worker import domain_identifiers
     from tests.scripts import hostile
 
     started = time.monotonic()

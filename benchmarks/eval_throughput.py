@@ -5,7 +5,7 @@
 For each setting it prints simulations per second for
   - evolver: the `evolver eval` command in a fresh process, timed from launch to
     exit (CLI start-up, worker start-up and writing results included); "warm"
-    when its worker daemon (evolver.zygote) is already running, as it is for
+    when its worker daemon (evolver.evaluation.zygote) is already running, as it is for
     every command after the first within EVOLVER_ZYGOTE_IDLE; "cold" when the
     command has to start the daemon, importing tau2 and litellm;
   - tau2 direct: tau2's `run_tasks` with its own LLMAgent, in a fresh process,
@@ -51,7 +51,7 @@ TASKS = ["create_task_1", "create_task_1_with_env_assertions", "update_task_1", 
 TAU2_DIRECT = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from evolver.llm import register_providers
+from evolver.local.providers import register_providers
 register_providers(["scripted/agent"])
 import tau2.run
 from tau2.run import load_tasks
@@ -70,7 +70,7 @@ print(json.dumps({"seconds": elapsed, "with_import": time.perf_counter() - t0, "
 def run_evolver(trials: int, concurrency: int, repo: Path, cold: bool) -> dict:
     """`evolver eval` as a user runs it: the CLI in a fresh process, timed from launch to exit.
     Cold: no worker daemon is running, so this command starts one (tau2 and litellm imported)."""
-    from evolver import zygote_client
+    from evolver.evaluation import zygote_client
 
     if cold:
         zygote_client.stop_all()
@@ -107,9 +107,10 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
     from tau2.data_model.message import UserMessage
     from tau2.domains.mock.environment import get_environment
 
-    from evolver import proxy_agent, worker, zygote_client
     from evolver.data import RoleModel
-    from evolver.llm import register_providers, retrying
+    from evolver.evaluation import proxy_agent, worker, zygote_client
+    from evolver.llm import retrying
+    from evolver.local.providers import register_providers
 
     os.environ["EVOLVER_SCRIPTED_LATENCY"] = "0"
     register_providers(["scripted/agent"])
@@ -164,7 +165,7 @@ def run_backend(backend, trials: int, concurrency: int, repo: Path, tasks: list[
 def start_ray(repo: Path):
     """A RayBackend on a local instance, its start-up timed: ray.init, then a first one-simulation
     evaluation (the node's zygote starts and imports tau2)."""
-    from evolver.backends.ray import RayBackend
+    from evolver.evaluation.backends.ray import RayBackend
 
     start = time.perf_counter()
     backend = RayBackend("")
@@ -204,8 +205,8 @@ def main() -> None:
         return main_ray(args)
     os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")  # the benchmark's own daemon
-    from evolver import zygote_client
-    from evolver.scaffold import init_repo
+    from evolver.cli.scaffold import init_repo
+    from evolver.evaluation import zygote_client
 
     repo = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     init_repo(repo)
@@ -240,7 +241,7 @@ def main() -> None:
                     assert warm["infra"] == cold["infra"] == 0, "infrastructure errors in the benchmark"
                     if args.ray:
                         if ray_backend is None:  # for each latency: its workers get the environment it starts with
-                            from evolver.backends.local import LocalBackend
+                            from evolver.evaluation.backends.local import LocalBackend
 
                             ray_backend, local_backend = start_ray(repo), LocalBackend()
                         local, ray = compare_backends(ray_backend, local_backend, trials, conc, args.repeats, repo)
@@ -262,9 +263,9 @@ def main_ray(args) -> None:
     """--ray-only: the Ray backend on a local instance against the local backend, nothing else."""
     os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")
-    from evolver import zygote_client
-    from evolver.backends.local import LocalBackend
-    from evolver.scaffold import init_repo
+    from evolver.cli.scaffold import init_repo
+    from evolver.evaluation import zygote_client
+    from evolver.evaluation.backends.local import LocalBackend
 
     repo = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     init_repo(repo)

@@ -1,4 +1,4 @@
-"""Monte-Carlo figures for evolver.gate: false keeps, power and cost, per noise shape and design.
+"""Monte-Carlo figures for evolver.evolution.gate: false keeps, power and cost, per noise shape and design.
 
     python benchmarks/gate_power.py [--decisions 400] [--seed 1] [--jobs 1] [--tasks 40]
                                     [--from-result PATH]
@@ -55,7 +55,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from evolver.gate import (  # noqa: E402
+from evolver.evolution.gate import (  # noqa: E402
     GateConfig, decide, decide_set, evaluate, evaluate_set, pass_rates, set_stages, shift_rates, sized,
 )
 

@@ -274,9 +274,9 @@ def bench_customer(api_base: str, presentations: list[str]) -> dict:
 
 def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, user: str, adapter: bool, trials: int,
                task_ids: list[str] | None = None) -> dict:
-    from evolver.backends.local import LocalBackend
+    from evolver.cli.scaffold import init_repo
     from evolver.data import EvalRequest, RoleModel
-    from evolver.scaffold import init_repo
+    from evolver.evaluation.backends.local import LocalBackend
 
     work = Path(tempfile.mkdtemp(prefix="evolver-bench-local-"))
     init_repo(work)

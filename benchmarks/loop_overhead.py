@@ -33,11 +33,11 @@ def main() -> None:
     os.environ["PYTHONPATH"] = str(ROOT)
     from rich.console import Console
 
-    import evolver.loop as loop_mod
-    from evolver.backends.local import LocalBackend
+    import evolver.evolution.loop as loop_mod
+    from evolver.cli.scaffold import init_repo
+    from evolver.cli.start import new_run
     from evolver.config import load_config
-    from evolver.scaffold import init_repo
-    from evolver.start import new_run
+    from evolver.evaluation.backends.local import LocalBackend
 
     repo = Path(tempfile.mkdtemp(prefix="evolver-overhead-"))
     init_repo(repo)

@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 def one_iteration(k: int, concurrency: int) -> tuple[float, list[str]]:
     from rich.console import Console
 
-    from evolver.backends.local import LocalBackend
+    from evolver.cli.scaffold import init_repo
+    from evolver.cli.start import new_run
     from evolver.config import load_config
-    from evolver.scaffold import init_repo
-    from evolver.start import new_run
+    from evolver.evaluation.backends.local import LocalBackend
 
     repo = Path(tempfile.mkdtemp(prefix=f"evolver-k{k}-"))
     init_repo(repo)
@@ -61,7 +61,7 @@ def main() -> None:
     os.environ["EVOLVER_SCRIPTED_LATENCY"] = str(args.latency)
     os.environ["PYTHONPATH"] = str(ROOT)
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-parallel-")  # the benchmark's own daemon
-    from evolver import zygote_client
+    from evolver.evaluation import zygote_client
 
     print(f"one iteration, {args.latency:g} s per LLM call, {args.concurrency} simulations at once per candidate, "
           f"{os.cpu_count()} cores; each candidate: smoke test + 40 gate simulations")

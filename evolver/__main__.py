@@ -1,3 +1,3 @@
-from evolver.launch import main
+from evolver.cli.launch import main
 
 raise SystemExit(main())

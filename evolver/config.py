@@ -6,21 +6,20 @@ TOML (see `evolver init` for a commented example).
 
 from __future__ import annotations
 
-import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from evolver.backends import BACKENDS
-from evolver.data import EvalRequest, RoleModel
+from evolver.data import USER_ADAPTER, EvalRequest, RoleModel
 from evolver.errors import UsageError
-from evolver.local.customer import OPTION as USER_ADAPTER
 
 CONFIG_FILE = "evolver.toml"
 ENV_PREFIX = "EVOLVER_"
 DOMAINS = ("airline", "retail", "telecom", "mock")
+# Where simulations can run; evolver.evaluation.backends.make_backend builds each (named here, below it).
+BACKENDS = ("local", "ray")
 ROLES = ("agent", "user", "meta")
 
 
@@ -58,7 +57,7 @@ class Config:
     max_steps: int = 30
     llm_retries: int = 4
     worker_timeout: float = 3600.0
-    # The candidate's agent process (evolver.sandbox): compute seconds per turn (LLM calls not
+    # The candidate's agent process (evolver.evaluation.sandbox): compute seconds per turn (LLM calls not
     # counted) and memory on top of what it starts with; past either the simulation fails.
     agent_timeout: float = 120.0
     agent_memory_mb: int = 1024
@@ -67,7 +66,7 @@ class Config:
     unsafe_no_sandbox: bool = False
     # Modules the worker imports first, e.g. to register an extra tau2 domain.
     plugins: list = field(default_factory=list)
-    # Where simulations run (evolver.backends): this machine, or Ray. With ray and no
+    # Where simulations run (evolver.evaluation.backends): this machine, or Ray. With ray and no
     # address, evolver starts a local Ray instance and stops it at exit; "auto" joins a running one.
     backend: str = "local"
     ray_address: str = ""
@@ -91,7 +90,7 @@ class Config:
     gate_alpha: float = 0.05
     gate_min_effect: float = 0.0
     gate_stages: list = field(default_factory=list)  # empty: the gate's tuned default (docs/gate.md)
-    # Experiment tracking (evolver.tracking): off, or mlflow (an optional extra) for the settings,
+    # Experiment tracking (evolver.cli.tracking): off, or mlflow (an optional extra) for the settings,
     # per-iteration metrics and the report, logged to mlruns/ or MLFLOW_TRACKING_URI.
     track: str = "off"
 
@@ -306,44 +305,3 @@ def eval_request(cfg: Config, checkout: Path, out_dir: Path, *, timeout: Optiona
         agent=cfg.role("agent"), user=cfg.role("user"), judge=cfg.role("judge"),
     )
     return EvalRequest(**{**base, **fields})
-
-
-def require_sandbox(cfg: Config) -> None:
-    """Refuse to run candidate code where it cannot be confined, unless the user gave up the sandbox by flag."""
-    if cfg.unsafe_no_sandbox:
-        return
-    from evolver.sandbox import unavailable_reason
-
-    reason = unavailable_reason()
-    if reason:
-        raise UsageError(f"{reason}; unconfined, candidate code could read your keys and files and forge its score: "
-                         "run where the sandbox works, or pass --unsafe-no-sandbox to accept that risk")
-
-
-def gate_config(cfg: Config):
-    """The gate's parameters from the configuration (defaults tuned in benchmarks/gate_power.py)."""
-    from evolver.gate import GateConfig
-
-    default = GateConfig()
-    try:
-        stages = tuple(int(x) for x in cfg.gate_stages) or default.stages
-        # The tuned futility boundaries belong to the tuned stages; other stages reject only a negative estimate.
-        futility = default.futility if stages == default.stages else tuple(0.0 for _ in stages[1:])
-        return GateConfig(alpha=cfg.gate_alpha, min_effect=cfg.gate_min_effect, stages=stages, futility=futility)
-    except ValueError as exc:
-        raise UsageError(f"gate settings: {exc}; gate_stages are increasing trial counts such as 1,2,3,4,6") from None
-
-
-def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True) -> int:
-    """The most simulations a run can take: per iteration each candidate's smoke test (and, with
-    several, their screen), the full gate of one candidate and of the incumbent beside it, at
-    the longest the gate may be sized to, a fresh reference and analysis for a new incumbent;
-    plus the baseline and the holdout."""
-    from evolver.gate import MOST_STRETCH
-
-    gate = gate_config(cfg)
-    longest = math.ceil(gate.stages[-1] * MOST_STRETCH)
-    screen = gate.screen if cfg.candidates > 1 else 0
-    per_iteration = cfg.candidates * (1 + n_gate * screen) + 2 * n_gate * longest + n_gate * gate.stages[-1] + n_analysis * cfg.analysis_trials
-    start = n_analysis * cfg.analysis_trials + n_gate * gate.stages[-1] if baseline else 0
-    return start + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials

@@ -14,6 +14,12 @@ from typing import Literal, Optional
 from pydantic import BaseModel, Field
 
 
+# The llm_args key that turns a `local/` user's adapter (evolver.local.customer) on (true, the
+# default), off (false) or to some of its steps: evolver.config sets it, the `local/` provider
+# (evolver.local.serving) takes it off before the request reaches the server.
+USER_ADAPTER = "user_adapter"
+
+
 class RoleModel(BaseModel):
     """One LLM role: a litellm model string plus the arguments passed with every call."""
 
@@ -44,7 +50,7 @@ class EvalRequest(BaseModel):
     max_errors: int = 10
     llm_retries: int = 4
     # The candidate's agent runs in a sandboxed process of its own per simulation
-    # (evolver.sandbox); False only with --unsafe-no-sandbox.
+    # (evolver.evaluation.sandbox); False only with --unsafe-no-sandbox.
     sandbox: bool = True
     agent_timeout: float = 120.0  # seconds of agent compute per turn, LLM calls not counted
     agent_memory_mb: int = 1024  # memory the agent process may add to what it starts with
@@ -146,7 +152,7 @@ class EvalResult(BaseModel):
     max_steps: int
     models: dict[str, RoleModel]
     harness: dict = Field(default_factory=dict)
-    # How the candidate's code was confined (evolver.sandbox); {"mode": "none"} when it was not.
+    # How the candidate's code was confined (evolver.evaluation.sandbox); {"mode": "none"} when it was not.
     isolation: dict = Field(default_factory=dict)
     candidate_error: Optional[str] = None
     worker_note: Optional[str] = None

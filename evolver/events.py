@@ -1,7 +1,7 @@
 """What a run reports as it goes: typed events, and the bus the loop emits them on.
 
 The loop never prints. Subscribers render the events: the terminal view
-(evolver.report.ConsoleView) today; a live dashboard, a log or an experiment
+(evolver.cli.console.ConsoleView) today; a live dashboard, a log or an experiment
 tracker can subscribe the same way. Events are plain data, emitted from the
 loop's thread and from the threads that evaluate candidates at once, so a
 subscriber must be thread-safe.

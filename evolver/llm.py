@@ -27,20 +27,6 @@ def prepare_environment() -> None:
     os.environ.setdefault("LOGURU_LEVEL", "ERROR")  # tau2 logs its registry and cache set-up at import: quiet in every command
 
 
-def register_providers(models) -> None:
-    """Register the custom litellm providers that these model strings need."""
-    prepare_environment()
-    models = list(models)
-    if any(m.startswith("scripted/") for m in models):
-        from evolver import scripted
-
-        scripted.register()
-    if any(m.startswith("local/") for m in models):
-        from evolver.local import serving
-
-        serving.register()
-
-
 def _error_classes():
     import litellm
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evolver import zygote_client
+from evolver.evaluation import zygote_client
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED_MODELS = ["--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge", "--meta-model", "scripted/meta"]

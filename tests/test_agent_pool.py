@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from evolver import proxy_agent, worker, zygote_client
 from evolver.data import RoleModel
+from evolver.evaluation import proxy_agent, worker, zygote_client
 
 
 class CountingFactory:

@@ -7,7 +7,7 @@ import pytest
 from evolver.config import load_config
 from evolver.data import RoleUsage, SimRecord
 from evolver.errors import UsageError
-from evolver.metrics import pass_hat_k, rewards_by_task, summarize
+from evolver.evaluation.metrics import pass_hat_k, rewards_by_task, summarize
 
 
 def test_file_then_environment_then_flags(tmp_path):
@@ -62,8 +62,8 @@ def test_every_setting_is_documented_in_evolver_toml_and_the_readme():
     from dataclasses import fields
     from pathlib import Path
 
+    from evolver.cli.scaffold import config_template
     from evolver.config import FLAG_ONLY, INTERNAL, KEY_HELP, Config
-    from evolver.scaffold import config_template
 
     keys = [f.name for f in fields(Config) if f.name not in INTERNAL]
     assert sorted(KEY_HELP) == sorted(keys)
@@ -99,7 +99,7 @@ def test_one_validation_for_file_environment_and_flags(tmp_path, source, key, ra
 
 
 def test_the_user_role_adapter_switch_from_file_environment_and_flag(tmp_path):
-    from evolver.cli import _overrides, build_parser
+    from evolver.cli.commands import _overrides, build_parser
 
     def adapter(overrides=None, environ=None):
         cfg = load_config(tmp_path, {**(overrides or {}), "user_model": "local"}, environ=environ or {})

@@ -1,4 +1,4 @@
-"""The warm worker daemon (evolver.zygote): reused across commands, private, and never left
+"""The warm worker daemon (evolver.evaluation.zygote): reused across commands, private, and never left
 holding a dead controller's workers. Real processes and sockets; each test has its own daemon."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evolver import zygote_client
+from evolver.evaluation import zygote_client
 from tests.conftest import SCRIPTED_MODELS, eval_json, run_cli
 
 ONE_TASK = ("--task-ids", "create_task_1")
@@ -58,7 +58,7 @@ def test_commands_share_one_warm_daemon(repo, runtime):
 
 @pytest.mark.parametrize("warm", [False, True], ids=["command-run-locally", "command-run-in-the-daemon"])
 def test_killed_controller_takes_its_workers_not_the_daemon(repo, runtime, warm):
-    if warm:  # then the command itself is handed to the daemon (evolver.launch)
+    if warm:  # then the command itself is handed to the daemon (evolver.cli.launch)
         eval_json(repo, *ONE_TASK)
     env = {**os.environ, "EVOLVER_SCRIPTED_LATENCY": "1"}  # slow enough to be caught mid-run
     controller = subprocess.Popen([sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
@@ -158,8 +158,8 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
 
 def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
     """`evolver daemon stop` during a run: the run's later evaluations still get workers."""
-    from evolver.backends.local import LocalBackend
     from evolver.config import eval_request, load_config
+    from evolver.evaluation.backends.local import LocalBackend
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"}, environ={})
     with LocalBackend() as backend:
@@ -187,7 +187,7 @@ def test_a_child_that_exits_in_the_same_read_as_its_pid_is_not_lost():
     """The zygote's {"pid"} and {"exit"} for a child that ends at once can arrive in one read."""
     import socket
 
-    from evolver.backends.local import Zygote
+    from evolver.evaluation.backends.local import Zygote
 
     ours, theirs = socket.socketpair()
     theirs.sendall(b'{"pid": 4242}\n{"exit": 4242, "code": 3}\n')

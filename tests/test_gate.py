@@ -1,4 +1,4 @@
-"""Unit tests for evolver.gate on constructed reward tables (offline, deterministic)."""
+"""Unit tests for evolver.evolution.gate on constructed reward tables (offline, deterministic)."""
 
 import collections
 import dataclasses
@@ -10,7 +10,7 @@ import random
 import pytest
 from statistics import fmean
 
-from evolver.gate import (
+from evolver.evolution.gate import (
     GateConfig, decide, decide_set, evaluate, evaluate_set, noise_floor, pass_rates, set_stages, shift_rates, sized,
 )
 
@@ -312,7 +312,7 @@ def test_false_accept_rate_of_the_sequential_gate_stays_under_alpha():
 def test_an_accept_never_quotes_a_bound_that_contradicts_it():
     """Five tasks all better, one by a lot: the permutation test accepts (p = 1/32) while the
     t-approximation's lower bound is negative; the verdict must not say both."""
-    from evolver.gate import GateConfig, decide
+    from evolver.evolution.gate import GateConfig, decide
 
     incumbent = {f"t{i}": [0.0] for i in range(5)}
     candidate = {"t0": [1.0], **{f"t{i}": [0.05] for i in range(1, 5)}}

@@ -125,8 +125,8 @@ def test_all_layers_off_sends_what_tau2s_llm_agent_sends(tpl, msg, monkeypatch):
 
 
 def test_the_guides_examples_apply_to_a_fresh_agent(tmp_path):
-    from evolver import patch
-    from evolver.scaffold import init_repo
+    from evolver.cli.scaffold import init_repo
+    from evolver.evolution import patch
 
     examples = re.findall(r"```\n(TITLE:.*?)```", (ROOT / "Harness.md").read_text(), re.S)
     assert len(examples) == 5  # the format, then one example per layer

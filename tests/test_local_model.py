@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from evolver.backends.local import LocalBackend
 from evolver.data import EvalRequest, RoleModel
 from evolver.errors import UsageError
+from evolver.evaluation.backends.local import LocalBackend
 from evolver.llm import prepare_environment
 from evolver.local import customer, provision, serving
 from evolver.local.provision import MODELS, ModelSpec, check_cpu, check_gguf, resolve_model
@@ -401,7 +401,7 @@ def test_requests_of_other_models_and_roles_are_byte_identical_with_the_adapter_
     import litellm
 
     from evolver.config import load_config
-    from evolver.llm import register_providers
+    from evolver.local.providers import register_providers
 
     api_base, bodies = openai_stub
     request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
@@ -420,7 +420,7 @@ def test_the_local_user_is_adapted_by_default_and_the_switch_turns_it_off(openai
     import litellm
 
     from evolver.config import eval_request, load_config
-    from evolver.llm import register_providers
+    from evolver.local.providers import register_providers
 
     api_base, bodies = openai_stub
     request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]

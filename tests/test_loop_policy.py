@@ -1,6 +1,6 @@
 """The loop's policy, branch by branch, against a fake evaluation backend.
 
-The backend (evolver.backends.Backend) is the loop's only way to simulations, so
+The backend (evolver.evaluation.backends.Backend) is the loop's only way to simulations, so
 a fake one that scores each task from the candidate's instruction text lets
 these tests run the real loop, git lineage, proposer (scripted meta-LLM), gate
 and run store in seconds: what is kept, what becomes the parent, when the run
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolver.backends import TaskListing
+from evolver.cli.start import new_run
 from evolver.config import load_config
 from evolver.data import EvalResult, RoleUsage, SimRecord
-from evolver.metrics import summarize
-from evolver.start import new_run
+from evolver.evaluation.backends import TaskListing
+from evolver.evaluation.metrics import summarize
 from tests.conftest import git
 from tests.scripts.loop_cases import EXACT, THOROUGH, TRANSFER
 
@@ -77,7 +77,7 @@ class FakeBackend:
 
 def run_loop(tmp_path, monkeypatch, proposals: str, backend: FakeBackend | None = None, **settings):
     """A whole run, in-process; returns the loop (its run directory and state are on disk)."""
-    from evolver.scaffold import init_repo
+    from evolver.cli.scaffold import init_repo
 
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:policy_script")
     monkeypatch.setenv("EVOLVER_TEST_PROPOSALS", proposals)

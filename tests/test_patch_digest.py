@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from evolver.cli.start import PROMPTS_DIR
 from evolver.data import EvalResult, EvalSummary, RoleModel, SimRecord
-from evolver.digest import build_digest
 from evolver.errors import UsageError
-from evolver.patch import Edit, ParseError, PatchRejected, apply_edits, check_path, parse_proposal
-from evolver.propose import build_messages, propose
-from evolver.start import PROMPTS_DIR
+from evolver.evolution.digest import build_digest
+from evolver.evolution.patch import Edit, ParseError, PatchRejected, apply_edits, check_path, parse_proposal
+from evolver.evolution.propose import build_messages, propose
 
 AGENT = 'AGENT_INSTRUCTION = """\nBe nice.\n"""\n\n\ndef f():\n    return 1\n'
 
@@ -43,7 +43,7 @@ def test_malformed_proposals(text, fragment):
         parse_proposal(text)
 
 
-@pytest.mark.parametrize("path", ["evolver/cli.py", "agent/templates/tau_bench.py", "agent/../evolver/cli.py", "/etc/passwd", "agent", "Harness.md"])
+@pytest.mark.parametrize("path", ["evolver/cli/commands.py", "agent/templates/tau_bench.py", "agent/../evolver/cli/commands.py", "/etc/passwd", "agent", "Harness.md"])
 def test_allowlist_refuses(path):
     with pytest.raises(PatchRejected) as exc:
         check_path(path)
@@ -132,7 +132,7 @@ def _hostile_tree(root):
 BAD_PATHS = [
     ("nul-byte", "agent/x\x00.py", "control character"),
     ("control-char", "agent/x\x1b[2J.py", "control character"),
-    ("newline", "agent/x.py\nFILE: evolver/cli.py", "control character"),
+    ("newline", "agent/x.py\nFILE: evolver/cli/commands.py", "control character"),
     ("long-name", "agent/" + "a" * 300 + ".py", "longer than 200"),
     ("long-component", "agent/" + "a" * 120 + ".py", "longer than 100"),
     ("directory", "agent/skills", "only .py"),

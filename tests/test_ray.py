@@ -1,4 +1,4 @@
-"""The Ray backend (evolver.backends.ray) on a real local Ray instance: scripted LLMs; tau2, git,
+"""The Ray backend (evolver.evaluation.backends.ray) on a real local Ray instance: scripted LLMs; tau2, git,
 the sandbox, Ray and subprocesses are real.
 
 `evolver eval` and `evolver run` give the local backend's results for the same seeds; provider
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from evolver.backends import Cancelled
-from evolver.backends.ray import RayBackend, plan, worker_environment
-from evolver.backends.ray_node import pack_agent, unpack_agent
 from evolver.config import eval_request, load_config
 from evolver.data import SimRecord, read_sim_records
 from evolver.errors import UsageError
+from evolver.evaluation.backends import Cancelled
+from evolver.evaluation.backends.ray import RayBackend, plan, worker_environment
+from evolver.evaluation.backends.ray_node import pack_agent, unpack_agent
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.scripts.ray_cases import KEY, VALUE
 from tests.test_eval import _inject_into_turn
@@ -322,7 +322,7 @@ class TestInProcess:
         once only the zygote is left or ``wait`` seconds have passed."""
         deadline = time.monotonic() + wait
         while True:
-            count = sum("evolver.zygote" in cmd for cmd in processes_with(str(backend.root)).values())
+            count = sum("evolver.evaluation.zygote" in cmd for cmd in processes_with(str(backend.root)).values())
             if count <= 1 or time.monotonic() > deadline:
                 return count
             time.sleep(0.1)

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from evolver.cli.runreport.facts import cost_of
 from evolver.data import RoleUsage
-from evolver.runreport.facts import cost_of
 from tests.chromium import INSTALL_HINT, visit
 from tests.conftest import ROOT, SCRIPTED_MODELS, git, run_cli
 from tests.test_loop import make_target, run_id_of
@@ -239,8 +239,8 @@ def test_mlflow_holds_the_settings_metrics_verdicts_and_report(tracked_run, tmp_
 def test_mlflow_tracking_uri_is_honoured_and_a_reopened_run_logs_nothing_twice(tracked_run, tmp_path, monkeypatch):
     from rich.console import Console
 
-    from evolver.runstate import RunDir
-    from evolver.tracking.mlflow_tracker import MlflowTracker
+    from evolver.cli.tracking.mlflow_tracker import MlflowTracker
+    from evolver.store.runstate import RunDir
 
     repo, run_id, _ = tracked_run
     uri = (tmp_path / "elsewhere").as_uri()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evolver import patch
-from evolver.noop import inert_edit_reason
-from evolver.scaffold import init_repo
+from evolver.cli.scaffold import init_repo
+from evolver.evolution import patch
+from evolver.evolution.noop import inert_edit_reason
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = re.findall(r"```\n(TITLE:.*?)```", (ROOT / "Harness.md").read_text(), re.S)[1:]  # H2, H3, H4, H5
@@ -56,7 +56,7 @@ def test_a_skill_without_h5_is_refused_and_a_prompt_edit_always_counts(tmp_path)
 
 def test_the_worker_reads_the_trial_from_tau2_and_never_guesses(tmp_path):
     from evolver.data import EvalRequest, RoleModel
-    from evolver.worker import Recorder
+    from evolver.evaluation.worker import Recorder
 
     role = RoleModel(model="scripted/agent")
     req = EvalRequest(checkout=str(tmp_path), out_dir=str(tmp_path / "out"), domain="mock", trials=3, seed=300, agent=role, user=role, judge=role)

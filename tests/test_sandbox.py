@@ -60,7 +60,7 @@ def test_no_agent_process_outlives_its_evaluation(target):
 
 
 def test_llm_requests_carry_messages_and_tools_only():
-    from evolver.proxy_agent import AgentFault, _llm_request
+    from evolver.evaluation.proxy_agent import AgentFault, _llm_request
 
     kwargs = _llm_request({
         "op": "llm", "messages": [{"role": "user", "content": "hi", "api_base": "http://evil"}],
@@ -119,10 +119,10 @@ def hardcoding_meta(name, messages, tools):
 
 
 def test_a_patch_that_copies_task_data_is_refused_with_rule_and_line(target, monkeypatch):
+    from evolver.cli.start import PROMPTS_DIR
     from evolver.data import RoleModel
-    from evolver.propose import propose
-    from evolver.start import PROMPTS_DIR
-    from evolver.worker import domain_identifiers
+    from evolver.evaluation.worker import domain_identifiers
+    from evolver.evolution.propose import propose
 
     repo, template, _, _ = target
     (repo / "agent" / "agent.py").write_text(template)
@@ -141,7 +141,7 @@ def test_a_patch_that_copies_task_data_is_refused_with_rule_and_line(target, mon
 def test_the_channel_refuses_what_is_not_a_message():
     import socket
 
-    from evolver.channel import HEADER, MAX_FRAME, Channel, ChannelError
+    from evolver.evaluation.channel import HEADER, MAX_FRAME, Channel, ChannelError
 
     ours, theirs = socket.socketpair()
     chan = Channel(ours)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evolver.patch import apply_edits, parse_proposal
-from evolver.scan import RULES, Finding, scan_text, scan_tree, task_data_identifiers
+from evolver.evaluation.scan import RULES, Finding, scan_text, scan_tree, task_data_identifiers
+from evolver.evolution.patch import apply_edits, parse_proposal
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "agent" / "templates"

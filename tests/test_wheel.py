@@ -38,7 +38,7 @@ def test_the_wheel_installs_and_runs_a_scripted_evolution(tmp_path):
                    check=True, capture_output=True, timeout=600)
     [wheel] = wheels.glob("evolver-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for packaged in ("evolver/prompts/Harness.md", "evolver/prompts/propose.md", "evolver/baseline/tau_bench.py", "evolver/sandbox.py"):
+    for packaged in ("evolver/prompts/Harness.md", "evolver/prompts/propose.md", "evolver/baseline/tau_bench.py", "evolver/evaluation/sandbox.py"):
         assert packaged in names
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)

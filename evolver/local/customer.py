@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import re
 
-# The request option of the `local/` provider that chooses the steps (evolver.config sets it for a local user).
-OPTION = "user_adapter"
+# The steps, chosen per request by the `local/` provider's option evolver.data.USER_ADAPTER.
 STEPS = ("reminder", "prefill", "recheck")
 
 OPENING = "Hi, I need"

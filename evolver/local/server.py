@@ -46,7 +46,7 @@ PARALLEL = 2
 CTX_PER_SLOT = 16384
 # The reply limit of a request that sets none (llama.cpp's n_predict; a request's own
 # max_tokens wins, measured), so a plain `openai/local` client's repetition loop ends
-# in minutes, not at the end of the context. evolver.start keeps the meta prompt to
+# in minutes, not at the end of the context. evolver.cli.start keeps the meta prompt to
 # CTX_PER_SLOT - 4096, so a reply this long still fits the slot.
 MAX_TOKENS = 4096
 

@@ -42,6 +42,7 @@ import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from evolver.data import USER_ADAPTER
 from evolver.local import customer
 from evolver.toolcalls import parse_text_tool_calls
 
@@ -54,10 +55,9 @@ REASKS = 2
 DEFAULT_MAX_TOKENS = 512
 REASK_TEMPERATURE = 0.7
 REASK_NOTE = "Your last reply was empty. Reply now: write your message"
-# The label evolver gives tau2's user simulator (config.Config.role), and the request
-# option that turns the user-role adapter on (true, the default), off (false) or to some steps.
+# The label evolver gives tau2's user simulator (config.Config.role); USER_ADAPTER, imported
+# above, is the request option that turns the user-role adapter on, off or to some steps.
 USER_LABEL = "user"
-USER_ADAPTER = customer.OPTION
 
 _counts: dict[str, Counter] = defaultdict(Counter)
 _lock = threading.Lock()

@@ -354,7 +354,7 @@ def init_repo(path: Path, env: dict) -> tuple[Path, str]:
 
 def wait_for_no_agents(timeout: float = 10.0) -> bool:
     """True once no zygote of this code runs any child (agent processes die with their evaluation)."""
-    from evolver import zygote_client
+    from evolver.evaluation import zygote_client
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

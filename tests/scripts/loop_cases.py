@@ -29,7 +29,7 @@ def _anchor_edit(extra_line):
 
 PROPOSALS = [
     "TITLE: Break the state class\nRATIONALE: a patch with a syntax error\nFILE: agent/agent.py\n<<<<<<< SEARCH\nclass HarnessState(BaseModel):\n=======\nclass HarnessState(BaseModel)\n>>>>>>> REPLACE\n",
-    "TITLE: Edit the optimizer\nRATIONALE: a patch outside agent/\nFILE: evolver/cli.py\n<<<<<<< SEARCH\n=======\nprint('hi')\n>>>>>>> REPLACE\n",
+    "TITLE: Edit the optimizer\nRATIONALE: a patch outside agent/\nFILE: evolver/cli/commands.py\n<<<<<<< SEARCH\n=======\nprint('hi')\n>>>>>>> REPLACE\n",
     "TITLE: Transfer everyone\nRATIONALE: humans solve everything (this makes the agent worse)\n" + _anchor_edit(TRANSFER),
     "TITLE: Keep the user's exact title\nRATIONALE: Pattern 1: create_task got a garbled title\n" + _anchor_edit(EXACT),
 ]

@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from evolver.config import Config, max_simulations
+from evolver.config import Config
 from evolver.data import EvalResult, RoleUsage, cost_text
 from evolver.errors import UsageError
-from evolver.lineage import Lineage
-from evolver.metrics import rewards_by_task
-from evolver.runstate import BestChange, RunDir, slug
+from evolver.evaluation.metrics import rewards_by_task
+from evolver.evolution.plan import max_simulations
+from evolver.store.lineage import Lineage
+from evolver.store.runstate import BestChange, RunDir, slug
 
 
 def history_rows(run: RunDir) -> list[dict]:

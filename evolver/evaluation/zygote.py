@@ -1,12 +1,12 @@
 """A warm worker factory: imports tau2 and litellm once, then forks one fresh worker per evaluation.
 
-    python -m evolver.zygote --socket PATH [--idle SECONDS]
+    python -m evolver.evaluation.zygote --socket PATH [--idle SECONDS]
 
 Importing tau2 and litellm takes 4-7 s on 2 cores, longer than a small
 evaluation. The zygote pays it once and then serves every controller (each
 `evolver eval` and `evolver run`) on a Unix socket; it exits after ``--idle``
 seconds without clients or workers (0: as soon as the last client leaves).
-evolver.zygote_client finds or starts it. Each worker is a fresh fork that has
+evolver.evaluation.zygote_client finds or starts it. Each worker is a fresh fork that has
 never imported a candidate, so candidate code still runs only in its own
 process, with its own process group, killable by the controller.
 
@@ -20,15 +20,21 @@ Protocol, one JSON object per line on a client's connection:
   zygote -> client   {"ready": true, "pid": N} on connect
   client -> zygote   {"request": path, "log": path, "cwd": dir} with one fd, the
                      client's environment as JSON in a memfd: a trusted evaluation worker
-                     {"command": [args], "cwd": dir} with the client's stdin, stdout,
-                     stderr and environment memfd passed along (SCM_RIGHTS): an `evolver`
-                     command (evolver.launch), run in a fork that has its imports done already
+                     {"command": [args], "entry": module, "cwd": dir} with the client's stdin,
+                     stdout, stderr and environment memfd passed along (SCM_RIGHTS): an
+                     `evolver` command (evolver.cli.launch), run by ``module``'s main(args) in a
+                     fork that has its imports done already
                      {"agent": spec} with one fd, its end of a socketpair: an agent process
                      that confines itself and runs one simulation's candidate code
-                     (evolver.agent_host)
+                     (evolver.evaluation.agent_host)
   zygote -> client   {"pid": N}, then {"exit": N, "code": C} when that child ends
   client -> zygote   {"status": true}  ->  {"status": {...}}
   client -> zygote   {"stop": true}: no new clients; exit once the current ones leave
+
+A command's entry is named by its client (an evolver.* module with main(argv) and,
+optionally, preload()), so that this evaluation-side process does not import the
+command line: the zygote imports the entry, and what its preload() imports, once,
+at the first command, and every later command forks warm.
 
 A client that disconnects (it finished, or was killed) takes its workers with
 it: the zygote kills their process groups, so a killed controller leaves no
@@ -40,16 +46,17 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
+import re
 import select
 import signal
 import socket
 import sys
 import time
 
-
-CONNECTION_ENV = "EVOLVER_ZYGOTE_FD"  # set in a worker: its own connection to the zygote, for agent processes
+from evolver.evaluation.zygote_client import CONNECTION_ENV
 
 
 def _read_env(fd: int) -> dict:
@@ -59,7 +66,7 @@ def _read_env(fd: int) -> dict:
 
 
 def _child(req: dict, inherited: list[int], fds: list[int]) -> None:
-    """In the fork: own process group; then an agent process (evolver.agent_host), or, in the
+    """In the fork: own process group; then an agent process (evolver.evaluation.agent_host), or, in the
     client's directory and environment, a worker (output to its log) or an evolver command
     (on the client's own stdin/out/err)."""
     os.setsid()
@@ -74,7 +81,7 @@ def _child(req: dict, inherited: list[int], fds: list[int]) -> None:
         for target in (0, 1, 2):
             os.dup2(null, target)
         try:
-            from evolver import agent_host
+            from evolver.evaluation import agent_host
 
             code = agent_host.serve(fds[0], req["agent"])
         finally:
@@ -93,12 +100,10 @@ def _child(req: dict, inherited: list[int], fds: list[int]) -> None:
         os.environ[CONNECTION_ENV] = str(fds[1])
     try:
         if "command" in req:
-            from evolver import cli
-
             sys.argv = ["evolver", *req["command"]]
-            code = cli.main(req["command"])
+            code = importlib.import_module(req["entry"]).main(req["command"])
         else:
-            from evolver import worker
+            from evolver.evaluation import worker
 
             code = worker.main([req["request"]])
     except SystemExit as exc:  # argparse's own exits (--help, usage errors)
@@ -196,7 +201,7 @@ class Zygote:
 
     def _fork(self, client: Client, req: dict) -> None:
         fds, client.fds = client.fds, []
-        if len(fds) != (4 if "command" in req else 1):
+        if len(fds) != (4 if "command" in req else 1) or ("command" in req and not _entry(req.get("entry"))):
             for fd in fds:
                 os.close(fd)
             self._drop(client)  # not an evolver client
@@ -268,6 +273,25 @@ class Zygote:
             self._unlink()
 
 
+ENTRY = re.compile(r"evolver(\.[a-z_]+)+")
+_warm: set[str] = set()
+
+
+def _entry(entry) -> bool:
+    """Whether a command's entry names an evolver module; imported here (with what its
+    preload() imports) the first time, so that its commands fork with their imports done."""
+    if not isinstance(entry, str) or not ENTRY.fullmatch(entry):
+        return False
+    if entry not in _warm:
+        _warm.add(entry)
+        try:
+            module = importlib.import_module(entry)
+            getattr(module, "preload", lambda: None)()
+        except Exception:  # noqa: BLE001 - the command's fork imports it again and shows the error to its user
+            pass
+    return True
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -276,17 +300,15 @@ def _kill_group(pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evolver.zygote")
+    parser = argparse.ArgumentParser(prog="python -m evolver.evaluation.zygote")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--idle", type=float, default=0.0)
     args = parser.parse_args(argv)
     zygote = Zygote(args.socket, args.idle)  # bind first: a second zygote for the path fails here
     try:
-        from evolver import worker
+        from evolver.evaluation import worker
 
-        worker.preload()
-        # What `evolver eval` imports, so that commands run here start as fast as workers.
-        import evolver.backends.local, evolver.cli, evolver.local.backend, evolver.report  # noqa: E401, F401
+        worker.preload()  # what a command needs is imported at its first command (_entry)
         zygote.serve()
     finally:
         zygote.close()

@@ -1,12 +1,12 @@
 """Worker: evaluates one checkout's agent on tau2, in its own process.
 
-    python -m evolver.worker OUT_DIR/request.json
+    python -m evolver.evaluation.worker OUT_DIR/request.json
 
 This is the trusted evaluator: tau2's orchestrator, environment, user
 simulator and evaluator, the LLM keys and everything that writes results. It
 never imports the candidate's code (an LLM wrote it): tau2 runs
-evolver.proxy_agent.ProxyAgent, which forwards each simulation's agent calls to
-a sandboxed agent process of its own (evolver.agent_host). That process reads
+evolver.evaluation.proxy_agent.ProxyAgent, which forwards each simulation's agent calls to
+a sandboxed agent process of its own (evolver.evaluation.agent_host). That process reads
 a private copy of agent/ and nothing of this worker's: not the run directory,
 not tau2's data, no key. The whole task x trial grid runs through tau2's own
 `run_tasks` in one call; each simulation is written to sims.jsonl the moment it
@@ -33,7 +33,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from evolver.data import EvalRequest, RoleUsage, SimRecord, read_sim_records, write_json_atomic
-from evolver.llm import ProviderError, missing_api_key, prepare_environment, register_providers
+from evolver.llm import ProviderError, missing_api_key, prepare_environment
+from evolver.local.providers import register_providers
 
 AGENT_NAME = "evolver_harness"
 EXIT_USAGE = 2
@@ -70,11 +71,11 @@ def preload() -> None:
     import tenacity  # noqa: F401 - evolver.llm.retrying
     import tomllib  # noqa: F401 - what the agent template imports besides tau2
     import tau2.environment.tool  # noqa: F401 - the agent process's stand-in tools
-    import evolver.agent_host, evolver.proxy_agent, evolver.sandbox, evolver.toolcalls  # noqa: E401, F401
+    import evolver.evaluation.agent_host, evolver.evaluation.proxy_agent, evolver.evaluation.sandbox, evolver.toolcalls  # noqa: E401, F401
     import landlock, pyseccomp  # noqa: E401, F401 - an agent process confines itself right after the fork
 
-    evolver.sandbox.prepare()
-    evolver.agent_host.prepare()
+    evolver.evaluation.sandbox.prepare()
+    evolver.evaluation.agent_host.prepare()
 
 
 def available_splits(domain: str) -> dict[str, list[str]]:
@@ -124,7 +125,7 @@ def domain_identifiers(domain: str) -> list[str]:
     from tau2.registry import registry
     from tau2.run import load_tasks
 
-    from evolver.scan import task_data_identifiers
+    from evolver.evaluation.scan import task_data_identifiers
 
     env = registry.get_env_constructor(domain)()
     db = getattr(getattr(env, "tools", None), "db", None)
@@ -148,7 +149,7 @@ def stage_candidate(checkout: Path, staging: Path) -> Path:
 def check_candidate(s):
     """Import the candidate in a sandboxed agent process before any simulation: a broken
     candidate fails fast and clearly. Returns that process, ready: it serves the first simulation."""
-    from evolver import proxy_agent
+    from evolver.evaluation import proxy_agent
 
     context = proxy_agent.SimContext()
     try:
@@ -176,7 +177,7 @@ def _usage(messages, kind) -> RoleUsage:
 def _is_infra_error(exc: BaseException) -> bool:
     """Raised by the trusted side alone: a provider failing after retries, or the sandbox failing
     to set up. Nothing the candidate sends can become one (its errors arrive as text)."""
-    from evolver.proxy_agent import SandboxFailure
+    from evolver.evaluation.proxy_agent import SandboxFailure
 
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -228,7 +229,7 @@ class Recorder:
     def __call__(self, *args, **kwargs):
         from tau2.data_model.message import UserMessage
 
-        from evolver import proxy_agent
+        from evolver.evaluation import proxy_agent
 
         task, seed = kwargs["task"], kwargs.get("seed")
         trial = self._trial(task.id, seed, sys._getframe(1))
@@ -343,8 +344,8 @@ def run(req: EvalRequest) -> None:
         if missing:
             raise Stop("usage_error", f"the {role_name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{role_name}-model (any OpenAI-compatible server works with --api-base)", EXIT_USAGE)
     _status(req, "importing", tasks=[t.id for t in tasks])
-    from evolver import proxy_agent
-    from evolver.zygote_client import WorkerConnection
+    from evolver.evaluation import proxy_agent
+    from evolver.evaluation.zygote_client import WorkerConnection
 
     staging = Path(tempfile.mkdtemp(prefix="evolver-agent-"))
     try:
@@ -366,7 +367,7 @@ def run(req: EvalRequest) -> None:
 def _simulate(req: EvalRequest, tasks: list, checked) -> None:
     import tau2.run
 
-    from evolver import proxy_agent
+    from evolver.evaluation import proxy_agent
 
     running_at, isolation = time.time(), checked.isolation
     _status(req, "running", tasks=[t.id for t in tasks], running_at=running_at, isolation=isolation)

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, apply_default_models, eval_request, load_config, require_sandbox, setting
+from evolver.config import DOMAINS, apply_default_models, eval_request, load_config, setting
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
@@ -210,10 +210,11 @@ def _check_repo(path: Path) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from evolver.backends import make_backend
+    from evolver.cli.console import eval_table, progress_bar
+    from evolver.evaluation.backends import make_backend
+    from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
     from evolver.local.backend import serve_local
-    from evolver.report import eval_table, progress_bar
 
     repo = Path(args.path).resolve()
     if not args.ref:
@@ -231,7 +232,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = repo / "runs" / run_id
     checkout, lineage = repo, None
     if args.ref:  # a commit is evaluated in its own worktree; the working tree is not touched
-        from evolver.lineage import Lineage, exclude_runs_dir  # gitpython only when needed: it slows every start
+        from evolver.store.lineage import Lineage, exclude_runs_dir  # gitpython only when needed: it slows every start
 
         lineage = Lineage(repo, run_id)
         commit = lineage.commit_of(args.ref)
@@ -283,7 +284,7 @@ def _discard(out: Path) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from evolver.scaffold import init_repo
+    from evolver.cli.scaffold import init_repo
 
     written = init_repo(Path(args.dir), force=args.force)
     print(f"initialised {Path(args.dir).resolve()}: " + ", ".join(written))
@@ -298,7 +299,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     prepare_environment()
     from tau2.run import load_tasks
 
-    from evolver.worker import available_splits
+    from evolver.evaluation.worker import available_splits
 
     splits = available_splits(args.domain)
     if args.split and args.split not in splits:
@@ -309,12 +310,13 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evolver.backends import make_backend
-    from evolver.history import history_rows
+    from evolver.cli.console import history_table
+    from evolver.cli.history import history_rows
+    from evolver.cli.start import new_run, resume_run
+    from evolver.evaluation.backends import make_backend
+    from evolver.evaluation.sandbox import require_sandbox
     from evolver.local.backend import cap_concurrency, serve_local
-    from evolver.report import history_table
-    from evolver.runstate import find_run
-    from evolver.start import new_run, resume_run
+    from evolver.store.runstate import find_run
 
     console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()
@@ -359,9 +361,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from evolver.history import history_rows
-    from evolver.report import history_table
-    from evolver.runstate import find_run
+    from evolver.cli.console import history_table
+    from evolver.cli.history import history_rows
+    from evolver.store.runstate import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     rows = history_rows(run)
@@ -373,9 +375,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from evolver.history import show
-    from evolver.report import show_candidate
-    from evolver.runstate import find_run
+    from evolver.cli.console import show_candidate
+    from evolver.cli.history import show
+    from evolver.store.runstate import find_run
 
     info = show(find_run(Path(args.repo).resolve(), args.run), args.iteration)
     if args.json:
@@ -386,10 +388,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from evolver.lineage import open_repo
-    from evolver.runreport import write_report
-    from evolver.runreport.facts import collect
-    from evolver.runstate import find_run
+    from evolver.cli.runreport import write_report
+    from evolver.cli.runreport.facts import collect
+    from evolver.store.lineage import open_repo
+    from evolver.store.runstate import find_run
 
     repo = Path(args.repo).resolve()
     open_repo(repo)  # a folder that is not a repository says so, not "no runs"
@@ -397,7 +399,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     facts = collect(run)
     path = write_report(run, facts)
     if args.markdown:
-        from evolver.runreport.markdown import summary
+        from evolver.cli.runreport.markdown import summary
 
         print(summary(facts), end="")
         print(f"report: {path}", file=sys.stderr)
@@ -407,8 +409,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from evolver.history import rollback
-    from evolver.runstate import find_run
+    from evolver.cli.history import rollback
+    from evolver.store.runstate import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     change = rollback(run, args.to, args.reason)
@@ -418,9 +420,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from evolver.history import status
-    from evolver.report import status_table
-    from evolver.runstate import find_run
+    from evolver.cli.console import status_table
+    from evolver.cli.history import status
+    from evolver.store.runstate import find_run
 
     info = status(find_run(Path(args.repo).resolve(), args.run))
     if args.json:
@@ -431,8 +433,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from evolver.history import runs
-    from evolver.report import runs_table
+    from evolver.cli.console import runs_table
+    from evolver.cli.history import runs
 
     repo = Path(args.repo).resolve()
     rows = runs(repo)
@@ -446,7 +448,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
-    from evolver import zygote_client
+    from evolver.evaluation import zygote_client
 
     if args.action == "stop":
         print(f"asked {zygote_client.stop_all()} daemon(s) to stop; each exits once its current evaluations end")
@@ -460,6 +462,12 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         print(f"pid {info['pid']}: up {age / 60:.1f} min, {info['served']} process(es) forked, {info['workers']} running, "
               f"{info['clients'] - 1} other client(s), idle limit {info['idle_seconds']:g} s, {state}; {path}")
     return 0
+
+
+def preload() -> None:
+    """What `evolver eval` imports, done once in the warm zygote (evolver.cli.launch hands `eval` to it),
+    so that its commands start as fast as its workers."""
+    import evolver.evaluation.backends.local, evolver.local.backend, evolver.cli.console  # noqa: E401, F401
 
 
 def _interrupt(signum, frame):
@@ -479,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
                "show": cmd_show, "report": cmd_report, "rollback": cmd_rollback, "status": cmd_status, "runs": cmd_runs, "daemon": cmd_daemon}[args.command]
     try:
         if args.command in ("eval", "run"):
-            from evolver import zygote_client
+            from evolver.evaluation import zygote_client
 
             zygote_client.check_settings()
         return handler(args)

@@ -23,10 +23,10 @@ from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from evolver import events as ev
-from evolver.lineage import exclude_runs_dir
-from evolver.runreport import write_report
-from evolver.runreport.facts import cost_of
-from evolver.runstate import IterationRecord, RunDir
+from evolver.cli.runreport import write_report
+from evolver.cli.runreport.facts import cost_of
+from evolver.store.lineage import exclude_runs_dir
+from evolver.store.runstate import IterationRecord, RunDir
 
 EXPERIMENT = "evolver"
 RUN_TAG = "evolver.run_id"

@@ -13,19 +13,21 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolver import tracking
-from evolver.backends import Backend
-from evolver.config import LOCAL, Config, eval_request, gate_config, max_simulations, require_sandbox
+from evolver.cli import tracking
+from evolver.cli.console import ConsoleView
+from evolver.config import LOCAL, Config, eval_request
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
+from evolver.evaluation.backends import Backend
+from evolver.evaluation.sandbox import require_sandbox
 from evolver.events import Events
-from evolver.gate import GateConfig
-from evolver.lineage import Lineage, exclude_runs_dir, open_repo
+from evolver.evolution.gate import GateConfig
+from evolver.evolution.loop import Loop
+from evolver.evolution.plan import gate_config, max_simulations
 from evolver.llm import check_api_base, missing_api_key, prepare_environment
 from evolver.local.server import CTX_PER_SLOT
-from evolver.loop import Loop
-from evolver.report import ConsoleView
-from evolver.runstate import Manifest, RunDir, RunState
+from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
+from evolver.store.runstate import Manifest, RunDir, RunState
 
 # Package data, so a wheel install runs as a checkout does (prompts/ in the repository).
 PROMPTS_DIR = Path(str(resources.files("evolver.prompts")))

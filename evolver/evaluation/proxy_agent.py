@@ -3,7 +3,7 @@
 tau2's orchestrator, environment, user simulator and evaluator stay in the
 trusted worker. ProxyAgent, registered with tau2's registry, forwards each agent
 call (initial state, next message, stop check, seed) to a sandboxed agent
-process (evolver.agent_host), one per simulation, and answers that process's
+process (evolver.evaluation.agent_host), one per simulation, and answers that process's
 LLM requests itself: with the configured model, endpoint and sampling settings,
 counting tokens and cost here. What comes back is hostile input: it is
 validated, and a broken protocol, an exit, a crash, a kill at a limit or a
@@ -29,9 +29,9 @@ from tau2.agent.llm_agent import LLMAgent
 from tau2.data_model.message import AssistantMessage, ToolCall
 from tau2.utils.llm_utils import get_response_cost, get_response_usage
 
-from evolver.agent_host import decode_message, encode_message
-from evolver.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout
 from evolver.data import RoleModel, RoleUsage
+from evolver.evaluation.agent_host import decode_message, encode_message
+from evolver.evaluation.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout
 from evolver.llm import ProviderError
 
 MAX_LLM_CALLS_PER_TURN = 16  # H2's retry makes 2; an agent in a loop of requests is stopped
@@ -53,7 +53,7 @@ class SandboxFailure(RuntimeError):
 
 @dataclass
 class Settings:
-    """How this worker runs agent processes (set once by evolver.worker)."""
+    """How this worker runs agent processes (set once by evolver.evaluation.worker)."""
 
     role: RoleModel  # the agent's configured model: the candidate never chooses it
     source: Path  # the read-only copy of the candidate's agent/ (its parent goes on sys.path)

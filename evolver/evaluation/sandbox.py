@@ -95,6 +95,19 @@ def unavailable_reason() -> Optional[str]:
     return None
 
 
+def require_sandbox(cfg) -> None:
+    """Refuse to run candidate code where it cannot be confined, unless the user gave up the sandbox
+    by flag (``cfg.unsafe_no_sandbox`` of an evolver.config.Config)."""
+    if cfg.unsafe_no_sandbox:
+        return
+    reason = unavailable_reason()
+    if reason:
+        from evolver.errors import UsageError
+
+        raise UsageError(f"{reason}; unconfined, candidate code could read your keys and files and forge its score: "
+                         "run where the sandbox works, or pass --unsafe-no-sandbox to accept that risk")
+
+
 def readable_paths(extra: list[Path]) -> list[Path]:
     """What a confined agent process may read: the interpreter's libraries, site-packages
     without tau2's data (task answers live there), evolver's package and ``extra``."""

@@ -1,7 +1,7 @@
 """The local backend: simulations in worker processes forked by this machine's zygote.
 
 The controller never imports the candidate's code: it writes the request,
-has the zygote (evolver.zygote) fork workers, watches sims.jsonl for progress,
+has the zygote (evolver.evaluation.zygote) fork workers, watches sims.jsonl for progress,
 enforces the wall-clock limit, and turns what the workers left on disk into an
 EvalResult.
 """
@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from evolver import zygote_client
-from evolver.backends import Cancelled, Progress, TaskListing
 from evolver.data import EvalRequest, EvalResult, SimRecord, SimsTally, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
-from evolver.metrics import summarize
-from evolver.worker import claims_dir, status_file
+from evolver.evaluation import zygote_client
+from evolver.evaluation.backends import Cancelled, Progress, TaskListing
+from evolver.evaluation.metrics import summarize
+from evolver.evaluation.worker import claims_dir, status_file
 
 # Workers per evaluation: tau2's simulations are partly CPU-bound under one GIL,
 # so two processes use both cores of a small machine.
@@ -33,7 +33,7 @@ LIST_TIMEOUT = 600.0
 
 
 class Zygote:
-    """One connection to the warm zygote (evolver.zygote_client finds or starts it), used by one
+    """One connection to the warm zygote (evolver.evaluation.zygote_client finds or starts it), used by one
     evaluation at a time: its messages say which of that evaluation's workers exited."""
 
     def __init__(self, environment: Optional[dict] = None) -> None:

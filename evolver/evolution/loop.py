@@ -21,18 +21,19 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from evolver import events as ev
-from evolver import gate as gatelib
-from evolver.backends import Backend
-from evolver.config import Config, eval_request, max_simulations
+from evolver.config import Config, eval_request
 from evolver.data import EvalResult, RoleUsage, write_json_atomic
-from evolver.digest import build_digest
-from evolver.lineage import Lineage, commit_message
+from evolver.evaluation.backends import Backend
+from evolver.evaluation.metrics import rewards_by_task
+from evolver.evolution import gate as gatelib
+from evolver.evolution.digest import build_digest
+from evolver.evolution.noop import inert_edit_reason
+from evolver.evolution.patch import Edit, PatchRejected, apply_edits
+from evolver.evolution.plan import max_simulations
+from evolver.evolution.propose import agent_files_text, build_messages, propose
 from evolver.llm import ProviderError
-from evolver.metrics import rewards_by_task
-from evolver.noop import inert_edit_reason
-from evolver.patch import Edit, PatchRejected, apply_edits
-from evolver.propose import agent_files_text, build_messages, propose
-from evolver.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
+from evolver.store.lineage import Lineage, commit_message
+from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
 
 SMOKE_TIMEOUT = 600.0
 # How far a candidate got, best first: an iteration is as far as its furthest candidate.
@@ -478,7 +479,7 @@ class Loop:
 
 
 def _best(iteration: int, commit: str, reason: str):
-    from evolver.runstate import BestChange
+    from evolver.store.runstate import BestChange
 
     return BestChange(iteration=iteration, commit=commit, reason=reason, at=time.time())
 

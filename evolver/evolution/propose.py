@@ -9,8 +9,8 @@ from typing import Optional
 
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
-from evolver.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
-from evolver.scan import scan_tree
+from evolver.evaluation.scan import scan_tree
+from evolver.evolution.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
@@ -75,7 +75,8 @@ def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str,
 
 
 def _complete(role: RoleModel, messages: list[dict], retries: int) -> tuple[str, RoleUsage]:
-    from evolver.llm import register_providers, retrying
+    from evolver.llm import retrying
+    from evolver.local.providers import register_providers
 
     register_providers([role.model])
     import litellm
@@ -134,7 +135,7 @@ def propose(
 
 def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset) -> list:
     """Apply the edits to a throwaway copy of agent/ to catch SEARCH mismatches early,
-    and scan the result (evolver.scan): its findings, empty when it is clean."""
+    and scan the result (evolver.evaluation.scan): its findings, empty when it is clean."""
     import shutil
     import tempfile
 

@@ -8,8 +8,8 @@ from html import escape
 
 import plotly.offline
 
-from evolver.runreport import charts
-from evolver.runreport.facts import Candidate, RunFacts
+from evolver.cli.runreport import charts
+from evolver.cli.runreport.facts import Candidate, RunFacts
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 

@@ -5,8 +5,8 @@ EvalResult, lists a domain's tasks and splits, reports progress and can be
 cancelled. Whatever the backend, the candidate's agent runs in evolver's
 sandbox and only the trusted controller writes the run directory.
 
-- local (evolver.backends.local): worker processes forked by this machine's zygote;
-- ray (evolver.backends.ray): simulations as Ray tasks on a cluster or a local Ray instance.
+- local (evolver.evaluation.backends.local): worker processes forked by this machine's zygote;
+- ray (evolver.evaluation.backends.ray): simulations as Ray tasks on a cluster or a local Ray instance.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Callable, Optional, Protocol
 from evolver.data import EvalRequest, EvalResult
 
 Progress = Callable[[int, int, Optional[float]], None]  # (finished simulations, all of them, mean reward of the finished)
-BACKENDS = ("local", "ray")
 
 
 class Cancelled(Exception):
@@ -56,9 +55,9 @@ class Backend(Protocol):
 
 def make_backend(name: str, ray_address: str = "") -> Backend:
     if name == "ray":
-        from evolver.backends.ray import RayBackend
+        from evolver.evaluation.backends.ray import RayBackend
 
         return RayBackend(ray_address)
-    from evolver.backends.local import LocalBackend
+    from evolver.evaluation.backends.local import LocalBackend
 
     return LocalBackend()

@@ -11,16 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from evolver.cli.runreport.facts import RunFacts, collect
 from evolver.data import write_text_atomic
-from evolver.runreport.facts import RunFacts, collect
-from evolver.runstate import RunDir
+from evolver.store.runstate import RunDir
 
 REPORT_FILE = "report.html"
 
 
 def write_report(run: RunDir, facts: Optional[RunFacts] = None) -> Path:
     """Write runs/<run>/report.html (from ``facts`` when the caller has them) and return its path."""
-    from evolver.runreport.page import render
+    from evolver.cli.runreport.page import render
 
     path = run.path / REPORT_FILE
     write_text_atomic(path, render(facts or collect(run)))

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import plotly.graph_objects as go
 
-from evolver.runreport.facts import OUTSIDE_ITERATIONS, Candidate, RunFacts
+from evolver.cli.runreport.facts import OUTSIDE_ITERATIONS, Candidate, RunFacts
 
 # One look per verdict, in the score chart and the lineage alike.
 STYLE = {

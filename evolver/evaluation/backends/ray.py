@@ -5,7 +5,7 @@ cuts the grid into groups of tasks, every trial of a task in the same group (tau
 draws each trial's seed from the request's seed, so a group gets the seeds it would
 get on one machine), and sends each group to a Ray task together with the
 candidate's agent/ as a tar archive: no filesystem is shared. On its node the group
-runs under evolver.backends.ray_node, with that node's zygote and sandbox, and
+runs under evolver.evaluation.backends.ray_node, with that node's zygote and sandbox, and
 streams back each simulation's record and trajectory as it ends. Only the driver
 writes the run directory, so the result, resuming and progress are those of the
 local backend.
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from evolver.backends import Cancelled, Progress, TaskListing, ray_node
-from evolver.backends.local import WORKER_PROCESSES, _complete, _harness_switches, _progress  # the result is built as the local backend builds it
 from evolver.data import EvalRequest, EvalResult, SimRecord, SimsTally, read_sim_records, write_json_atomic
 from evolver.errors import UsageError
-from evolver.metrics import summarize
+from evolver.evaluation.backends import Cancelled, Progress, TaskListing, ray_node
+from evolver.evaluation.backends.local import WORKER_PROCESSES, _complete, _harness_switches, _progress  # the result is built as the local backend builds it
+from evolver.evaluation.metrics import summarize
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # a local instance moves only records, trajectories and small archives
 # Simulations one Ray task runs at once: the request's concurrency is shared out in groups of about

@@ -2,9 +2,9 @@
 
 A fresh Python process spends about 0.3 s importing evolver's CLI (pydantic, rich)
 before an evaluation can start; a fork of the warm zygote has all of that done
-(see evolver.zygote). This module therefore imports only the standard library
-and evolver.zygote_client. Everything else, and `eval` when no zygote is
-running (the evaluation then starts one for its workers), runs evolver.cli here.
+(see evolver.evaluation.zygote). This module therefore imports only the standard library
+and evolver.evaluation.zygote_client. Everything else, and `eval` when no zygote is
+running (the evaluation then starts one for its workers), runs evolver.cli.commands here.
 EVOLVER_ZYGOTE_IDLE=0 turns the hand-over off along with the warm zygote.
 """
 
@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import sys
 
+COMMANDS = "evolver.cli.commands"  # the module whose main(argv) runs a command: here, or in a fork of the zygote
+
 
 def main() -> int:
     argv = sys.argv[1:]
     if argv[:1] == ["eval"]:
-        from evolver import zygote_client
+        from evolver.evaluation import zygote_client
 
-        code = zygote_client.run_command(argv)
+        code = zygote_client.run_command(argv, COMMANDS)
         if code is not None:
             return code
-    from evolver.cli import main as cli_main
+    from evolver.cli.commands import main as cli_main
 
     return cli_main(argv)

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from evolver.errors import UsageError
 from evolver.events import Events
-from evolver.runstate import RunDir
+from evolver.store.runstate import RunDir
 
 INSTALL = {"mlflow": "pip install 'evolver[mlflow]'"}
 
@@ -33,7 +33,7 @@ def subscribe(events: Events, run: RunDir, track: str, console: Console) -> None
     if track == "off":
         return
     require(track)
-    from evolver.tracking.mlflow_tracker import MlflowTracker
+    from evolver.cli.tracking.mlflow_tracker import MlflowTracker
 
     try:
         tracker = MlflowTracker(run, console)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evolver.runreport.facts import RunFacts
+from evolver.cli.runreport.facts import RunFacts
 
 
 def summary(f: RunFacts) -> str:

@@ -3,8 +3,8 @@
 A fresh fork of the keyless zygote, one per simulation, so nothing carries
 from one simulation to the next. Before any candidate code runs it empties its
 environment, moves into its scratch directory and confines itself
-(evolver.sandbox); then it imports agent/agent.py from its read-only copy and
-serves the trusted evaluator (evolver.proxy_agent) over its channel:
+(evolver.evaluation.sandbox); then it imports agent/agent.py from its read-only copy and
+serves the trusted evaluator (evolver.evaluation.proxy_agent) over its channel:
 
   host -> evaluator   {"op": "confined", "isolation": {...}} | {"op": "sandbox_error", "error": ...}
                       {"op": "ready"} | {"op": "import_error", "error": ...}
@@ -31,7 +31,7 @@ import threading
 import traceback
 from pathlib import Path
 
-from evolver.channel import Channel
+from evolver.evaluation.channel import Channel
 
 MESSAGE_KINDS = ("UserMessage", "AssistantMessage", "ToolMessage", "MultiToolMessage", "SystemMessage")
 PLACEHOLDER_MODEL = "evolver-proxy"  # what the candidate sees as its model; the evaluator decides the real one
@@ -80,7 +80,7 @@ def serve(fd: int, spec: dict) -> int:
 def _confine(spec: dict) -> dict:
     if not spec.get("sandbox", True):
         return {"mode": "none", "why": "--unsafe-no-sandbox"}
-    from evolver import sandbox
+    from evolver.evaluation import sandbox
 
     readable = sandbox.readable_paths([Path(spec["source"])])
     return sandbox.confine(readable, Path(spec["scratch"]), sandbox.Limits(**spec.get("limits", {})))

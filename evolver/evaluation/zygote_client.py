@@ -1,4 +1,4 @@
-"""Find, start, query and stop the warm worker zygote (evolver.zygote) from a controller.
+"""Find, start, query and stop the warm worker zygote (evolver.evaluation.zygote) from a controller.
 
 One zygote serves every evolver command of a user that runs the same code: its
 socket is named by a fingerprint of the interpreter, PYTHONPATH, the installed
@@ -26,10 +26,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import evolver
 from evolver.errors import UsageError
 
 DEFAULT_IDLE = 600.0
 START_TIMEOUT = 300.0  # importing tau2 on a loaded 2-core machine
+CONNECTION_ENV = "EVOLVER_ZYGOTE_FD"  # set in a worker by the zygote: its own connection to it, for agent processes
 
 
 # What the zygote inherits of a client's environment: enough to find Python, evolver and
@@ -93,7 +95,7 @@ def fingerprint() -> str:
     purelib = Path(sysconfig.get_paths()["purelib"])
     # pip adds and removes *.dist-info entries on every install, which changes the directory's mtime.
     digest.update(str(purelib.stat().st_mtime_ns if purelib.exists() else 0).encode())
-    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
+    for path in sorted(Path(evolver.__file__).resolve().parent.rglob("*.py")):  # the whole package, not this folder
         info = path.stat()
         digest.update(f"{path}:{info.st_mtime_ns}:{info.st_size}\0".encode())
     return digest.hexdigest()[:16]
@@ -175,7 +177,7 @@ def _start(path: Path, idle: float) -> Connection:
     path.unlink(missing_ok=True)  # a zygote that was killed leaves its socket behind
     log = open(path.with_suffix(".log"), "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evolver.zygote", "--socket", str(path), "--idle", str(idle)],
+        [sys.executable, "-m", "evolver.evaluation.zygote", "--socket", str(path), "--idle", str(idle)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=path.parent, start_new_session=True,
         env=zygote_environment(),  # keyless: agent processes are forked from it
     )
@@ -223,10 +225,11 @@ def stop_all() -> int:
     return sum(_ask(path, {"stop": True}, "stopping") is not None for path, _ in running())
 
 
-def run_command(argv: list[str]) -> Optional[int]:
-    """Run an evolver command in a fork of this code's warm zygote, on our own stdin/stdout/stderr,
-    and return its exit code; None when no such zygote is running (the caller runs it itself).
-    Ctrl-C and SIGTERM are passed on; if we are killed, the zygote kills the command."""
+def run_command(argv: list[str], entry: str) -> Optional[int]:
+    """Run an evolver command, ``entry``'s main(argv) (a module the zygote imports), in a fork of this
+    code's warm zygote, on our own stdin/stdout/stderr, and return its exit code; None when no such
+    zygote is running (the caller runs it itself). Ctrl-C and SIGTERM are passed on; if we are
+    killed, the zygote kills the command."""
     try:
         if not idle_seconds():  # no warm zygote wanted: EVOLVER_ZYGOTE_IDLE=0 (or 0.0)
             return None
@@ -237,7 +240,7 @@ def run_command(argv: list[str]) -> Optional[int]:
     except (UsageError, RuntimeError, OSError):
         return None  # the command itself reports bad settings
     env = environment_fd(dict(os.environ))
-    send_with_fds(conn.sock, {"command": argv, "cwd": os.getcwd()}, [0, 1, 2, env])
+    send_with_fds(conn.sock, {"command": argv, "entry": entry, "cwd": os.getcwd()}, [0, 1, 2, env])
     os.close(env)
     pid = conn.expect("pid", 60)["pid"]
 
@@ -282,8 +285,6 @@ class WorkerConnection:
 
     @classmethod
     def from_environment(cls) -> "WorkerConnection":
-        from evolver.zygote import CONNECTION_ENV
-
         fd = os.environ.pop(CONNECTION_ENV, None)
         if fd is None:
             raise RuntimeError("this worker has no connection to the zygote")

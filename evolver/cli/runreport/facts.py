@@ -1,4 +1,4 @@
-"""What the run report shows, read from the run store through evolver.history: plain data, no rendering."""
+"""What the run report shows, read from the run store through evolver.cli.history: plain data, no rendering."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from evolver import __version__
+from evolver.cli.history import history_rows, latest_rewards, show, status
 from evolver.config import INTERNAL
 from evolver.data import RoleUsage
-from evolver.history import history_rows, latest_rewards, show, status
-from evolver.runstate import RunDir, slug
+from evolver.store.runstate import RunDir, slug
 
 ROLE_ORDER = ("agent", "user", "judge", "meta")
 OUTSIDE_ITERATIONS = "baseline, references, holdout"  # what the run measured outside any iteration's own candidates

@@ -1,4 +1,4 @@
-"""The node side of the Ray backend (evolver.backends.ray): what one Ray task runs on its node.
+"""The node side of the Ray backend (evolver.evaluation.backends.ray): what one Ray task runs on its node.
 
 A Ray task receives the candidate's agent/ as a tar archive, unpacks it into a
 temporary directory of its node and runs its group of simulations there with the
@@ -20,10 +20,10 @@ import threading
 from pathlib import Path
 from typing import Iterator, Optional
 
-from evolver import zygote_client
-from evolver.backends.local import LocalBackend
 from evolver.data import EvalRequest, SimRecord
 from evolver.errors import UsageError
+from evolver.evaluation import zygote_client
+from evolver.evaluation.backends.local import LocalBackend
 
 LOG_TAIL = 64 * 1024  # bytes of a group's worker.log sent back with its closing item
 POLL = 0.1  # seconds between looks at the group's sims.jsonl
