@@ -290,13 +290,14 @@ def test_the_customer_gets_a_reminder_and_a_begun_first_message_after_tau2s_own_
     assert serving.stats()["user"] == {"as_customer": 1, "requests": 1, "replies": 1}
 
 
-def test_a_later_turn_gets_the_reminder_but_no_begun_message(fake_server):
+def test_a_later_turn_gets_the_reminder_with_tau2s_stop_rule_but_no_begun_message(fake_server):
     seen, replies = fake_server
     replies.append(_reply("It is for user_1."))
     flipped = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING},
                {"role": "assistant", "content": "I need a new task."}, {"role": "user", "content": "For which user?"}]
     message = serving.complete("user", [dict(m) for m in flipped], "http://x/v1", {}).choices[0].message
-    assert seen[0][0] == flipped + [{"role": "system", "content": customer.REMINDER}]
+    assert seen[0][0] == flipped + [{"role": "system", "content": customer.REMINDER + customer.DONE}]
+    assert "###STOP###" in customer.DONE  # tau2's own token, which ends the simulation as the customer's stop
     assert message.content == "It is for user_1."
 
 
@@ -339,6 +340,20 @@ def test_a_reply_that_repeats_the_customers_own_line_is_asked_again(fake_server)
     assert serving.stats()["user"]["repeats_customer"] == 1
     assert customer.repeats_customer("i NEED to create a task, for the review", flipped)
     assert not customer.repeats_customer("I need to create", flipped)  # a shared beginning is not a repeat
+
+
+def test_a_reply_that_echoes_the_agents_last_message_is_asked_again(fake_server):
+    seen, replies = fake_server
+    # Seen with the 1.5B on tau2's message-history tasks: the agent's line said back, then a stop.
+    agent_line = "I've created a task titled 'Project Review' for you, with ID task_2."
+    flipped = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "assistant", "content": "I need a task for the review."},
+               {"role": "user", "content": agent_line}]
+    replies += [_reply(agent_line + " ###STOP###"), _reply("Thanks. Please mark task_2 as completed.")]
+    message = serving.complete("user", flipped, "http://x/v1", {}).choices[0].message
+    assert message.content == "Thanks. Please mark task_2 as completed." and len(seen) == 2
+    assert serving.stats()["user"]["echoes_agent"] == serving.stats()["user"]["rechecks"] == 1
+    assert customer.off_role("Done.", [{"role": "user", "content": "Done."}]) is None  # too short to call an echo
+    assert customer.off_role("Thanks, that is all. ###STOP###", flipped) is None
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -13,13 +13,17 @@ kept as it is and three steps are added; each can be chosen on its own, so
 benchmarks/local_model.py can measure which help:
 
 - reminder: a short system note after the conversation: the model is the
-  customer, not the agent, and, when the customer has not spoken yet, its first
-  message says what it needs;
+  customer, not the agent; when the customer has not spoken yet, its first
+  message says what it needs; once it has, tau2's own rule is said again: when
+  the request is done, the reply is tau2's stop token (a small model otherwise
+  thanks the agent to the step limit, and tau2 scores a simulation that hits it 0);
 - prefill: the customer's first message is begun for the model (OPENING), so it
   starts as someone asking, not offering;
-- recheck: a reply that reads like an assistant's (ASSISTANT_LIKE) or says again
-  word for word what the customer already said (a small model's loop) is asked
-  again once, with every step on and a note against both.
+- recheck: a reply that reads like an assistant's (ASSISTANT_LIKE), says again
+  word for word what the customer already said (a small model's loop), or
+  begins with the agent's last message word for word (a small model echoing
+  its prompt, seen as "I've created a task ... ###STOP###") is asked again once,
+  with every step on and a note against all three.
 
 A fourth presentation was measured and dropped: the conversation recast as one
 "Agent: ... / Customer: ..." transcript. The 1.5B then ended most conversations
@@ -34,13 +38,19 @@ from __future__ import annotations
 
 import re
 
+from tau2.user.base import STOP
+
 # The steps, chosen per request by the `local/` provider's option evolver.data.USER_ADAPTER.
 STEPS = ("reminder", "prefill", "recheck")
 
 OPENING = "Hi, I need"
 REMINDER = "You are the customer, not the agent: write only the customer's next message, in the customer's own words."
 FIRST_MESSAGE = " The customer has not spoken yet: their first message says what they need, as the scenario describes."
-RECHECK_NOTE = " Do not offer help and do not repeat an earlier message: the customer asks for what they need, or answers the agent's last message."
+# tau2's simulation guidelines already ask for it; said again where a small model reads last.
+DONE = f" If the agent has done what the customer asked, reply with only {STOP} and nothing else."
+RECHECK_NOTE = " Do not offer help and do not repeat an earlier message, the agent's included: the customer asks for what they need, or answers the agent's last message."
+
+ECHO_WORDS = 4  # a shorter agent message ("Done.", "Anything else?") may well be said back by a real customer
 
 # Phrases with which an assistant offers (or refuses) help; a customer asking for it does not use them.
 ASSISTANT_LIKE = re.compile(
@@ -75,7 +85,7 @@ def present(messages: list[dict], steps: frozenset[str], has_tools: bool, rechec
     first = not any(m.get("role") == "assistant" for m in messages)  # flipped: "assistant" is the customer
     presented = list(messages)
     if "reminder" in steps or recheck:
-        note = REMINDER + (FIRST_MESSAGE if first else "") + (RECHECK_NOTE if recheck else "")
+        note = REMINDER + (FIRST_MESSAGE if first else DONE) + (RECHECK_NOTE if recheck else "")
         presented.append({"role": "system", "content": note})
     # A begun message leaves no room for a call to one of the customer's own tools (tau2's telecom user has some).
     opening = OPENING if ("prefill" in steps or recheck) and first and not has_tools else ""
@@ -105,12 +115,22 @@ def repeats_customer(text: str | None, messages: list[dict]) -> bool:
     return bool(reply) and any(earlier and reply[:len(earlier)] == earlier for earlier in said)
 
 
+def echoes_agent(text: str | None, messages: list[dict]) -> bool:
+    """The reply begins with the agent's last message (tau2's flipped "user" role), word for word."""
+    last = next((_words(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), [])
+    reply = _words(text)
+    return len(last) >= ECHO_WORDS and reply[:len(last)] == last
+
+
 def off_role(text: str | None, messages: list[dict]) -> str | None:
-    """Why a reply is not the customer's next message ("assistant_like", "repeats_customer"), or None."""
+    """Why a reply is not the customer's next message ("assistant_like", "repeats_customer",
+    "echoes_agent"), or None."""
     if reads_like_assistant(text):
         return "assistant_like"
     if repeats_customer(text, messages):
         return "repeats_customer"
+    if echoes_agent(text, messages):
+        return "echoes_agent"
     return None
 
 

@@ -86,7 +86,8 @@ def stats() -> dict[str, dict[str, int]]:
     constrained_tool_calls (an unknown-tool reply re-asked into a real call); for the
     user label with the adapter on: as_customer (requests presented to it),
     assistant_like (a reply that read like an assistant's), repeats_customer (a reply
-    that repeated the customer's earlier line), rechecks (re-asks of either),
+    that repeated the customer's earlier line), echoes_agent (a reply that began with
+    the agent's last message), rechecks (re-asks of any of them),
     still_off_role (the re-ask was no better)."""
     with _lock:
         return {label: dict(c) for label, c in _counts.items()}
