@@ -6,8 +6,10 @@ Each K gets a fresh run on the 48-task test domain (tests/scripts/gen_domain.py)
 with scripted LLMs at a fixed latency per call. The scripted meta-LLM answers
 "proposal i of K" with a patch of its own (a different harmless line in the
 agent's instruction), so all K candidates are distinct and each runs the whole
-gate (one stage of 40 gate tasks x 1 trial) and a smoke test, at the same
-concurrency per candidate. The baseline is measured first and not timed. Goal
+gate at the same concurrency per candidate: a smoke test, then with K = 1 one
+stage of 40 gate tasks x 1 trial beside the incumbent's, with K > 1 first a
+screen of 2 trials per task for every candidate (gate version 2's
+select-then-confirm, docs/gate.md) and then that stage for the best one. The baseline is measured first and not timed. Goal
 (issue #14): K = 4 within 1.3x the time of K = 1 when the machine allows
 K x concurrency simulations at once.
 """
@@ -64,7 +66,8 @@ def main() -> None:
     from evolver.evaluation import zygote_client
 
     print(f"one iteration, {args.latency:g} s per LLM call, {args.concurrency} simulations at once per candidate, "
-          f"{os.cpu_count()} cores; each candidate: smoke test + 40 gate simulations")
+          f"{os.cpu_count()} cores; K = 1: smoke test, then 40 gate simulations beside the incumbent's 40; "
+          f"K > 1: smoke tests, a screen of 2 trials x 40 tasks per candidate, then the best one's 40 beside the incumbent's 40")
     print(f"{'K':>2} {'wall s':>7} {'x K=1':>6}  candidates")
     base = None
     try:
