@@ -248,15 +248,17 @@ def main() -> None:
                         local_rate, ray_rate = local["sims"] / local["seconds"], ray["sims"] / ray["seconds"]
                         row += f" | {local_rate:>7.2f} {ray_rate:>7.2f} {ray_rate / local_rate:>9.2f}"
                     print(row, flush=True)
-            for backend in (ray_backend, local_backend):
-                if backend is not None:
-                    backend.close()
+            close(ray_backend, local_backend)
             ray_backend = local_backend = None
     finally:
-        for backend in (ray_backend, local_backend):
-            if backend is not None:
-                backend.close()
+        close(ray_backend, local_backend)
         zygote_client.stop_all()
+
+
+def close(*backends) -> None:
+    for backend in backends:
+        if backend is not None:
+            backend.close()
 
 
 def main_ray(args) -> None:
@@ -282,13 +284,10 @@ def main_ray(args) -> None:
                     local_rate, ray_rate = local["sims"] / local["seconds"], ray["sims"] / ray["seconds"]
                     print(f"{latency:>7.1f} {grid:>5} {conc:>4} | {local_rate:>7.2f} {ray_rate:>7.2f} {ray_rate / local_rate:>9.2f} | "
                           f"{local['seconds']:>6.1f}s {ray['seconds']:>5.1f}s", flush=True)
-            ray_backend.close()
-            local_backend.close()
+            close(ray_backend, local_backend)
             ray_backend = local_backend = None
     finally:
-        for backend in (ray_backend, local_backend):
-            if backend is not None:
-                backend.close()
+        close(ray_backend, local_backend)
         zygote_client.stop_all()
 
 
