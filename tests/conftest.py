@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,12 @@ from pathlib import Path
 import pytest
 
 from evolver.evaluation import zygote_client
+
+# A shell that starts the tests as a background job without job control (`cmd &` in a script)
+# makes them ignore SIGINT, and every process they start inherits that: the Ctrl-C tests would
+# then interrupt nothing. A handler (unlike an ignore) is reset by exec, so children hear SIGINT.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED_MODELS = ["--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge", "--meta-model", "scripted/meta"]
