@@ -82,8 +82,7 @@ def _confine(spec: dict) -> dict:
         return {"mode": "none", "why": "--unsafe-no-sandbox"}
     from evolver.evaluation import sandbox
 
-    readable = sandbox.readable_paths([Path(spec["source"])])
-    return sandbox.confine(readable, Path(spec["scratch"]), sandbox.Limits(**spec.get("limits", {})))
+    return sandbox.confine([Path(spec["source"])], Path(spec["scratch"]), sandbox.Limits(**spec.get("limits", {})))
 
 
 def _import_candidate(source: Path):

@@ -1,0 +1,70 @@
+"""The sandbox's file confinement, probed for real in a fresh process: tau2's task data is out
+of reach whether a mount hides it or Landlock's grants leave it out, wherever it is installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evolver.evaluation import sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(sandbox.unavailable_reason() is not None, reason="the sandbox is not available here")
+
+
+def probe(mode: str, scratch: Path, *hide: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "tests.scripts.confine_probe", mode, str(scratch), *map(str, hide)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # the tmpfs lives in the agent's own mount namespace only, never in ours
+    assert not [m for m in Path("/proc/self/mounts").read_text().splitlines() if m.startswith("none ") and "tmpfs" in m]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["mount", "landlock", "threaded"])
+def test_task_data_is_unreadable_and_the_libraries_are_not(mode, tmp_path):
+    out = probe(mode, tmp_path)
+    p, iso = out["probes"], out["isolation"]
+    assert p["tau2 tasks.json"] in ("FileNotFoundError", "PermissionError")
+    assert p["tau2 data listing"] in ("ok: []", "PermissionError")
+    assert p["tau2 module"].startswith("ok:") and p["stdlib os.py"].startswith("ok:")
+    assert p["scratch write"].startswith("ok:") and (tmp_path / "note").read_text() == "x"
+    assert p["home listing"] == "PermissionError" and p["etc passwd"] == "PermissionError"
+    if mode == "mount":
+        assert iso["task_data_hidden_by"] == "tmpfs mount" and iso["readable_paths"] < 30
+        assert "mount" in iso["namespaces"]
+    else:
+        assert iso["task_data_hidden_by"] == "landlock" and iso["readable_paths"] > 100
+    if mode == "threaded":  # no namespaces: the kernel refuses them to a process with threads
+        assert iso["namespaces"] == []
+
+
+@pytest.mark.parametrize("mode", ["mount", "landlock"])
+def test_a_folder_inside_a_root_granted_whole_stays_hidden(mode, tmp_path):
+    # The standard library is granted whole: a hidden folder inside it must still be out of
+    # reach, as tau2's data would be were tau2 installed under /usr/lib or /usr/local/lib.
+    json_pkg = Path(json.__file__).resolve().parent
+    out = probe(mode, tmp_path, json_pkg)
+    assert out["probes"]["hidden file"] in ("FileNotFoundError", "PermissionError")
+    assert out["probes"]["hidden listing"] in ("ok: []", "PermissionError")
+    assert out["probes"]["stdlib os.py"].startswith("ok:")
+
+
+def test_grants_cut_out_the_hidden_folder_entry_by_entry(tmp_path):
+    (tmp_path / "site/tau2/data/tasks").mkdir(parents=True)
+    (tmp_path / "site/tau2/agent").mkdir()
+    (tmp_path / "site/tau2/__init__.py").write_text("")
+    (tmp_path / "site/other").mkdir()
+    (tmp_path / "lib").mkdir()
+    hidden = ((tmp_path / "site/tau2/data").resolve(),)
+    grants = sandbox._excluding(tmp_path.resolve(), hidden)
+    expected = {tmp_path / "lib", tmp_path / "site/other", tmp_path / "site/tau2/agent", tmp_path / "site/tau2/__init__.py"}
+    assert set(grants) == {p.resolve() for p in expected}
+    assert sandbox._excluding((tmp_path / "lib").resolve(), hidden) == [(tmp_path / "lib").resolve()]
+    assert sandbox._excluding(hidden[0], hidden) == []
