@@ -75,6 +75,15 @@ if not glob.glob("@REPO@/runs/*/"):
 import tau2, pathlib
 pathlib.Path(tau2.__file__).parent.joinpath("data/tau2/domains/mock/tasks.json").read_text()
 """, "read tau2's task data"), "neutralised"),
+    Case("uncover_tau2_data", "turn", _try("""
+import ctypes, tau2, pathlib
+_data = pathlib.Path(tau2.__file__).parent / "data"
+_libc = ctypes.CDLL(None)
+for _flags in (0, 2):  # a plain unmount, then a lazy one
+    _libc.umount2(str(_data).encode(), _flags)
+_libc.mount(b"none", str(_data).encode(), b"tmpfs", 0, None)  # or cover the cover
+(_data / "tau2/domains/mock/tasks.json").read_text()
+""", "uncovered tau2's task data"), "neutralised"),
     Case("other_model_and_endpoint", "turn", _try("""
 import litellm
 litellm.completion(model="openai/gpt-4o", api_base="http://127.0.0.1:@PORT@/v1", api_key="x", temperature=1.0,
