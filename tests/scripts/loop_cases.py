@@ -88,12 +88,13 @@ def candidates_script(name, messages, tools):
 
 
 def distinct_candidates_script(name, messages, tools):
-    """Candidate i of K adds its own harmless line to the instruction: K distinct candidates,
-    each evaluated in full (benchmarks/parallel_candidates.py)."""
+    """Candidate i of K adds its own line to the instruction and the rule that fixes titles: K
+    distinct candidates, each better than the incumbent, so none is stopped early and each
+    runs the whole gate (benchmarks/parallel_candidates.py)."""
     if name == "meta":
         found = re.search(r"proposal (\d+) of \d+", str(messages[1].get("content") or ""))
         i = found.group(1) if found else "1"
-        return Reply(f"TITLE: Note {i}\nRATIONALE: a harmless note\n" + _anchor_edit(f"Note {i}: be courteous."))
+        return Reply(f"TITLE: Note {i}\nRATIONALE: a note and the title rule\n" + _anchor_edit(f"Note {i}: be courteous. {EXACT}"))
     return script(name, messages, tools)
 
 
