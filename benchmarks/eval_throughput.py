@@ -24,6 +24,11 @@ alternately); "ray/local" is the ratio of their rates. The Ray instance's own
 start (ray.init, then the first evaluation, which starts the zygote on the
 node) is printed once.
 
+"cpu ms/sim" is the CPU this machine spent per simulation (user and system
+time of every process, from /proc/stat, idle and steal left out) in the median
+warm run and the median tau2 run, each including its own process's start: on
+a shared machine whose speed drifts it moves less than the rates do.
+
 First it measures the sandbox's own cost: milliseconds per agent turn through
 the agent process (channel, LLM request relayed through the trusted side,
 reply validated) against the same agent called in-process, with an instant
@@ -186,6 +191,21 @@ def compare_backends(ray_backend, local_backend, trials: int, concurrency: int, 
     return local, ray
 
 
+def busy_jiffies() -> int:
+    """CPU time spent on this machine so far (user, nice, system, irq, softirq), in jiffies."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    return fields[0] + fields[1] + fields[2] + fields[5] + fields[6]
+
+
+def with_cpu(run) -> dict:
+    """``run()``'s result with the CPU it cost per simulation, in ms."""
+    start = busy_jiffies()
+    result = run()
+    result["cpu_ms"] = (busy_jiffies() - start) * 1000 / os.sysconf("SC_CLK_TCK") / result["sims"]
+    return result
+
+
 def median(runs: list[dict]) -> dict:
     """The run with the median time: a shared 2-core machine is noisy."""
     return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
@@ -219,6 +239,7 @@ def main() -> None:
           "the command. tau2: timed after its imports (tau2+imp: including them).")
     print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'warm/s':>7} {'cold/s':>7} {'tau2/s':>7} {'tau2+imp/s':>10} {'limit/s':>7} | "
           f"{'warm/tau2':>9} {'cold/tau2':>9} {'cold/tau2+imp':>13} {'warm/lim':>8} {'tau2/lim':>8} | {'start warm':>10} {'cold':>5}"
+          f" | cpu ms/sim warm tau2"
           + (f" | {'local/s':>7} {'ray/s':>7} {'ray/local':>9}" if args.ray else ""))
     ray_backend = local_backend = None
     try:
@@ -228,8 +249,8 @@ def main() -> None:
                 for conc in [int(x) for x in args.concurrency.split(",")]:
                     trials = grid // len(TASKS)
                     cold = run_evolver(trials, conc, repo, cold=True)
-                    warm = median([run_evolver(trials, conc, repo, cold=False) for _ in range(args.repeats)])
-                    tau = median([run_tau2(trials, conc) for _ in range(args.repeats)])
+                    warm = median([with_cpu(lambda: run_evolver(trials, conc, repo, cold=False)) for _ in range(args.repeats)])
+                    tau = median([with_cpu(lambda: run_tau2(trials, conc)) for _ in range(args.repeats)])
                     # The limit: every LLM call's injected latency, spread over `conc` parallel slots.
                     limit_seconds = warm["calls"] * latency / conc
                     warm_rate, cold_rate = warm["sims"] / warm["seconds"], cold["sims"] / cold["seconds"]
@@ -237,7 +258,7 @@ def main() -> None:
                     lim_rate = warm["sims"] / limit_seconds
                     row = (f"{latency:>7.1f} {grid:>5} {conc:>4} | {warm_rate:>7.2f} {cold_rate:>7.2f} {tau_rate:>7.2f} {tau_imp:>10.2f} {lim_rate:>7.2f} | "
                            f"{warm_rate / tau_rate:>9.2f} {cold_rate / tau_rate:>9.2f} {cold_rate / tau_imp:>13.2f} {warm_rate / lim_rate:>8.2f} "
-                           f"{tau_rate / lim_rate:>8.2f} | {warm['startup']:>9.2f}s {cold['startup']:>4.1f}s")
+                           f"{tau_rate / lim_rate:>8.2f} | {warm['startup']:>9.2f}s {cold['startup']:>4.1f}s | {warm['cpu_ms']:>5.0f} {tau['cpu_ms']:>5.0f}")
                     assert warm["infra"] == cold["infra"] == 0, "infrastructure errors in the benchmark"
                     if args.ray:
                         if ray_backend is None:  # for each latency: its workers get the environment it starts with
