@@ -151,7 +151,7 @@ def prepare() -> None:
 
 def _complete_litellm_models() -> None:
     """litellm's response classes finish building their pydantic schemas on first use (six
-    classes, about 20 ms of CPU); done here once, every forked agent process inherits them."""
+    classes, about 4 ms of CPU); done here once, every forked agent process inherits them."""
     from litellm import ModelResponse
 
     call = {"id": "warm", "type": "function", "function": {"name": "warm", "arguments": "{}"}}

@@ -11,7 +11,7 @@ Why these mechanisms (all in the Linux kernel, reached through maintained bindin
   Landlock only grants, so leaving tau2's data out of a granted folder takes a
   rule for every other entry beside it (about 570 rules, 5-6 ms per process);
   where the process has its own mount namespace an empty read-only tmpfs is
-  mounted over the data instead, and the folders are granted whole (about 15
+  mounted over the data instead, and the folders are granted whole (about 10
   rules). Either way the data is out of reach.
 - seccomp (`pyseccomp`, on the system's libseccomp), for what Landlock does not
   cover: no new processes (fork, exec, clone without CLONE_THREAD; threads stay
@@ -117,7 +117,7 @@ def require_sandbox(cfg) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def hidden_paths() -> list[Path]:
+def hidden_paths() -> tuple[Path, ...]:
     """What a confined agent process must never read, wherever it is installed: tau2's task
     data (the expected actions and answers live there), and any packages folder inside the
     standard library that this interpreter does not use (another tau2 could be there)."""
@@ -125,7 +125,7 @@ def hidden_paths() -> list[Path]:
 
     used = {p.resolve() for p in _site_packages()}
     unused = [root / name for root in _stdlib_roots() for name in ("site-packages", "dist-packages")]
-    return [Path(DATA_DIR).resolve(), *(p.resolve() for p in unused if p.is_dir() and p.resolve() not in used)]
+    return (Path(DATA_DIR).resolve(), *(p.resolve() for p in unused if p.is_dir() and p.resolve() not in used))
 
 
 def _stdlib_roots() -> list[Path]:
@@ -150,7 +150,7 @@ def _readable_roots() -> tuple[Path, ...]:
 def _grants(hidden_by_mount: bool) -> tuple[Path, ...]:
     """The read grants: the roots whole when a mount hides what must stay hidden; otherwise
     every root with the hidden paths cut out, entry by entry along the way to each."""
-    roots, hidden = _readable_roots(), tuple(hidden_paths())
+    roots, hidden = _readable_roots(), hidden_paths()
     if hidden_by_mount:
         return roots
     return _distinct(p for root in roots for p in _excluding(root, hidden))
@@ -226,7 +226,7 @@ def _unshare(libc) -> list[str]:
     return []
 
 
-def _mount_over(libc, paths: list[Path]) -> bool:
+def _mount_over(libc, paths: tuple[Path, ...]) -> bool:
     """An empty read-only tmpfs over each path, in this process's own mount namespace
     (nothing outside it sees the mounts; seccomp and Landlock then forbid unmounting)."""
     flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC

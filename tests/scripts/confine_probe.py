@@ -33,7 +33,7 @@ def attempt(fn) -> str:
 def main() -> None:
     mode, scratch = sys.argv[1], Path(sys.argv[2])
     extra = [Path(sys.argv[3]).resolve()] if len(sys.argv) > 3 else []
-    hidden = sandbox.hidden_paths() + extra
+    hidden = (*sandbox.hidden_paths(), *extra)
     sandbox.hidden_paths = lambda: hidden
     if mode == "landlock":
         sandbox._mount_over = lambda libc, paths: False
