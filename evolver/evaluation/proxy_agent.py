@@ -230,13 +230,20 @@ class AgentPool:
         self.ready: deque[AgentProcess] = deque(ready)
         self.cond = threading.Condition()
         self.closed = False
+        self.starting = 0  # 1 while the refill thread starts a process
+        self.promised = 0  # takers waiting for that process
         self.thread = threading.Thread(target=self._refill, name="agent-pool", daemon=True)
         self.thread.start()
 
     def take(self, context: SimContext) -> AgentProcess:
         with self.cond:
+            if not self.ready and self.starting > self.promised:  # one on its way, unclaimed: wait for it
+                self.promised += 1  # instead of starting a second that the first would leave unused
+                while not self.ready and self.starting and not self.closed:
+                    self.cond.wait()
+                self.promised -= 1
             process = self.ready.popleft() if self.ready else None
-            self.cond.notify()
+            self.cond.notify_all()
         return (process or AgentProcess(self.s)).attach(context)
 
     def _refill(self) -> None:
@@ -246,11 +253,16 @@ class AgentPool:
                     self.cond.wait(0.2)  # other workers' claims change want() without telling us
                 if self.closed:
                     return
+                self.starting = 1
             try:
                 process = AgentProcess(self.s)
             except Exception:  # noqa: BLE001 - the simulations' own start will raise it where it is reported
-                return
+                process = None
             with self.cond:
+                self.starting = 0
+                self.cond.notify_all()
+                if process is None:
+                    return
                 if self.closed:
                     process.close()
                     return
@@ -259,7 +271,7 @@ class AgentPool:
     def close(self) -> None:
         with self.cond:
             self.closed = True
-            self.cond.notify()
+            self.cond.notify_all()
         self.thread.join()
         while self.ready:
             self.ready.popleft().close()
