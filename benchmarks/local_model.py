@@ -300,7 +300,8 @@ def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, us
     with LocalBackend() as backend:
         result = backend.evaluate(req, "bench", timeout=4 * 3600)
     sims = result.simulations
-    # A simulation that ended in an error has no trajectory (worker.Recorder): its first message is unknown, not counted.
+    # A simulation that failed before its conversation ended has no trajectory (worker.Recorder): its first
+    # message is unknown, not counted. One whose evaluation raised keeps its trajectory and is counted.
     firsts = {(s.task_id, s.trial): _first_customer_message(Path(req.out_dir), s) for s in sims if s.trajectory_file}
     return {
         "handling": handling,

@@ -40,6 +40,17 @@ def test_agent_that_does_the_wrong_thing_gets_reward_0(repo):
     assert db_check["db_match"] is False
 
 
+def test_a_simulation_whose_evaluation_raises_fails_and_keeps_its_trajectory(repo):
+    # The agent never creates the task, so the mock domain's assertion about it raises inside tau2's evaluation.
+    summary = eval_json(repo, "--task-ids", "create_task_1_with_env_assertions", env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:idle_agent"})
+    assert summary["avg_reward"] == 0.0 and summary["failed"] == 1 and summary["infra_errors"] == 0
+    sim = _result(summary)["simulations"][0]
+    assert sim["outcome"] == "failed" and sim["termination_reason"] == "evaluation_error"
+    assert sim["error"].startswith("tau2's evaluation raised ValueError: Task task_2 not found")
+    trajectory = json.loads((Path(summary["result_file"]).parent / sim["trajectory_file"]).read_text())
+    assert trajectory["messages"][-1]["role"] == "user" and sim["steps"] == len(trajectory["messages"]) > 0
+
+
 def test_json_output_matches_result_file(repo):
     summary = eval_json(repo, "--num-tasks", "3")
     result = _result(summary)

@@ -197,6 +197,7 @@ class Recorder:
         self.out = Path(req.out_dir)
         (self.out / "trajectories").mkdir(parents=True, exist_ok=True)
         self.lock = threading.Lock()
+        self.unevaluated = threading.local()  # per simulation thread: see keeping_simulation
         # tau2 gives run_task the trial's seed, not its number; rebuild the mapping
         # exactly as tau2's run_tasks draws the seeds.
         random.seed(req.seed)
@@ -238,20 +239,24 @@ class Recorder:
         with self.lock:
             self.started += 1
         context = proxy_agent.begin_simulation()
+        self.unevaluated.simulation = None
         try:
             sim = self.run_task(*args, **kwargs)
         except Exception as exc:
             infra = context.provider_error is not None or _is_infra_error(exc)
             candidate = isinstance(exc, proxy_agent.AgentFault)
+            finished = self.unevaluated.simulation  # the conversation ended; tau2's evaluation raised
             record = SimRecord(
                 task_id=task.id, trial=trial, seed=seed,
                 outcome="infra_error" if infra else "failed",
                 reward=None if infra else 0.0,
-                termination_reason="infra_error" if infra else "agent_error",
+                termination_reason="infra_error" if infra else "evaluation_error" if finished else "agent_error",
+                steps=len(finished.messages) if finished else 0, duration=finished.duration if finished else 0.0,
                 usage={"agent": context.usage},
-                error=f"{type(exc).__name__}: {exc}" + ("" if infra or candidate else "\n" + "".join(traceback.format_exception(exc)[-3:])),
+                error=("tau2's evaluation raised " if finished else "") + f"{type(exc).__name__}: {exc}"
+                + ("" if infra or candidate else "\n" + "".join(traceback.format_exception(exc)[-3:])),
             )
-            self._write(record, None)
+            self._write(record, finished)
             return self._placeholder(task.id, trial, seed)
         finally:
             context.close()
@@ -268,6 +273,19 @@ class Recorder:
         )
         self._write(record, sim)
         return sim
+
+    def keeping_simulation(self, evaluate):
+        """tau2's evaluate_simulation, wrapped: when it raises (the mock domain's environment
+        assertions raise on a record the agent never created), tau2's run_task drops the finished
+        conversation; keep it, so its trajectory is written beside the failure for the digest."""
+        def evaluate_simulation(*args, **kwargs):
+            try:
+                return evaluate(*args, **kwargs)
+            except Exception:
+                self.unevaluated.simulation = kwargs.get("simulation")
+                raise
+
+        return evaluate_simulation
 
     def waiting(self) -> int:
         """Simulations of the grid no worker has started yet: this worker's share of them."""
@@ -373,6 +391,7 @@ def _simulate(req: EvalRequest, tasks: list, checked) -> None:
     _status(req, "running", tasks=[t.id for t in tasks], running_at=running_at, isolation=isolation)
     recorder = Recorder(req, tau2.run.run_task, len(tasks) * req.trials)
     tau2.run.run_task = recorder
+    tau2.run.evaluate_simulation = recorder.keeping_simulation(tau2.run.evaluate_simulation)
     proxy_agent.pool = proxy_agent.AgentPool(proxy_agent.settings, lambda: min(req.concurrency, PREFORK, recorder.waiting()), ready=(checked,))
     try:
         tau2.run.run_tasks(
