@@ -360,6 +360,8 @@ def test_a_reply_that_echoes_the_agents_last_message_is_asked_again(fake_server)
     ("Hello! How can I assist you today?", True), ("Hi, how may I help?", True), ("I'm happy to help with that.", True),
     ("I'm sorry, but I can't assist with that.", True),
     ("Is there anything else I can do for you?", True), ("Agent: Sure, one moment.", True),
+    ("Sure, I'll mark the task as completed.", True), ("Certainly! Let me update that for you.", True),
+    ("Sure, my user id is user_1.", False), ("I'll wait, thanks.", False),
     ("Hi, I need to delete all my tasks.", False), ("Can you help me create a task?", False),
     ("Could you assist me with task_1?", False), ("Thanks, that is all. ###STOP###", False), ("", False), (None, False),
 ])

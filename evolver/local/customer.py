@@ -46,8 +46,11 @@ STEPS = ("reminder", "prefill", "recheck")
 OPENING = "Hi, I need"
 REMINDER = "You are the customer, not the agent: write only the customer's next message, in the customer's own words."
 FIRST_MESSAGE = " The customer has not spoken yet: their first message says what they need, as the scenario describes."
-# tau2's simulation guidelines already ask for it; said again where a small model reads last.
-DONE = f" If the agent has done what the customer asked, reply with only {STOP} and nothing else."
+# tau2's simulation guidelines already ask for it; said again where a small model reads last. It
+# names the scenario, not what the customer asked: a task may begin with a message history in which
+# an earlier request was already met, and the small model, told "what the customer asked", stopped there.
+DONE = (f" Once the agent has done everything the scenario says the customer wants, reply with only {STOP}"
+        " and nothing else; until then, ask for what the scenario still wants.")
 RECHECK_NOTE = " Do not offer help and do not repeat an earlier message, the agent's included: the customer asks for what they need, or answers the agent's last message."
 
 ECHO_WORDS = 4  # a shorter agent message ("Done.", "Anything else?") may well be said back by a real customer
@@ -62,6 +65,7 @@ ASSISTANT_LIKE = re.compile(
     r"|\bassist you\b"
     r"|\bhelp you (?:with|today)\b"
     r"|\bas an ai\b"
+    r"|^\s*(?:sure|certainly|of course|absolutely)\b[\s,.!]*(?:i'll|i will|let me)\b"  # agreeing to do the work
     r"|^\s*agent\s*:",
     re.IGNORECASE,
 )
