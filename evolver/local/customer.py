@@ -25,6 +25,12 @@ benchmarks/local_model.py can measure which help:
   its prompt, seen as "I've created a task ... ###STOP###") is asked again once,
   with every step on and a note against all three.
 
+Two other steps were measured and dropped (docs/local_model.md): a stop
+reminder that also said "until then, ask for what the scenario still wants"
+(the 1.5B then repeated its request to the step limit: 9/27 solved against 14),
+and asking the model, before a bare stop, whether the agent had done what the
+scenario asks (26 checks, 3 "no", no change in any task's outcome).
+
 A fourth presentation was measured and dropped: the conversation recast as one
 "Agent: ... / Customer: ..." transcript. The 1.5B then ended most conversations
 before they began (a bare ###STOP###); see docs/local_model.md.
@@ -49,8 +55,7 @@ FIRST_MESSAGE = " The customer has not spoken yet: their first message says what
 # tau2's simulation guidelines already ask for it; said again where a small model reads last. It
 # names the scenario, not what the customer asked: a task may begin with a message history in which
 # an earlier request was already met, and the small model, told "what the customer asked", stopped there.
-DONE = (f" Once the agent has done everything the scenario says the customer wants, reply with only {STOP}"
-        " and nothing else; until then, ask for what the scenario still wants.")
+DONE = f" If the agent has done what the scenario asks for, reply with only {STOP} and nothing else."
 RECHECK_NOTE = " Do not offer help and do not repeat an earlier message, the agent's included: the customer asks for what they need, or answers the agent's last message."
 
 ECHO_WORDS = 4  # a shorter agent message ("Done.", "Anything else?") may well be said back by a real customer
