@@ -13,7 +13,8 @@ For each setting it prints simulations per second for
   - the limit: total injected LLM time / concurrency, the best any runner can do;
 and the ratios between them. Start-up (launch to the first simulation
 running) is printed in its own columns, warm and cold. Warm and tau2 show the
-median of --repeats runs; cold is one run per setting. evolver runs with its
+median of --repeats runs, run alternately (the last column: warm/tau2 of each
+alternated pair, lowest-highest); cold is one run per setting. evolver runs with its
 sandbox on: every simulation's agent in its own confined process.
 
 With --ray (or --ray-only, which skips the columns above) it adds the Ray
@@ -239,7 +240,7 @@ def main() -> None:
           "the command. tau2: timed after its imports (tau2+imp: including them).")
     print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'warm/s':>7} {'cold/s':>7} {'tau2/s':>7} {'tau2+imp/s':>10} {'limit/s':>7} | "
           f"{'warm/tau2':>9} {'cold/tau2':>9} {'cold/tau2+imp':>13} {'warm/lim':>8} {'tau2/lim':>8} | {'start warm':>10} {'cold':>5}"
-          f" | cpu ms/sim warm tau2"
+          f" | cpu ms/sim warm tau2 | warm/tau2 of each pair"
           + (f" | {'local/s':>7} {'ray/s':>7} {'ray/local':>9}" if args.ray else ""))
     ray_backend = local_backend = None
     try:
@@ -249,8 +250,11 @@ def main() -> None:
                 for conc in [int(x) for x in args.concurrency.split(",")]:
                     trials = grid // len(TASKS)
                     cold = run_evolver(trials, conc, repo, cold=True)
-                    warm = median([with_cpu(lambda: run_evolver(trials, conc, repo, cold=False)) for _ in range(args.repeats)])
-                    tau = median([with_cpu(lambda: run_tau2(trials, conc)) for _ in range(args.repeats)])
+                    # Alternated, so that the machine's drift (a shared VM) weighs on both sides alike.
+                    pairs = [(with_cpu(lambda: run_evolver(trials, conc, repo, cold=False)), with_cpu(lambda: run_tau2(trials, conc)))
+                             for _ in range(args.repeats)]
+                    warm, tau = median([w for w, _ in pairs]), median([t for _, t in pairs])
+                    spread = sorted((w["sims"] / w["seconds"]) / (t["sims"] / t["seconds"]) for w, t in pairs)
                     # The limit: every LLM call's injected latency, spread over `conc` parallel slots.
                     limit_seconds = warm["calls"] * latency / conc
                     warm_rate, cold_rate = warm["sims"] / warm["seconds"], cold["sims"] / cold["seconds"]
@@ -258,7 +262,8 @@ def main() -> None:
                     lim_rate = warm["sims"] / limit_seconds
                     row = (f"{latency:>7.1f} {grid:>5} {conc:>4} | {warm_rate:>7.2f} {cold_rate:>7.2f} {tau_rate:>7.2f} {tau_imp:>10.2f} {lim_rate:>7.2f} | "
                            f"{warm_rate / tau_rate:>9.2f} {cold_rate / tau_rate:>9.2f} {cold_rate / tau_imp:>13.2f} {warm_rate / lim_rate:>8.2f} "
-                           f"{tau_rate / lim_rate:>8.2f} | {warm['startup']:>9.2f}s {cold['startup']:>4.1f}s | {warm['cpu_ms']:>5.0f} {tau['cpu_ms']:>5.0f}")
+                           f"{tau_rate / lim_rate:>8.2f} | {warm['startup']:>9.2f}s {cold['startup']:>4.1f}s | {warm['cpu_ms']:>5.0f} {tau['cpu_ms']:>5.0f}"
+                           f" | {spread[0]:.2f}-{spread[-1]:.2f}")
                     assert warm["infra"] == cold["infra"] == 0, "infrastructure errors in the benchmark"
                     if args.ray:
                         if ray_backend is None:  # for each latency: its workers get the environment it starts with
