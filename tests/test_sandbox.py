@@ -71,6 +71,28 @@ def test_llm_requests_carry_messages_and_tools_only():
         _llm_request({"messages": [{"role": "root", "content": "x"}]})
     with pytest.raises(AgentFault):
         _llm_request({"messages": [{"role": "user"}], "tool_choice": 7})
+    # Only text reaches the model: an image or file part names a URL some providers' adapters fetch.
+    for part in ({"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/x.png"}}, {"type": "file", "file": {"file_id": "x"}},
+                 {"type": "text", "text": 3}):
+        with pytest.raises(AgentFault, match="content other than text"):
+            _llm_request({"messages": [{"role": "user", "content": [part]}]})
+    with pytest.raises(AgentFault, match="tool call"):
+        _llm_request({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": {}}}]}]})
+    with pytest.raises(AgentFault, match="not text"):
+        _llm_request({"messages": [{"role": "tool", "content": "x", "tool_call_id": {"$ref": "x"}}]})
+    # What passes is rebuilt from the checked parts, extra keys dropped at every level.
+    kwargs = _llm_request({
+        "messages": [{"role": "assistant", "content": [{"type": "text", "text": "a", "cache_control": {}}],
+                      "tool_calls": [{"id": "1", "name": "f", "type": "function", "function": {"name": "f", "arguments": "{}", "x": 1}}]}],
+        "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}, "api_base": "x"}}],
+        "tool_choice": {"type": "function", "function": {"name": "f"}, "api_key": "x"},
+    })
+    assert kwargs == {
+        "messages": [{"role": "assistant", "content": [{"type": "text", "text": "a"}],
+                      "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}],
+        "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+    }
 
 
 NO_LANDLOCK = """

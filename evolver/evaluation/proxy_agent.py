@@ -40,7 +40,6 @@ MAX_TOOL_CALLS = 32
 MAX_LLM_MESSAGES = 1000
 MAX_TOOLS = 256
 LLM_ROLES = ("system", "user", "assistant", "tool")
-LLM_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 
 class AgentFault(Exception):
@@ -341,27 +340,68 @@ def _assistant_message(wire, usage: RoleUsage) -> AssistantMessage:
 
 
 def _llm_request(request: dict) -> dict:
-    """Messages, tools and tool choice from an agent's LLM request, checked; nothing else passes."""
+    """Messages, tools and tool choice from an agent's LLM request, rebuilt from checked parts;
+    nothing else passes. Content is text only: an image or file part names a URL that some
+    providers' adapters fetch from this trusted process, a request the candidate must not steer."""
     messages, tools, choice = request.get("messages"), request.get("tools"), request.get("tool_choice")
     if not isinstance(messages, list) or not messages or len(messages) > MAX_LLM_MESSAGES:
         raise AgentFault("the agent's LLM request has no valid message list")
-    clean = []
-    for m in messages:
-        if not isinstance(m, dict) or m.get("role") not in LLM_ROLES:
-            raise AgentFault("the agent's LLM request has a message without a valid role")
-        clean.append({k: m[k] for k in LLM_MESSAGE_KEYS if k in m})
-    kwargs: dict = {"messages": clean}
+    kwargs: dict = {"messages": [_llm_message(m) for m in messages]}
     if tools is not None:
-        if not isinstance(tools, list) or len(tools) > MAX_TOOLS or not all(
-            isinstance(t, dict) and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str) for t in tools
-        ):
+        if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
             raise AgentFault("the agent's LLM request has malformed tools")
-        kwargs["tools"] = [{"type": "function", "function": t["function"]} for t in tools] or None
+        kwargs["tools"] = [{"type": "function", "function": _llm_function(t)} for t in tools] or None
     if choice is not None:
-        if not (choice in ("auto", "none", "required") or isinstance(choice, dict)):
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
+            if not isinstance(name, str):
+                raise AgentFault("the agent's LLM request has an invalid tool_choice")
+            choice = {"type": "function", "function": {"name": name}}
+        elif choice not in ("auto", "none", "required"):
             raise AgentFault("the agent's LLM request has an invalid tool_choice")
         kwargs["tool_choice"] = choice
     return kwargs
+
+
+def _llm_message(m) -> dict:
+    if not isinstance(m, dict) or m.get("role") not in LLM_ROLES:
+        raise AgentFault("the agent's LLM request has a message without a valid role")
+    clean = {"role": m["role"], "content": _llm_content(m.get("content"))}
+    for key in ("tool_call_id", "name"):
+        if m.get(key) is not None:
+            if not isinstance(m[key], str):
+                raise AgentFault(f"the agent's LLM request has a message whose '{key}' is not text")
+            clean[key] = m[key]
+    calls = m.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list) or len(calls) > MAX_TOOL_CALLS:
+            raise AgentFault("the agent's LLM request has malformed tool calls")
+        clean["tool_calls"] = [_llm_tool_call(c) for c in calls] or None
+    return clean
+
+
+def _llm_content(content):
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+        return [{"type": "text", "text": p["text"]} for p in content]
+    raise AgentFault("the agent's LLM request has content other than text (only text reaches the model)")
+
+
+def _llm_tool_call(call) -> dict:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not (isinstance(function, dict) and isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str)
+            and isinstance(call.get("id"), str)):
+        raise AgentFault("the agent's LLM request has a malformed tool call")
+    return {"id": call["id"], "type": "function", "function": {"name": function["name"], "arguments": function["arguments"]}}
+
+
+def _llm_function(tool) -> dict:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    if not (isinstance(function, dict) and isinstance(function.get("name"), str)
+            and isinstance(function.get("description", ""), str) and isinstance(function.get("parameters", {}), dict)):
+        raise AgentFault("the agent's LLM request has malformed tools")
+    return {k: function[k] for k in ("name", "description", "parameters", "strict") if k in function}
 
 
 def _response_wire(response) -> dict:

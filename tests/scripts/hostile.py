@@ -211,6 +211,10 @@ for _ in range(200):
     sys.stdout.write("y" * 100_000)
     sys.stderr.write("z" * 100_000)
 """, "neutralised"),
+    Case("llm_request_names_a_url", "turn", """
+import tau2.utils.llm_utils as _llm
+_llm.completion(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://127.0.0.1:@PORT@/x.png"}}]}])
+""", "fault", "content other than text"),
     Case("llm_request_flood", "turn", """
 for _ in range(40):
     self.call_llm(state.system_messages + state.messages + [message])
