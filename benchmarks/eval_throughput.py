@@ -9,7 +9,8 @@ For each setting it prints simulations per second for
     every command after the first within EVOLVER_ZYGOTE_IDLE; "cold" when the
     command has to start the daemon, importing tau2 and litellm;
   - tau2 direct: tau2's `run_tasks` with its own LLMAgent, in a fresh process,
-    timed from after its imports (so tau2 is not charged for start-up);
+    timed from after its imports and one warm-up completion (so tau2 is not
+    charged for start-up, nor for litellm's imports at its first call);
   - the limit: total injected LLM time / concurrency, the best any runner can do;
 and the ratios between them. Start-up (launch to the first simulation
 running) is printed in its own columns, warm and cold. Warm and tau2 show the
@@ -63,6 +64,11 @@ import tau2.run
 from tau2.run import load_tasks
 tasks_ids, trials, conc = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 tasks = [t for t in load_tasks("mock") if t.id in tasks_ids]
+# One completion first: litellm imports ~280 modules at its first call (0.6 s of CPU), which evolver's
+# daemon has done before it forks; tau2 is timed without it too.
+from tau2.data_model.message import UserMessage
+from tau2.utils.llm_utils import generate
+generate(model="scripted/user", messages=[UserMessage(role="user", content="warm")])
 start = time.perf_counter()
 res = tau2.run.run_tasks(domain="mock", tasks=tasks, agent="llm_agent", user="user_simulator",
     llm_agent="scripted/agent", llm_args_agent={}, llm_user="scripted/user", llm_args_user={},

@@ -197,3 +197,30 @@ def test_a_child_that_exits_in_the_same_read_as_its_pid_is_not_lost():
     assert zygote.exit_code(4242) == 3  # without the fix: None until the wall-clock limit
     theirs.close()
     ours.close()
+
+
+WARM_PROBE = r"""
+import os, sys, threading
+os.environ["EVOLVER_SCRIPT"] = "evolver.scripted:mock_script"
+from evolver.evaluation import worker
+worker.preload()
+threads = threading.active_count()
+from evolver.local.providers import register_providers
+register_providers(["scripted/agent"])
+import tau2.utils.llm_utils as llm_utils
+from tau2.data_model.message import UserMessage
+from tau2.domains.mock.environment import get_environment
+before = set(sys.modules)
+reply = llm_utils.generate(model="scripted/agent", tools=get_environment().get_tools(),
+                           messages=[UserMessage(role="user", content="Hi, please mark task_1 as completed.")])
+print(threads, len(set(sys.modules) - before), reply.tool_calls[0].name)
+"""
+
+
+def test_the_daemon_preloads_the_completion_path_without_starting_a_thread():
+    # What a forked worker would otherwise import at its first LLM call (~280 modules, 0.6 s of
+    # CPU each time); and the zygote forks, so its preload must leave it single-threaded.
+    proc = subprocess.run([sys.executable, "-c", WARM_PROBE], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    threads, imported, tool = proc.stdout.split()
+    assert (int(threads), int(imported), tool) == (1, 0, "update_task_status")
