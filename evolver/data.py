@@ -18,6 +18,9 @@ from pydantic import BaseModel, Field
 # default), off (false) or to some of its steps: evolver.config sets it, the `local/` provider
 # (evolver.local.serving) takes it off before the request reaches the server.
 USER_ADAPTER = "user_adapter"
+# Set beside it by the worker, per simulation: how many of the customer's messages the task's own
+# message history holds, so the adapter knows when the customer has not yet spoken live.
+USER_HISTORY = "user_history"
 
 
 class RoleModel(BaseModel):

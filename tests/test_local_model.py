@@ -290,6 +290,40 @@ def test_the_customer_gets_a_reminder_and_a_begun_first_message_after_tau2s_own_
     assert serving.stats()["user"] == {"as_customer": 1, "requests": 1, "replies": 1}
 
 
+def test_a_task_that_begins_with_a_history_gets_a_continuation_until_the_customer_speaks_live(fake_server):
+    # The customer's earlier request is in tau2's message history, already met: told the stop rule
+    # there, the small model ended at once. The worker says how many customer messages the history holds.
+    seen, replies = fake_server
+    replies += [_reply("Thanks. Now I need to mark the task as completed."), _reply("It is task_2.")]
+    history = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "assistant", "content": "I need a new task."},
+               {"role": "user", "content": "I've created the task for you."}]
+    message = serving.complete("user", [dict(m) for m in history], "http://x/v1", {serving.USER_HISTORY: 1}).choices[0].message
+    presented, params = seen[0]
+    assert presented == history + [
+        {"role": "system", "content": customer.REMINDER + customer.CONTINUATION},
+        {"role": "assistant", "content": customer.CONTINUATION_OPENING},
+    ]
+    assert serving.USER_HISTORY not in params and message.content.startswith(customer.CONTINUATION_OPENING)
+    # Once it has spoken live, the stop rule again.
+    live = history + [{"role": "assistant", "content": message.content}, {"role": "user", "content": "Which task?"}]
+    serving.complete("user", [dict(m) for m in live], "http://x/v1", {serving.USER_HISTORY: 1})
+    assert seen[1][0] == live + [{"role": "system", "content": customer.REMINDER + customer.DONE}]
+
+
+def test_the_worker_tells_only_an_adapted_user_how_long_the_tasks_history_is():
+    from tau2.registry import registry
+
+    from evolver.evaluation.worker import user_simulator_args
+
+    tasks = {t.id: t for t in registry.get_tasks_loader("mock")()}
+    adapted = {"temperature": 0.0, serving.USER_ADAPTER: True}
+    assert user_simulator_args(tasks["update_task_with_message_history"], adapted) == {**adapted, serving.USER_HISTORY: 1}
+    assert user_simulator_args(tasks["create_task_1"], adapted) == {**adapted, serving.USER_HISTORY: 0}
+    plain = {"temperature": 0.0}  # an API model's user, or the adapter off: nothing added
+    assert user_simulator_args(tasks["update_task_with_message_history"], plain) == plain
+    assert user_simulator_args(tasks["update_task_with_message_history"], {serving.USER_ADAPTER: False}) == {serving.USER_ADAPTER: False}
+
+
 def test_a_later_turn_gets_the_reminder_with_tau2s_stop_rule_but_no_begun_message(fake_server):
     seen, replies = fake_server
     replies.append(_reply("It is for user_1."))

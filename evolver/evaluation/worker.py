@@ -32,7 +32,7 @@ import traceback
 from collections import defaultdict
 from pathlib import Path
 
-from evolver.data import EvalRequest, RoleUsage, SimRecord, read_sim_records, write_json_atomic
+from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord, read_sim_records, write_json_atomic
 from evolver.llm import ProviderError, missing_api_key, prepare_environment
 from evolver.local.providers import register_providers
 
@@ -236,6 +236,15 @@ def _is_infra_error(exc: BaseException) -> bool:
     return False
 
 
+def user_simulator_args(task, args: dict | None) -> dict | None:
+    """A local user simulator's adapter is told how many of the customer's messages the task's own
+    message history holds: what tau2 gives the user model anyway, not where it ends."""
+    if not (args or {}).get(USER_ADAPTER):
+        return args
+    history = task.initial_state.message_history if task.initial_state else None
+    return {**args, USER_HISTORY: sum(m.role == "user" for m in history or [])}
+
+
 class Recorder:
     """Wraps tau2's run_task: classifies each outcome and writes it as soon as it ends."""
 
@@ -288,6 +297,7 @@ class Recorder:
             self.started += 1
         context = proxy_agent.begin_simulation()
         self.unevaluated.simulation = None
+        kwargs["llm_args_user"] = user_simulator_args(task, kwargs.get("llm_args_user"))
         try:
             sim = self.run_task(*args, **kwargs)
         except Exception as exc:

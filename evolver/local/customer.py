@@ -52,6 +52,11 @@ STEPS = ("reminder", "prefill", "recheck")
 OPENING = "Hi, I need"
 REMINDER = "You are the customer, not the agent: write only the customer's next message, in the customer's own words."
 FIRST_MESSAGE = " The customer has not spoken yet: their first message says what they need, as the scenario describes."
+# A task that begins with a message history: the earlier request there is already met, and the
+# small model, told the stop rule, ended at once (a bare stop) or answered as the agent.
+CONTINUATION = (" The conversation so far happened earlier. The customer now writes again: their message says what they"
+                " need now, as the scenario describes.")
+CONTINUATION_OPENING = "Thanks. Now I need"
 # tau2's simulation guidelines already ask for it; said again where a small model reads last. It
 # names the scenario, not what the customer asked: a task may begin with a message history in which
 # an earlier request was already met, and the small model, told "what the customer asked", stopped there.
@@ -88,16 +93,19 @@ def parse_steps(value) -> frozenset[str]:
     return frozenset(value)
 
 
-def present(messages: list[dict], steps: frozenset[str], has_tools: bool, recheck: bool = False) -> tuple[list[dict], str]:
+def present(messages: list[dict], steps: frozenset[str], has_tools: bool, recheck: bool = False, history: int = 0) -> tuple[list[dict], str]:
     """The request as the model sees it, and the text its reply is begun with ("" for none);
-    ``recheck``: the re-ask of a reply that went out of the customer's role."""
-    first = not any(m.get("role") == "assistant" for m in messages)  # flipped: "assistant" is the customer
+    ``recheck``: the re-ask of a reply that went out of the customer's role; ``history``: how many
+    of the customer's messages came with the task's own message history (tau2 gives them to the
+    user model as the conversation so far)."""
+    spoken = sum(m.get("role") == "assistant" for m in messages)  # flipped: "assistant" is the customer
+    first = spoken <= history  # the customer has not spoken live yet
     presented = list(messages)
     if "reminder" in steps or recheck:
-        note = REMINDER + (FIRST_MESSAGE if first else DONE) + (RECHECK_NOTE if recheck else "")
-        presented.append({"role": "system", "content": note})
+        opening_note = (CONTINUATION if spoken else FIRST_MESSAGE) if first else DONE
+        presented.append({"role": "system", "content": REMINDER + opening_note + (RECHECK_NOTE if recheck else "")})
     # A begun message leaves no room for a call to one of the customer's own tools (tau2's telecom user has some).
-    opening = OPENING if ("prefill" in steps or recheck) and first and not has_tools else ""
+    opening = (CONTINUATION_OPENING if spoken else OPENING) if ("prefill" in steps or recheck) and first and not has_tools else ""
     if opening:
         presented.append({"role": "assistant", "content": opening})
     return presented, opening

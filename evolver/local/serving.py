@@ -42,7 +42,7 @@ import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from evolver.data import USER_ADAPTER
+from evolver.data import USER_ADAPTER, USER_HISTORY
 from evolver.local import customer
 from evolver.toolcalls import parse_text_tool_calls
 
@@ -107,22 +107,23 @@ def complete(label: str, messages: list, api_base: str | None, params: dict):
     tool_names = [t["function"]["name"] for t in params.get("tools") or [] if t.get("function")]
     if not (params.get("max_tokens") or params.get("max_completion_tokens")):
         params["max_tokens"] = DEFAULT_MAX_TOKENS
-    steps = customer.parse_steps(params.pop(USER_ADAPTER, True))  # an option of this provider, not of the server
+    steps = customer.parse_steps(params.pop(USER_ADAPTER, True))  # options of this provider, not of the server
+    history = params.pop(USER_HISTORY, 0)
     try:
         if label == USER_LABEL and steps:
-            return _complete_as_customer(messages, api_base, params, tool_names, steps)
+            return _complete_as_customer(messages, api_base, params, tool_names, steps, history if isinstance(history, int) else 0)
         return _complete(label, messages, api_base, params, tool_names)
     finally:
         _publish()
 
 
-def _complete_as_customer(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str]):
+def _complete_as_customer(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str], history: int = 0):
     """tau2's user simulator on a small model: the request presented so that it writes the customer's
     message; with the recheck step, a reply that still offers help or repeats the customer's own
     earlier line is asked again once, with the reminder, the begun message, a note against both, and
     some temperature (the same prompt at temperature 0 repeats itself)."""
     _count(USER_LABEL, "as_customer")
-    response = _customer_reply(messages, api_base, params, tool_names, steps)
+    response = _customer_reply(messages, api_base, params, tool_names, steps, history)
     problem = customer.off_role(response.choices[0].message.content, messages)
     if problem is None:
         return response
@@ -130,14 +131,15 @@ def _complete_as_customer(messages: list, api_base: str, params: dict, tool_name
     if "recheck" not in steps:
         return response
     _count(USER_LABEL, "rechecks")
-    retry = _customer_reply(messages, api_base, {**params, "temperature": REASK_TEMPERATURE}, tool_names, steps, recheck=True)
+    retry = _customer_reply(messages, api_base, {**params, "temperature": REASK_TEMPERATURE}, tool_names, steps, history, recheck=True)
     if customer.off_role(retry.choices[0].message.content, messages):
         _count(USER_LABEL, "still_off_role")
     return retry
 
 
-def _customer_reply(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str], recheck: bool = False):
-    presented, opening = customer.present(messages, steps, has_tools=bool(tool_names), recheck=recheck)
+def _customer_reply(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str], history: int = 0,
+                    recheck: bool = False):
+    presented, opening = customer.present(messages, steps, has_tools=bool(tool_names), recheck=recheck, history=history)
     response = _complete(USER_LABEL, presented, api_base, params, tool_names)
     message = response.choices[0].message
     message.content = customer.customer_text(message.content, opening)
