@@ -64,6 +64,13 @@ def test_apply_checks_everything_before_writing(tree):
     apply_edits(tree, [good, Edit("agent/skills/new.md", "", "A skill.")])
     assert "Be exact." in (tree / "agent" / "agent.py").read_text()
     assert (tree / "agent" / "skills" / "new.md").read_text() == "A skill.\n"
+    # Creating a file that exists: refused, unless it "creates" it exactly as it is (a small meta-LLM
+    # copying Harness.md's example skill beside a real change): then that edit changes nothing.
+    with pytest.raises(PatchRejected, match="but it exists") as exc:
+        apply_edits(tree, [Edit("agent/skills/new.md", "", "Another skill.")])
+    assert exc.value.retryable and (tree / "agent" / "skills" / "new.md").read_text() == "A skill.\n"
+    written = apply_edits(tree, [Edit("agent/skills/new.md", "", "A skill.\n\n"), Edit("agent/agent.py", "Be exact.", "Be brief.")])
+    assert (tree / "agent" / "skills" / "new.md").read_text() == "A skill.\n" and "Be brief." in written["agent/agent.py"]
 
 
 def _messages():

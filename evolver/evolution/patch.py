@@ -12,7 +12,8 @@ The proposal format (documented for the meta-LLM in Harness.md):
     >>>>>>> REPLACE
 
 Several FILE sections and several edit blocks per file are allowed. An empty
-SEARCH creates a new file. The allowlist is enforced here, in code: only plain
+SEARCH creates a new file (or, when the file exists with exactly that text,
+changes nothing). The allowlist is enforced here, in code: only plain
 .py, .toml, .md, .txt and .json files under agent/, never agent/templates/ (the
 pristine baseline), never through a symlink. Paths come from an LLM: anything
 wrong with one is a PatchRejected with a one-line reason.
@@ -202,6 +203,8 @@ def apply_edits(root: Path, edits: list[Edit], check_syntax: bool = True) -> dic
 def _apply_one(n: int, rel: str, current: str | None, edit: Edit) -> str:
     """The file's text after edit n; current is None for a file that does not exist yet."""
     if not edit.search.strip():
+        if current is not None and current.strip() == edit.replace.strip():
+            return current  # "creates" the file exactly as it is (a small model copying an example): nothing to do
         if current is not None:
             raise PatchRejected(f"edit {n}: empty SEARCH would create {rel}, but it exists; quote the lines to replace", retryable=True)
         return edit.replace + ("\n" if not edit.replace.endswith("\n") else "")
