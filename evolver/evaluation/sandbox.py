@@ -21,7 +21,9 @@ Why these mechanisms (all in the Linux kernel, reached through maintained bindin
   mount, bpf, io_uring or keyring calls.
 - user + mount + network + IPC namespaces where the kernel allows them (an extra
   layer: even a socket, if one were made, would see only a down loopback; the
-  mount namespace carries the tmpfs over tau2's data).
+  mount namespace carries the tmpfs over tau2's data, and a bounded tmpfs as
+  the scratch directory, so the candidate's writes are limited in all, not
+  only per file, and stay in memory the trusted side never reads).
 - resource limits: address space (memory) above what the process already maps,
   CPU seconds, file size, open files, no core dumps.
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
+import os
 import resource
 import sys
 import sysconfig
@@ -73,6 +76,7 @@ class Limits:
     cpu_seconds: int = 600
     file_mb: int = 64
     open_files: int = 256
+    scratch_mb: int = 64  # the scratch directory in all, where it can be a tmpfs of its own (a mount namespace)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -183,8 +187,10 @@ def confine(extra_readable: list[Path], scratch: Path, limits: Limits) -> dict:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone, nothing of ours runs on
     _set_limits(limits)
+    ids = os.getuid(), os.getgid()  # as the parent namespace knows them; unmapped, the new one shows 65534
     namespaces = _unshare(libc)
     hidden_by_mount = "mount" in namespaces and _mount_over(libc, hidden_paths())
+    scratch_bounded = "mount" in namespaces and _map_own_ids(*ids) and _mount_scratch(libc, scratch, limits.scratch_mb)
     readable = _grants(hidden_by_mount) + tuple(p for p in extra_readable if p.exists())
     abi = _landlock(readable, scratch)
     _seccomp_filter().load()
@@ -194,6 +200,7 @@ def confine(extra_readable: list[Path], scratch: Path, limits: Limits) -> dict:
         "seccomp": True,
         "namespaces": namespaces,
         "task_data_hidden_by": "tmpfs mount" if hidden_by_mount else "landlock",
+        "scratch": f"tmpfs of {limits.scratch_mb} MiB" if scratch_bounded else f"directory, {limits.file_mb} MiB per file",
         "limits": asdict(limits),
         "readable_paths": len(readable),
     }
@@ -233,6 +240,30 @@ def _mount_over(libc, paths: tuple[Path, ...]) -> bool:
     for path in paths:
         if path.is_dir() and libc.mount(b"none", str(path).encode(), b"tmpfs", flags, b"size=4k,mode=555") != 0:
             return False
+    return True
+
+
+def _map_own_ids(uid: int, gid: int) -> bool:
+    """Map this process's own uid and gid into its new user namespace (what an unprivileged process
+    may do): a tmpfs mounted there can then create files owned by it (unmapped, they fail with
+    EOVERFLOW). Access to everything outside is unchanged: the kernel checks the same ids."""
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+    except OSError:
+        return False
+    return True
+
+
+def _mount_scratch(libc, scratch: Path, size_mb: int) -> bool:
+    """A tmpfs of ``size_mb`` over the scratch directory, so that all the candidate writes, in every
+    file together, is bounded (the file-size limit bounds one file): a disk filled by one candidate
+    would fail the evaluations running beside it. The process then works inside the mount."""
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    if libc.mount(b"none", str(scratch).encode(), b"tmpfs", flags, f"size={size_mb}m,mode=700".encode()) != 0:
+        return False
+    os.chdir(scratch)  # the working directory still named the folder beneath the mount
     return True
 
 

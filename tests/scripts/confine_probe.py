@@ -35,14 +35,15 @@ def main() -> None:
     extra = [Path(sys.argv[3]).resolve()] if len(sys.argv) > 3 else []
     hidden = (*sandbox.hidden_paths(), *extra)
     sandbox.hidden_paths = lambda: hidden
-    if mode == "landlock":
+    if mode == "landlock":  # as where the kernel refuses mounts: neither tmpfs
         sandbox._mount_over = lambda libc, paths: False
+        sandbox._mount_scratch = lambda libc, scratch, size_mb: False
     if mode == "threaded":
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
     elif os.fork():
         _, status = os.wait()
         sys.exit(os.waitstatus_to_exitcode(status))
-    isolation = sandbox.confine([], scratch, sandbox.Limits())
+    isolation = sandbox.confine([], scratch, sandbox.Limits(scratch_mb=4))
     data = Path(tau2.__file__).parent / "data"
     probes = {
         "tau2 data listing": lambda: os.listdir(data),
@@ -50,6 +51,7 @@ def main() -> None:
         "tau2 module": lambda: len((Path(tau2.__file__).parent / "agent/llm_agent.py").read_bytes()),
         "stdlib os.py": lambda: len(Path(os.__file__).read_bytes()),
         "scratch write": lambda: (scratch / "note").write_text("x"),
+        "scratch 6 MiB in all": lambda: [(scratch / f"fill-{i}").write_bytes(bytes(2 << 20)) for i in range(3)] and "written",
         "home listing": lambda: os.listdir(Path.home()),
         "etc passwd": lambda: len(Path("/etc/passwd").read_bytes()),
     }

@@ -118,6 +118,19 @@ for _o in gc.get_objects():
         raise RuntimeError("BREACH: a key in memory")
 """, "neutralised"),
     Case("write_outside_scratch", "turn", _try('open("@OUTSIDE@/pwned", "w").write("x")', "wrote outside the scratch directory"), "neutralised"),
+    Case("fill_the_disk", "turn", """
+_written = 0
+try:
+    for _i in range(8):  # 8 files of 32 MiB: each under the file-size limit, 256 MiB in all
+        with open(f"fill-{_i}", "wb") as _f:
+            for _ in range(32):
+                _f.write(bytes(1 << 20))
+                _written += 1 << 20
+except OSError:
+    pass
+if _written > 100 * (1 << 20):
+    raise RuntimeError(f"BREACH: wrote {_written >> 20} MiB to disk")
+""", "neutralised"),
     Case("write_repository_git", "turn", _try("""
 open("@REPO@/.git/refs/heads/evil", "w").write(open("@REPO@/.git/refs/heads/main").read())
 """, "created a branch"), "neutralised"),
