@@ -353,7 +353,8 @@ def _llm_request(request: dict) -> dict:
         kwargs["tools"] = [{"type": "function", "function": _llm_function(t)} for t in tools] or None
     if choice is not None:
         if isinstance(choice, dict):
-            name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
+            function = choice.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
             if not isinstance(name, str):
                 raise AgentFault("the agent's LLM request has an invalid tool_choice")
             choice = {"type": "function", "function": {"name": name}}

@@ -115,7 +115,7 @@ def _warm_completion_path() -> None:
         return value
 
     entry = {"provider": "evolver-warm", "custom_handler": Warm()}
-    executor = getattr(litellm.utils, "executor", None)
+    executor = litellm.utils.executor  # restored as it was: the workers forked later use it
     litellm.custom_provider_map.append(entry)
     litellm.utils.executor = _Inline()
     try:
