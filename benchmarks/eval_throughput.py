@@ -131,7 +131,7 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
     factory = zygote_client.WorkerConnection(zygote_client.connect().sock.detach())
     proxy_agent.settings = proxy_agent.Settings(
         role=RoleModel(model="scripted/agent"), source=source, scratch_root=staging, sandbox=True,
-        limits={"memory_mb": 1024}, turn_timeout=60, completion=retrying(litellm.completion, 1), factory=factory)
+        limits={"memory_mb": 1024}, turn_timeout=60, completion=retrying(litellm.completion, 1, "agent"), factory=factory)
     env = get_environment()
     tools, policy = env.get_tools(), env.get_policy()
     message = UserMessage(role="user", content="Hi, please mark task_1 as completed.")
@@ -166,7 +166,7 @@ def run_backend(backend, trials: int, concurrency: int, repo: Path, tasks: list[
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"})
     out = Path(tempfile.mkdtemp(prefix="evolver-bench-out-"))
-    req = eval_request(cfg, repo, out, task_ids=tasks, trials=trials, concurrency=concurrency)
+    req = eval_request(cfg, repo, out, local_api_base=None, task_ids=tasks, trials=trials, concurrency=concurrency)
     start = time.perf_counter()
     result = backend.evaluate(req, "bench", timeout=3600)
     seconds = time.perf_counter() - start

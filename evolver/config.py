@@ -42,7 +42,6 @@ class Config:
     # or any GGUF file; evolver serves it unless api_base names a running server.
     local_size: str = "default"
     local_model: str = ""
-    local_api_base: str = ""  # set at run time to the server evolver started
     # tau2's user simulator on the local serving path: present the conversation so that a small
     # model plays the customer instead of a second assistant (evolver.local.customer).
     local_user_adapter: bool = True
@@ -94,8 +93,10 @@ class Config:
     # per-iteration metrics and the report, logged to mlruns/ or MLFLOW_TRACKING_URI.
     track: str = "off"
 
-    def role(self, name: str) -> RoleModel:
-        """The resolved model of one role: agent, user, meta or judge."""
+    def role(self, name: str, local_api_base: Optional[str] = None) -> RoleModel:
+        """The resolved model of one role: agent, user, meta or judge. ``local_api_base`` is the
+        address of the embedded server evolver started (serve_local yields it), learnt at run time
+        and passed on here, never kept in the settings."""
         if name == "judge":
             model, api_base, temperature = self.judge_model or self.user_model, self.user_api_base, 0.0
         else:
@@ -105,7 +106,7 @@ class Config:
         if model == LOCAL:  # the local serving path, labelled by role for its counters
             # The user's adapter setting travels with its model, so request.json and result.json name it.
             adapter = {USER_ADAPTER: self.local_user_adapter} if name == "user" else {}
-            return RoleModel(model=f"local/{name}", api_base=api_base or self.local_api_base or None, llm_args={"temperature": temperature, **adapter})
+            return RoleModel(model=f"local/{name}", api_base=api_base or local_api_base or None, llm_args={"temperature": temperature, **adapter})
         return RoleModel(model=model, api_base=api_base, llm_args={"temperature": temperature})
 
     def uses_local_server(self, roles: tuple[str, ...] = ("agent", "user", "meta")) -> bool:
@@ -218,7 +219,7 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
             if key in FLAG_ONLY:
                 raise UsageError(f"{path}: '{key}' may only be given as the --{key.replace('_', '-')} flag")
             if key not in known:
-                raise UsageError(f"{path}: unknown key '{key}'; known keys: {', '.join(sorted(k for k in known if k not in INTERNAL))}")
+                raise UsageError(f"{path}: unknown key '{key}'; known keys: {', '.join(sorted(known))}")
             setattr(cfg, key, _coerce(key, str(path), value, getattr(cfg, key)))
     for key in known:
         env_value = environ.get(ENV_PREFIX + key.upper())
@@ -231,8 +232,6 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
             setattr(cfg, key, _coerce(key, "--" + key.replace("_", "-"), value, getattr(cfg, key)))
     return cfg
 
-
-INTERNAL = ("local_api_base",)  # set at run time, not a setting
 
 # One line per setting: `evolver init` writes them all into evolver.toml, and a test holds
 # the README to naming every one.
@@ -294,14 +293,23 @@ def setting(name: str, raw: Any, where: str) -> Any:
 FLAG_ONLY = ("unsafe_no_sandbox",)
 
 
-def eval_request(cfg: Config, checkout: Path, out_dir: Path, *, timeout: Optional[float] = None, **fields) -> EvalRequest:
-    """The request for one evaluation under this configuration; ``fields`` set the tasks and trials."""
+def eval_request(cfg: Config, checkout: Path, out_dir: Path, *, local_api_base: Optional[str], timeout: Optional[float] = None,
+                 **fields) -> EvalRequest:
+    """The request for one evaluation under this configuration; ``fields`` set the tasks and trials.
+    ``local_api_base`` is required (None when nothing is served): a request for a `local` role built
+    before the embedded server is up is refused by EvalRequest itself, before any simulation."""
     timeout = timeout or cfg.worker_timeout
     base = dict(
         checkout=str(checkout), out_dir=str(out_dir), domain=cfg.domain, split=cfg.split or None,
         trials=cfg.trials, concurrency=cfg.concurrency, seed=cfg.seed, max_steps=cfg.max_steps,
         llm_retries=cfg.llm_retries, plugins=cfg.plugins,
         sandbox=not cfg.unsafe_no_sandbox, agent_timeout=min(cfg.agent_timeout, timeout), agent_memory_mb=cfg.agent_memory_mb,
-        agent=cfg.role("agent"), user=cfg.role("user"), judge=cfg.role("judge"),
+        agent=cfg.role("agent", local_api_base), user=cfg.role("user", local_api_base), judge=cfg.role("judge", local_api_base),
     )
     return EvalRequest(**{**base, **fields})
+
+
+def listing_request(cfg: Config, checkout: Path, out_dir: Path, **fields) -> EvalRequest:
+    """A request that only resolves tasks and splits: no simulation, so no model is called and the
+    embedded server need not be up yet (a misspelt split fails before minutes of model start-up)."""
+    return eval_request(cfg, checkout, out_dir, local_api_base=None, list_only=True, **fields)

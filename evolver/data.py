@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 # The llm_args key that turns a `local/` user's adapter (evolver.local.customer) on (true, the
@@ -21,6 +21,8 @@ USER_ADAPTER = "user_adapter"
 # Set beside it by the worker, per simulation: how many of the customer's messages the task's own
 # message history holds, so the adapter knows when the customer has not yet spoken live.
 USER_HISTORY = "user_history"
+# The litellm provider prefix of the local serving path (evolver.local.serving).
+LOCAL_PROVIDER = "local"
 
 
 class RoleModel(BaseModel):
@@ -68,6 +70,18 @@ class EvalRequest(BaseModel):
     agent: RoleModel
     user: RoleModel
     judge: RoleModel
+
+    @model_validator(mode="after")
+    def _local_roles_have_a_server(self):
+        """A `local/` role reaches the embedded server only through api_base, which is known once the
+        server is up: a request built before that would fail every simulation, so it cannot exist."""
+        if not self.list_only:
+            for name in ("agent", "user", "judge"):
+                role = getattr(self, name)
+                if role.model.startswith(LOCAL_PROVIDER + "/") and not role.api_base:
+                    raise ValueError(f"the {name} model {role.model} has no api_base: the embedded model's server must be "
+                                     "running and its address passed on before a request for it is built")
+        return self
 
 
 class RoleUsage(BaseModel):
@@ -122,11 +136,21 @@ class SimRecord(BaseModel):
     reward: Optional[float] = None
     reward_breakdown: dict = Field(default_factory=dict)
     termination_reason: Optional[str] = None
+    # With outcome "infra_error": the side that failed (agent, user, judge: its provider; sandbox;
+    # worker: the evaluation's own process), so a person sees at once which side to fix.
+    error_role: Optional[str] = None
     steps: int = 0
     duration: float = 0.0
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
     error: Optional[str] = None
     trajectory_file: Optional[str] = None
+
+
+class InfraTally(BaseModel):
+    """Infrastructure errors of one side (agent, user, judge, sandbox, worker) and the first one's message."""
+
+    count: int = 0
+    first: str = ""
 
 
 class EvalSummary(BaseModel):
@@ -136,6 +160,7 @@ class EvalSummary(BaseModel):
     scored: int
     failed: int
     infra_errors: int
+    infra_by_role: dict[str, InfraTally] = Field(default_factory=dict)  # the side that failed -> how often, and how
     avg_reward: Optional[float]
     pass_hat_k: dict[str, float]
     usage: dict[str, RoleUsage]

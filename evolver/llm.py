@@ -16,7 +16,31 @@ from evolver.errors import UsageError
 
 
 class ProviderError(RuntimeError):
-    """An LLM call failed after retries for reasons outside the candidate (an infrastructure error)."""
+    """An LLM call failed for reasons outside the candidate (an infrastructure error), after retries
+    where they could help. ``role`` names the side that failed: agent, user, judge or meta."""
+
+    def __init__(self, message: str, role: str = ""):
+        super().__init__(message)
+        self.role = role
+
+
+class ConfigurationError(ProviderError):
+    """A role cannot be called as configured (evolver's own providers raise it, e.g. the embedded
+    model without its server's address): never retried, never the candidate's."""
+
+
+class ConversationError(RuntimeError):
+    """What the conversation itself caused on a trusted role (the customer's or the judge's context
+    overflowing, a content filter): the candidate's doing, so the simulation fails, with a
+    termination reason that names the role and what happened."""
+
+    def __init__(self, message: str, role: str, what: str):
+        super().__init__(message)
+        self.role, self.what = role, what
+
+    @property
+    def termination_reason(self) -> str:
+        return f"{self.role}_{self.what}"
 
 
 def prepare_environment() -> None:
@@ -27,42 +51,92 @@ def prepare_environment() -> None:
     os.environ.setdefault("LOGURU_LEVEL", "ERROR")  # tau2 logs its registry and cache set-up at import: quiet in every command
 
 
-def _error_classes():
+# What a provider's error means, per role (tests/test_provider_errors.py has a test per row):
+RETRY = "retry"  # transient: retried with backoff, then an infrastructure error
+INFRA = "infra"  # an infrastructure error at once: the trusted side's configuration or account
+CANDIDATE = "candidate"  # the agent's own request was refused: handed back to the candidate's code
+CONTEXT_OVERFLOW, CONTENT_POLICY = "context_overflow", "content_policy"  # what the conversation did to a trusted role
+ROLES = ("agent", "user", "judge", "meta")
+
+
+def error_table() -> list[tuple[type, dict[str, str]]]:
+    """(litellm error class, what it means for each role), the first matching row wins. The agent
+    builds its own requests, so a request its provider refuses is the candidate's to handle. The user
+    simulator and the judge run on the trusted side with evolver's configuration: a refusal there is
+    the trusted side failing, except an overflowing context or a content filter, which the
+    conversation (the candidate's messages) caused. The meta-LLM's prompt is evolver's own."""
     import litellm
+    import openai
 
-    transient = (
-        litellm.RateLimitError,
-        litellm.APIConnectionError,  # includes timeouts
-        litellm.ServiceUnavailableError,
-        litellm.InternalServerError,
-        litellm.BadGatewayError,
-    )
-    # Not the candidate's doing, and retrying will not help.
-    fatal = (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)
-    return transient, fatal
+    every = lambda verdict: dict.fromkeys(ROLES, verdict)  # noqa: E731
+    refused = {"agent": CANDIDATE, "user": INFRA, "judge": INFRA, "meta": INFRA}
+    return [
+        (litellm.RateLimitError, every(RETRY)),
+        (litellm.Timeout, every(RETRY)),  # not an APIConnectionError in litellm's classes
+        (litellm.APIConnectionError, every(RETRY)),
+        (litellm.ServiceUnavailableError, every(RETRY)),
+        (litellm.InternalServerError, every(RETRY)),
+        (litellm.BadGatewayError, every(RETRY)),
+        (litellm.AuthenticationError, every(INFRA)),
+        (litellm.PermissionDeniedError, every(INFRA)),
+        (litellm.NotFoundError, every(INFRA)),
+        (litellm.ContextWindowExceededError, {"agent": CANDIDATE, "user": CONTEXT_OVERFLOW, "judge": CONTEXT_OVERFLOW, "meta": INFRA}),
+        (litellm.ContentPolicyViolationError, {"agent": CANDIDATE, "user": CONTENT_POLICY, "judge": CONTENT_POLICY, "meta": INFRA}),
+        (litellm.BadRequestError, refused),  # any other 400: an unsupported parameter, a wrong model argument, a proxy's refusal
+        (openai.APIError, refused),  # any other answer of the provider (422, an unmapped status): litellm's classes derive from it
+    ]
 
 
-def retrying(fn: Callable, attempts: int) -> Callable:
-    """Wrap a litellm completion function: back off and retry transient provider errors,
-    then raise ProviderError so the caller can count the simulation as an infrastructure error."""
-    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+def verdict(role: str, exc: BaseException) -> str | None:
+    """What ``exc``, raised by a completion for ``role``, means (error_table); None for an error that is
+    no provider's (a bug, an interrupt): it is raised as it is."""
+    if any(isinstance(e, ConfigurationError) for e in _chain(exc)):  # litellm wraps a provider's own errors
+        return INFRA
+    for cls, by_role in error_table():
+        if isinstance(exc, cls):
+            return by_role[role]
+    return None
 
-    transient, fatal = _error_classes()
+
+def _chain(exc: BaseException | None):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def retrying(fn: Callable, attempts: int, role: str) -> Callable:
+    """Wrap a litellm completion function for one role: back off and retry transient provider errors,
+    then raise what error_table says: ProviderError (an infrastructure error), ConversationError (the
+    simulation fails, named), or the provider's own error for the candidate to handle."""
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}")
     first_wait = float(os.environ.get("EVOLVER_RETRY_WAIT", "1.0"))
 
     def call(*args, **kwargs):
         kwargs.pop("num_retries", None)  # retries happen here, with backoff, not inside litellm
+        if kwargs.get("api_base") and str(kwargs.get("model", "")).startswith("openai/") and not (kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY")):
+            kwargs["api_key"] = "no-key"  # a vLLM, Ollama or llama.cpp server wants none, but the OpenAI client insists on one
         try:
             for attempt in Retrying(
-                retry=retry_if_exception_type(transient),
+                retry=retry_if_exception(lambda exc: verdict(role, exc) == RETRY),
                 stop=stop_after_attempt(max(1, attempts)),
                 wait=wait_exponential_jitter(multiplier=first_wait, max=30, jitter=first_wait),
                 reraise=True,
             ):
                 with attempt:
                     return fn(*args, **kwargs)
-        except transient + fatal as exc:
-            raise ProviderError(f"{type(exc).__name__} after {attempts} attempt(s): {exc}") from exc
+        except Exception as exc:
+            meaning = verdict(role, exc)
+            if isinstance(exc, ProviderError) or meaning in (None, CANDIDATE):
+                raise
+            if meaning in (CONTEXT_OVERFLOW, CONTENT_POLICY):
+                raise ConversationError(f"the {role}'s provider refused the conversation: {type(exc).__name__}: {exc}", role, meaning) from exc
+            tries = f" after {attempts} attempt(s)" if meaning == RETRY else ""
+            raise ProviderError(f"{role}: {type(exc).__name__}{tries}: {exc}", role) from exc
 
     return call
 

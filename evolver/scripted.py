@@ -7,7 +7,8 @@ only on the request's content, never on call order, so results do not depend
 on thread scheduling, retries or resuming. EVOLVER_SCRIPTED_LATENCY adds a
 fixed sleep per call (seconds), to model a hosted API in benchmarks;
 EVOLVER_SCRIPTED_PRICE gives every scripted model a price (dollars per 1,000
-tokens, in and out), so costs and budgets can be tested.
+tokens, in and out), so costs and budgets can be tested; EVOLVER_SCRIPTED_CONTEXT (characters)
+refuses a longer conversation as a provider refuses one that overflows its context window.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ def register() -> None:
         def completion(self, model, messages, *args, optional_params=None, **kwargs):
             name = model.split("/", 1)[-1]
             tools = (optional_params or {}).get("tools") or kwargs.get("tools")
+            limit = int(os.environ.get("EVOLVER_SCRIPTED_CONTEXT", "0") or 0)
+            used = sum(len(str(m.get("content") or "")) for m in messages)
+            if limit and used > limit:  # as a provider answers a conversation longer than its context window
+                raise litellm.ContextWindowExceededError(message=f"scripted/{name}: {used} characters, the context holds {limit}",
+                                                         model=model, llm_provider=PROVIDER)
             reply = load_script()(name, messages, tools)  # read per call: tests switch scripts
             _price(litellm, name)
             latency = float(os.environ.get("EVOLVER_SCRIPTED_LATENCY", "0") or 0)

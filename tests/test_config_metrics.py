@@ -63,9 +63,9 @@ def test_every_setting_is_documented_in_evolver_toml_and_the_readme():
     from pathlib import Path
 
     from evolver.cli.scaffold import config_template
-    from evolver.config import FLAG_ONLY, INTERNAL, KEY_HELP, Config
+    from evolver.config import FLAG_ONLY, KEY_HELP, Config
 
-    keys = [f.name for f in fields(Config) if f.name not in INTERNAL]
+    keys = [f.name for f in fields(Config)]
     assert sorted(KEY_HELP) == sorted(keys)
     template = config_template()
     assert tomllib.loads(template)  # valid TOML

@@ -158,19 +158,19 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
 
 def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
     """`evolver daemon stop` during a run: the run's later evaluations still get workers."""
-    from evolver.config import eval_request, load_config
+    from evolver.config import eval_request, listing_request, load_config
     from evolver.evaluation.backends.local import LocalBackend
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"}, environ={})
     with LocalBackend() as backend:
-        backend.list_tasks(eval_request(cfg, repo, repo / "runs" / "first"))  # a controller's connection, held across evaluations
+        backend.list_tasks(listing_request(cfg, repo, repo / "runs" / "first"))  # a controller's connection, held across evaluations
         [daemon] = _daemons()
         assert zygote_client.stop_all() == 1
         assert not list(runtime.glob("*.sock"))  # no new clients
-        listing = backend.list_tasks(eval_request(cfg, repo, repo / "runs" / "listing"))
+        listing = backend.list_tasks(listing_request(cfg, repo, repo / "runs" / "listing"))
         assert "create_task_1" in listing.tasks
         # and its workers still get sandboxed agent processes from it
-        result = backend.evaluate(eval_request(cfg, repo, repo / "runs" / "after-stop", task_ids=["create_task_1"]), "after-stop", timeout=300)
+        result = backend.evaluate(eval_request(cfg, repo, repo / "runs" / "after-stop", local_api_base=None, task_ids=["create_task_1"]), "after-stop", timeout=300)
         assert result.summary.avg_reward == 1.0 and result.isolation["mode"] == "sandbox"
     assert _wait_for(lambda: _gone(daemon["pid"])), "the stopped daemon outlived its last client"
 

@@ -1,8 +1,9 @@
 """The embedded local model.
 
-The last test runs it for real: the 0.5B GGUF joined from its pip chunk
-packages, served by llama.cpp (xllamacpp) in a subprocess, playing agent and
-user through one real tau2 mock simulation in a real worker. It fails (it
+The last test runs it for real, through `evolver eval` as a user types it: the
+0.5B GGUF joined from its pip chunk packages, served by llama.cpp (xllamacpp)
+in a subprocess, playing agent and user through one real tau2 mock simulation
+in a real worker. It fails (it
 does not skip) when the model cannot be provisioned or the server does not
 start; it skips only when the `local-small` extra is not installed at all and
 EVOLVER_SKIP_LOCAL_MODEL=1 says that is intended.
@@ -18,17 +19,17 @@ import importlib.util
 import json
 import os
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from evolver.data import EvalRequest, RoleModel
 from evolver.errors import UsageError
-from evolver.evaluation.backends.local import LocalBackend
 from evolver.llm import prepare_environment
 from evolver.local import customer, provision, serving
 from evolver.local.provision import MODELS, ModelSpec, check_cpu, check_gguf, resolve_model
 from evolver.local.server import LocalServer
+from tests.conftest import run_cli
 
 EXTRA_INSTALLED = any(importlib.util.find_spec(m) for m in ("xllamacpp", MODELS["small"].modules[0]))
 needs_model = pytest.mark.skipif(
@@ -477,7 +478,7 @@ def test_the_local_user_is_adapted_by_default_and_the_switch_turns_it_off(openai
     request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
     for overrides in ({}, {"local_user_adapter": False}):
         cfg = load_config(tmp_path, {"user_model": "local", "api_base": api_base, **overrides}, environ={})
-        user = eval_request(cfg, tmp_path, tmp_path / "out").user  # result.json records it: models.user
+        user = eval_request(cfg, tmp_path, tmp_path / "out", local_api_base=None).user  # result.json records it: models.user
         assert user.llm_args[serving.USER_ADAPTER] is (not overrides)
         register_providers([user.model])
         litellm.completion(model=user.model, messages=[dict(m) for m in request], **user.litellm_args())
@@ -491,47 +492,37 @@ def test_the_local_user_is_adapted_by_default_and_the_switch_turns_it_off(openai
 
 
 @needs_model
-def test_one_mock_simulation_with_the_embedded_model(small_model, repo, tmp_path, monkeypatch):
+def test_evolver_eval_on_the_embedded_model_through_the_command_line(small_model, repo, tmp_path):
+    """`evolver eval` as a new user types it, with no key and no model flags but the small size: the
+    command starts the embedded server before it builds its request (the other order failed every
+    simulation), the customer speaks, the agent answers, and what it prints agrees with result.json."""
     stats_file = tmp_path / "local_stats.json"
-    monkeypatch.setenv(serving.STATS_ENV, str(stats_file))
-    with LocalServer(small_model, log_path=tmp_path / "server.log") as srv:
-
-        def role(label: str) -> RoleModel:
-            return RoleModel(model=f"local/{label}", api_base=srv.api_base, llm_args={"temperature": 0.0})
-
-        req = EvalRequest(
-            checkout=str(repo), out_dir=str(tmp_path / "run"), domain="mock", task_ids=["create_task_1"],
-            trials=1, concurrency=1, max_steps=12,
-            agent=role("agent"), user=role("user"), judge=role("judge"),
-        )
-        with LocalBackend() as backend:
-            result = backend.evaluate(req, "local-model-ci", timeout=600)
-        # The path a vLLM or Ollama user takes: a plain OpenAI-compatible model string plus api_base.
-        prepare_environment()
-        import litellm
-
-        plain = litellm.completion(model="openai/local", api_base=srv.api_base, api_key="not-needed",
-                                   messages=[{"role": "user", "content": "Say hello."}], max_tokens=16, temperature=0.0)
-        assert plain.choices[0].message.content and plain.usage.completion_tokens > 0
-        server = srv.metrics()
-        server_pid = srv.proc.pid
-    with pytest.raises(ProcessLookupError):  # stopped, no orphan left
-        os.kill(server_pid, 0)
-
-    assert result.candidate_error is None and result.worker_note is None, (result.candidate_error, result.worker_note)
-    [sim] = result.simulations
-    assert sim.outcome == "ok", sim.error
-    assert sim.termination_reason in CLEAN_ENDINGS, sim.termination_reason
+    env = {serving.STATS_ENV: str(stats_file), provision.CACHE_ENV: str(small_model.parent)}
+    proc = run_cli(["eval", str(repo), "--json", "--local-size", "small", "--domain", "mock", "--split", "base",
+                    "--task-ids", "create_task_1", "--trials", "1", "--max-steps", "12"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "embedded model ready at http://127.0.0.1:" in proc.stderr
+    summary = json.loads(proc.stdout)
+    result = json.loads(Path(summary["result_file"]).read_text())
+    assert {k: summary[k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")} == \
+        {k: result["summary"][k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")}
+    assert result["candidate_error"] is None and result["worker_note"] is None, (result["candidate_error"], result["worker_note"])
+    [sim] = result["simulations"]
+    assert sim["outcome"] == "ok" and not sim["error"], sim["error"]
+    assert sim["termination_reason"] in CLEAN_ENDINGS, sim["termination_reason"]
+    assert {m["model"] for m in result["models"].values()} == {"local/agent", "local/user", "local/judge"}
+    assert all(m["api_base"].startswith("http://127.0.0.1:") for m in result["models"].values())
 
     # Each role got replies from the embedded server, counted on the serving path ...
     counters = json.loads(stats_file.read_text())
     assert counters["agent"]["replies"] >= 1 and counters["user"]["replies"] >= 1, counters
-    # ... and the trajectory's messages of both roles carry the server's token counts,
-    # all of which the server itself says it generated.
-    trajectory = json.loads((Path(req.out_dir) / sim.trajectory_file).read_text())
+    # ... the customer spoke and the agent answered, both with tokens the server generated,
+    trajectory = json.loads((Path(summary["result_file"]).parent / sim["trajectory_file"]).read_text())
     produced = {"assistant": 0, "user": 0}
     for m in trajectory["messages"]:
         if m["role"] in produced and m.get("usage"):
             produced[m["role"]] += m["usage"]["completion_tokens"]
     assert produced["assistant"] > 0 and produced["user"] > 0, produced
-    assert server["tokens_predicted_total"] >= produced["assistant"] + produced["user"]
+    assert any(m["role"] == "user" and m.get("content") for m in trajectory["messages"])
+    # ... and the server is gone with the command.
+    assert subprocess.run(["pgrep", "-f", small_model.name], capture_output=True).returncode == 1

@@ -315,7 +315,7 @@ class TestInProcess:
 
     def request(self, repo: Path, out: Path, tasks: list[str], trials: int = 2):
         cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"})
-        return eval_request(cfg, repo, out, task_ids=tasks, trials=trials, concurrency=4, seed=5)
+        return eval_request(cfg, repo, out, local_api_base=None, task_ids=tasks, trials=trials, concurrency=4, seed=5)
 
     def zygote_processes(self, backend, wait: float = 10.0) -> int:
         """The instance's zygote and its forks (workers, agent processes: they share its command line),

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, apply_default_models, eval_request, load_config, setting
+from evolver.config import DOMAINS, apply_default_models, eval_request, listing_request, load_config, setting
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
@@ -243,13 +243,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
-        req = eval_request(cfg, checkout, out, task_ids=task_ids, num_tasks=args.num_tasks)
         with make_backend(cfg.backend, cfg.ray_address) as backend:
             if cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails before minutes of model start-up
-                backend.list_tasks(req.model_copy(update={"out_dir": str(out / "tasks")}))
+                backend.list_tasks(listing_request(cfg, checkout, out / "tasks", task_ids=task_ids, num_tasks=args.num_tasks))
             if note:
                 console.print(note)
-            with serve_local(cfg, console, EVAL_ROLES), progress_bar(console, "simulations") as update:
+            with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "simulations") as update:
+                req = eval_request(cfg, checkout, out, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks)
                 result = backend.evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
         if lineage:
@@ -268,8 +268,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         console.print(f"[red]candidate error:[/red] {result.candidate_error}")
         return 1
     if result.summary.infra_errors == result.summary.num_simulations:
+        sides = "; ".join(f"{role}: {t.count}, first: {t.first}" for role, t in sorted(result.summary.infra_by_role.items()))
         console.print(f"[red]no simulation could be scored[/red]: all {result.summary.num_simulations} hit infrastructure errors "
-                      f"(first: {next((s.error for s in result.simulations if s.error), 'unknown')}); nothing was measured")
+                      f"({sides or 'unknown'}); nothing was measured", markup=True, highlight=False)
         return EXIT_NOTHING_MEASURED
     if result.worker_note:
         console.print(f"[yellow]note:[/yellow] {result.worker_note}")
@@ -346,8 +347,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             run = loop.run
             stack.enter_context(run.lock())
         console.print(f"run {run.run_id}: {run.path}")
-        with serve_local(loop.cfg, console):
-            loop.drive()
+        with serve_local(loop.cfg, console) as local_api_base:
+            loop.drive(local_api_base)
     out_console().print(history_table(run.run_id, history_rows(run)))
     state = run.state()
     if state.status == "paused":

@@ -28,6 +28,8 @@ def eval_table(result: EvalResult) -> Table:
         table.add_row(f"pass^{k}", f"{v:.3f}")
     table.add_row("failed by the agent", str(s.failed))
     table.add_row("infrastructure errors", f"[red]{s.infra_errors}[/red]" if s.infra_errors else "0")
+    for role, tally in sorted(s.infra_by_role.items()):
+        table.add_row("", infra_line(role, tally.count, tally.first))
     for role, u in sorted(s.usage.items()):
         table.add_row(f"{role} tokens (in/out)", f"{u.prompt_tokens:,} / {u.completion_tokens:,}   {cost_text([u])}")
     table.add_row("duration", f"{s.duration:.1f} s")
@@ -44,6 +46,13 @@ def _live(console: Console) -> Progress:
     """Bars with done/total, elapsed time and an ETA from the rate measured so far."""
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True)
+
+
+def infra_line(role: str, count: int, first: str) -> str:
+    """"user: 3 infra errors, first: ..." (rich markup in the message escaped)."""
+    from rich.markup import escape
+
+    return f"[red]{role}: {count} infra error{'' if count == 1 else 's'}[/red], first: {escape(first[:300])}"
 
 
 def _bar_label(name: str, mean: Optional[float]) -> str:
@@ -272,6 +281,8 @@ def status_table(info: dict) -> Table:
                           f"(gate {_fmt(best['gate'])}), {best['branch']}")
     table.add_row("decisions", f"{info['decisions']}, expected false keeps {info['expected_false_keeps']:.2f}")
     table.add_row("simulations", f"{info['simulations_done']:,} done, at most {info['simulations_planned_at_most']:,} in all")
+    for role, tally in sorted(info["infra_errors"].items()):
+        table.add_row("infrastructure errors", infra_line(role, tally["count"], tally["first"]))
     table.add_row("elapsed", _duration(info["elapsed_seconds"]))
     if info["eta_seconds_at_most"] is not None:
         table.add_row("time left", f"at most {_duration(info['eta_seconds_at_most'])} "

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.config import Config
-from evolver.data import EvalResult, RoleUsage, cost_text
+from evolver.data import EvalResult, RoleUsage, cost_text, read_sim_records
 from evolver.errors import UsageError
-from evolver.evaluation.metrics import rewards_by_task
+from evolver.evaluation.metrics import infra_by_role, rewards_by_task
 from evolver.evolution.plan import max_simulations
 from evolver.store.lineage import Lineage
 from evolver.store.runstate import BestChange, RunDir, slug
@@ -56,6 +56,7 @@ def status(run: RunDir) -> dict:
     for role, u in (current.usage.items() if current else ()):
         usage[role] = usage.get(role, RoleUsage()).add(u)
     done, seconds_per_sim = _simulations(run)
+    infra = infra_by_role([r for sims in run.path.glob("evals/*/sims.jsonl") for r in read_sim_records(sims)])
     cfg = Config(**manifest.config)
     planned = done + max_simulations(cfg, len(manifest.analysis_tasks), len(manifest.gate_tasks), len(manifest.holdout_tasks),
                                      iterations=max(0, state.iterations_target - state.next_iteration + 1), baseline=done == 0)
@@ -77,6 +78,7 @@ def status(run: RunDir) -> dict:
         "cost": sum(u.cost for u in usage.values()),
         "cost_text": cost_text(usage.values()),
         "simulations_done": done,
+        "infra_errors": {role: tally.model_dump() for role, tally in infra.items()},  # by the side that failed
         "simulations_planned_at_most": planned,
         "seconds_per_simulation": seconds_per_sim,
         # An upper bound: every remaining iteration is assumed to run every candidate's full gate.

@@ -16,7 +16,7 @@ def config_template() -> str:
     """evolver.toml with every key, its default and what it does (config.KEY_HELP)."""
     from dataclasses import fields
 
-    from evolver.config import FLAG_ONLY, INTERNAL, KEY_HELP, Config
+    from evolver.config import FLAG_ONLY, KEY_HELP, Config
 
     lines = [
         "# evolver configuration: every key, with its default. EVOLVER_<KEY> environment variables",
@@ -26,7 +26,7 @@ def config_template() -> str:
         "",
     ]
     for f in fields(Config):
-        if f.name in INTERNAL or f.name in FLAG_ONLY:
+        if f.name in FLAG_ONLY:
             continue
         default = f.default if f.default_factory is MISSING else f.default_factory()
         value = tomli_value(default)

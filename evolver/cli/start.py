@@ -15,7 +15,7 @@ from rich.console import Console
 
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView
-from evolver.config import LOCAL, Config, eval_request
+from evolver.config import LOCAL, Config, listing_request
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
@@ -109,7 +109,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     if missing:
         raise UsageError(f"the meta model '{cfg.meta_model}' needs {missing} in the environment; set it, or choose another model with --meta-model")
     run = RunDir(repo, run_id)
-    probe = eval_request(cfg, repo, run.path / "evals" / "tasks", split=None)
+    probe = listing_request(cfg, repo, run.path / "evals" / "tasks", split=None)
     try:
         listing = backend.list_tasks(probe)
         analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
@@ -157,8 +157,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
 def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
     manifest = run.manifest()
     state = run.state()
-    # A run recorded before the user-role adapter existed ran its local user without it, and keeps doing so.
-    cfg = Config(**{"local_user_adapter": False, **manifest.config})
+    cfg = Config(**manifest.config)  # migrated on reading (store.runstate.Manifest)
     require_sandbox(cfg)  # the run's own setting: one started unconfined stays so, on the record
     tracking.require(cfg.track)  # the run's own setting too: a run tracked from its start stays tracked
     if iterations is not None:

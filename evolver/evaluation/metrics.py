@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from math import comb
 
-from evolver.data import EvalSummary, RoleUsage, SimRecord
+from evolver.data import EvalSummary, InfraTally, RoleUsage, SimRecord
 
 
 def rewards_by_task(records: list[SimRecord]) -> dict[str, list[float | None]]:
@@ -40,6 +40,17 @@ def pass_hat_k(table: dict[str, list[float | None]], max_k: int) -> dict[str, fl
     return out
 
 
+def infra_by_role(records: list[SimRecord]) -> dict[str, InfraTally]:
+    """Infrastructure errors by the side that failed, each with its first message, so a person sees
+    at once which side to fix ("user: 3, first: ...")."""
+    out: dict[str, InfraTally] = {}
+    for r in records:
+        if r.outcome == "infra_error":
+            tally = out.setdefault(r.error_role or "unknown", InfraTally(first=(r.error or "").splitlines()[0] if r.error else ""))
+            tally.count += 1
+    return out
+
+
 def summarize(records: list[SimRecord], num_tasks: int, num_trials: int, duration: float) -> EvalSummary:
     scored = [r for r in records if r.outcome != "infra_error"]
     usage: dict[str, RoleUsage] = defaultdict(RoleUsage)
@@ -53,6 +64,7 @@ def summarize(records: list[SimRecord], num_tasks: int, num_trials: int, duratio
         scored=len(scored),
         failed=sum(1 for r in records if r.outcome == "failed"),
         infra_errors=len(records) - len(scored),
+        infra_by_role=infra_by_role(records),
         avg_reward=(sum(r.reward or 0.0 for r in scored) / len(scored)) if scored else None,
         pass_hat_k=pass_hat_k(rewards_by_task(records), num_trials),
         usage=dict(usage),

@@ -329,6 +329,10 @@ def _assistant_message(wire, usage: RoleUsage) -> AssistantMessage:
         raise AgentFault(f"the agent replied with a {type(message).__name__}, not an AssistantMessage")
     if message.content is not None and len(message.content) > MAX_REPLY_CHARS:
         raise AgentFault(f"the agent's reply has {len(message.content):,} characters (limit {MAX_REPLY_CHARS:,})")
+    if message.content is not None and not _encodable(message.content):
+        # A lone surrogate cannot be sent to the customer's provider: the failed request would read as
+        # the trusted side's infrastructure error, a route to turn a lost task into an unscored one.
+        raise AgentFault("the agent's reply is not valid Unicode text (it holds a lone surrogate)")
     calls = message.tool_calls or []
     if len(calls) > MAX_TOOL_CALLS:
         raise AgentFault(f"the agent's reply has {len(calls)} tool calls (limit {MAX_TOOL_CALLS})")
@@ -337,6 +341,14 @@ def _assistant_message(wire, usage: RoleUsage) -> AssistantMessage:
         tool_calls=[ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor="assistant") for c in calls] or None,
         cost=usage.cost, usage={"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
     )
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _llm_request(request: dict) -> dict:

@@ -33,7 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord, read_sim_records, write_json_atomic
-from evolver.llm import ProviderError, missing_api_key, prepare_environment
+from evolver.llm import ConversationError, ProviderError, missing_api_key, prepare_environment
 from evolver.local.providers import register_providers
 
 AGENT_NAME = "evolver_harness"
@@ -222,18 +222,29 @@ def _usage(messages, kind) -> RoleUsage:
     return total
 
 
-def _is_infra_error(exc: BaseException) -> bool:
-    """Raised by the trusted side alone: a provider failing after retries, or the sandbox failing
-    to set up. Nothing the candidate sends can become one (its errors arrive as text)."""
-    from evolver.evaluation.proxy_agent import SandboxFailure
-
+def _raised(exc: BaseException, kinds) -> BaseException | None:
+    """The first exception of ``kinds`` in exc's chain of causes, if any."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, (ProviderError, SandboxFailure)):
-            return True
+        if isinstance(exc, kinds):
+            return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
-    return False
+    return None
+
+
+def _infra_source(exc: BaseException, context) -> str | None:
+    """The side that failed when ``exc`` is an infrastructure error, else None. Only the trusted side
+    raises one: a provider failing after retries (ProviderError, naming its role), or the sandbox
+    failing to set up. Nothing the candidate sends can become one (its errors arrive as text)."""
+    from evolver.evaluation.proxy_agent import SandboxFailure
+
+    if context.provider_error is not None:
+        return "agent"
+    found = _raised(exc, (ProviderError, SandboxFailure))
+    if found is None:
+        return None
+    return "sandbox" if isinstance(found, SandboxFailure) else found.role or "unknown"
 
 
 def user_simulator_args(task, args: dict | None) -> dict | None:
@@ -301,18 +312,25 @@ class Recorder:
         try:
             sim = self.run_task(*args, **kwargs)
         except Exception as exc:
-            infra = context.provider_error is not None or _is_infra_error(exc)
+            source = _infra_source(exc, context)
+            conversation = _raised(exc, ConversationError)
             candidate = isinstance(exc, proxy_agent.AgentFault)
             finished = self.unevaluated.simulation  # the conversation ended; tau2's evaluation raised
+            if source:
+                termination = "infra_error"
+            elif conversation:  # the candidate's conversation overflowed the customer's (or judge's) context
+                termination = conversation.termination_reason
+            else:
+                termination = "evaluation_error" if finished else "agent_error"
             record = SimRecord(
                 task_id=task.id, trial=trial, seed=seed,
-                outcome="infra_error" if infra else "failed",
-                reward=None if infra else 0.0,
-                termination_reason="infra_error" if infra else "evaluation_error" if finished else "agent_error",
+                outcome="infra_error" if source else "failed",
+                reward=None if source else 0.0,
+                termination_reason=termination, error_role=source,
                 steps=len(finished.messages) if finished else 0, duration=finished.duration if finished else 0.0,
                 usage={"agent": context.usage},
                 error=("tau2's evaluation raised " if finished else "") + f"{type(exc).__name__}: {exc}"
-                + ("" if infra or candidate else "\n" + "".join(traceback.format_exception(exc)[-3:])),
+                + ("" if source or candidate or conversation else "\n" + "".join(traceback.format_exception(exc)[-3:])),
             )
             self._write(record, finished)
             return self._placeholder(task.id, trial, seed)
@@ -332,16 +350,27 @@ class Recorder:
         self._write(record, sim)
         return sim
 
+    _judging = threading.local()
+
+    @classmethod
+    def calling_role(cls) -> str:
+        """Whose LLM call tau2 makes in this thread: the judge's inside tau2's evaluation, else the user simulator's."""
+        return "judge" if getattr(cls._judging, "on", False) else "user"
+
     def keeping_simulation(self, evaluate):
-        """tau2's evaluate_simulation, wrapped: when it raises (the mock domain's environment
-        assertions raise on a record the agent never created), tau2's run_task drops the finished
-        conversation; keep it, so its trajectory is written beside the failure for the digest."""
+        """tau2's evaluate_simulation, wrapped: its LLM calls are the judge's (Recorder.calling_role);
+        and when it raises (the mock domain's environment assertions raise on a record the agent never
+        created), tau2's run_task drops the finished conversation: keep it, so its trajectory is
+        written beside the failure for the digest."""
         def evaluate_simulation(*args, **kwargs):
+            Recorder._judging.on = True
             try:
                 return evaluate(*args, **kwargs)
             except Exception:
                 self.unevaluated.simulation = kwargs.get("simulation")
                 raise
+            finally:
+                Recorder._judging.on = False
 
         return evaluate_simulation
 
@@ -401,7 +430,10 @@ def run(req: EvalRequest) -> None:
     logger.remove()
     logger.add(sys.stderr, level="ERROR")
     register_providers([req.agent.model, req.user.model, req.judge.model])
-    llm_utils.completion = retrying(litellm.completion, req.llm_retries)
+    # tau2's user simulator and its NL-assertion judge both call llm_utils.completion; the recorder
+    # knows which one is calling (a simulation thread is judged only inside tau2's evaluation).
+    trusted = {role: retrying(litellm.completion, req.llm_retries, role) for role in ("user", "judge")}
+    llm_utils.completion = lambda *args, **kwargs: trusted[Recorder.calling_role()](*args, **kwargs)
     # tau2 hard-codes its NL-assertion judge model; use the configured one.
     nl.DEFAULT_LLM_NL_ASSERTIONS = req.judge.model
     nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS = req.judge.litellm_args()
@@ -428,7 +460,7 @@ def run(req: EvalRequest) -> None:
         proxy_agent.settings = proxy_agent.Settings(
             role=req.agent, source=stage_candidate(Path(req.checkout), staging), scratch_root=staging,
             sandbox=req.sandbox, limits={"memory_mb": req.agent_memory_mb}, turn_timeout=req.agent_timeout,
-            completion=llm_utils.completion, factory=WorkerConnection.from_environment(), max_steps=req.max_steps,
+            completion=retrying(litellm.completion, req.llm_retries, "agent"), factory=WorkerConnection.from_environment(), max_steps=req.max_steps,
         )
         checked = check_candidate(proxy_agent.settings)
         try:

@@ -57,11 +57,14 @@ class Loop:
     events: ev.Events
     identifiers: frozenset = frozenset()  # the domain's task-data identifiers, for the static scan
     backend: Optional[Backend] = None  # where simulations run; set by the command that drives the loop
+    local_api_base: Optional[str] = None  # the embedded model's server, when the command serves one: given to drive()
     started: float = dataclasses.field(default_factory=time.monotonic)
     saving: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # candidates' threads share the iteration file
 
     # ------------------------------------------------------------------ the loop
-    def drive(self) -> None:
+    def drive(self, local_api_base: Optional[str] = None) -> None:
+        """Run until a stop condition; ``local_api_base`` is the embedded server the command started, if any."""
+        self.local_api_base = local_api_base
         try:
             self.measure_baseline()
             while True:
@@ -159,7 +162,7 @@ class Loop:
         self.run.digest_file(name).parent.mkdir(parents=True, exist_ok=True)
         self.run.digest_file(name).write_text(digest)
         messages = build_messages(self.prompts_dir, self.guide, agent_files_text(parent_tree), digest, self.learnings(), self.cfg.meta_context_tokens)
-        outcome = propose(self.cfg.role("meta"), messages, parent_tree, prompts_dir=self.prompts_dir, llm_retries=self.cfg.llm_retries,
+        outcome = propose(self.cfg.role("meta", self.local_api_base), messages, parent_tree, prompts_dir=self.prompts_dir, llm_retries=self.cfg.llm_retries,
                           identifiers=self.identifiers)
         cand.responses, cand.errors, cand.findings = outcome.responses, outcome.errors, outcome.findings
         if outcome.proposal is None:
@@ -356,7 +359,7 @@ class Loop:
         if done.exists():
             return EvalResult.model_validate_json(done.read_text())
         timeout = timeout or self.cfg.worker_timeout
-        req = eval_request(self.cfg, checkout, out, timeout=timeout, split=None, task_ids=tasks, trials=trials, seed=seed)
+        req = eval_request(self.cfg, checkout, out, local_api_base=self.local_api_base, timeout=timeout, split=None, task_ids=tasks, trials=trials, seed=seed)
         try:
             result = self.backend.evaluate(req, self.run.run_id, timeout=timeout,
                                            on_progress=lambda done, total, mean: self.events.emit(ev.EvalProgress(name, done, total, mean)))

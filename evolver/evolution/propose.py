@@ -81,7 +81,7 @@ def _complete(role: RoleModel, messages: list[dict], retries: int) -> tuple[str,
     register_providers([role.model])
     import litellm
 
-    response = retrying(litellm.completion, retries)(model=role.model, messages=messages, max_tokens=ANSWER_TOKENS, **role.litellm_args())
+    response = retrying(litellm.completion, retries, "meta")(model=role.model, messages=messages, max_tokens=ANSWER_TOKENS, **role.litellm_args())
     text = response.choices[0].message.content or ""
     usage = getattr(response, "usage", None)
     try:

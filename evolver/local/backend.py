@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 from rich.console import Console
 
@@ -11,11 +11,13 @@ from evolver.config import Config
 
 
 @contextmanager
-def serve_local(cfg: Config, console: Console, roles: tuple[str, ...] = ("agent", "user", "meta")) -> Iterator[None]:
-    """Start the llama.cpp server if one of ``roles`` is "local" without a server of its own, point
-    those roles at it (cfg.local_api_base), and stop it on exit, errors and Ctrl-C alike."""
+def serve_local(cfg: Config, console: Console, roles: tuple[str, ...] = ("agent", "user", "meta")) -> Iterator[Optional[str]]:
+    """Start the llama.cpp server if one of ``roles`` is "local" without a server of its own, yield its
+    address (None when nothing is served) for the requests built inside, and stop it on exit, errors
+    and Ctrl-C alike. The address is passed on explicitly (config.eval_request, Config.role), so a
+    request cannot be built for it before it exists."""
     if not cfg.uses_local_server(roles):
-        yield
+        yield None
         return
     from evolver.local.provision import resolve_model
     from evolver.local.server import LocalServer
@@ -24,12 +26,8 @@ def serve_local(cfg: Config, console: Console, roles: tuple[str, ...] = ("agent"
     console.print(f"starting the embedded model server ({path.name}) ...")
     cap_concurrency(cfg, console, roles)
     with LocalServer(path) as server:
-        cfg.local_api_base = server.api_base
         console.print(f"embedded model ready at {server.api_base}")
-        try:
-            yield
-        finally:
-            cfg.local_api_base = ""
+        yield server.api_base
 
 
 def cap_concurrency(cfg: Config, console: Console, roles: tuple[str, ...] = ("agent", "user", "meta")) -> None:

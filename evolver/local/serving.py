@@ -42,11 +42,12 @@ import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from evolver.data import USER_ADAPTER, USER_HISTORY
+from evolver.data import LOCAL_PROVIDER, USER_ADAPTER, USER_HISTORY
+from evolver.llm import ConfigurationError
 from evolver.local import customer
 from evolver.toolcalls import parse_text_tool_calls
 
-PROVIDER = "local"
+PROVIDER = LOCAL_PROVIDER
 STATS_ENV = "EVOLVER_LOCAL_STATS"
 REASKS = 2
 # A turn of tau2's agent or user is a short message or one call; a small model that
@@ -100,10 +101,8 @@ def reset_stats() -> None:
 
 def complete(label: str, messages: list, api_base: str | None, params: dict):
     """One completion through the server, with text tool calls parsed and empty replies re-asked."""
-    import litellm
-
-    if not api_base:
-        raise litellm.BadRequestError(message=f"{PROVIDER}/{label} needs api_base: the URL of the local server, e.g. http://127.0.0.1:PORT/v1", model=f"{PROVIDER}/{label}", llm_provider=PROVIDER)
+    if not api_base:  # a configuration error of the trusted side, never the candidate's (evolver.llm.error_table)
+        raise ConfigurationError(f"{PROVIDER}/{label} needs api_base: the URL of the local server, e.g. http://127.0.0.1:PORT/v1")
     tool_names = [t["function"]["name"] for t in params.get("tools") or [] if t.get("function")]
     if not (params.get("max_tokens") or params.get("max_completion_tokens")):
         params["max_tokens"] = DEFAULT_MAX_TOKENS

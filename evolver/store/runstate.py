@@ -9,12 +9,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import string
 import time
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from evolver.data import RoleModel, RoleUsage, write_json_atomic
 from evolver.errors import UsageError
@@ -25,9 +26,28 @@ IterationStatus = Literal[
 FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "undecided")
 
 
+MANIFEST_SCHEMA = 2
+
+
+class NewerSchema(ValueError):
+    """A run file written by a newer evolver than this one."""
+
+
+def _manifest_v1_to_v2(data: dict) -> dict:
+    """v1 recorded the embedded server's address among the settings (it is learnt at run time now,
+    never a setting), and predates the user-role adapter: a v1 run ran its local user without it."""
+    config = {k: v for k, v in data.get("config", {}).items() if k != "local_api_base"}
+    return {**data, "config": {"local_user_adapter": False, **config}, "schema": 2}
+
+
+# Named steps from each older schema to the next; a run is opened through all it needs.
+MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2}
+
+
 class Manifest(BaseModel):
     """What the run is: written once at the start (run.json)."""
 
+    schema_version: int = Field(MANIFEST_SCHEMA, alias="schema")
     run_id: str
     created: float
     repo: str
@@ -41,6 +61,20 @@ class Manifest(BaseModel):
     holdout_tasks: list[str]
     split_note: str
     gate: dict
+
+    model_config = {"populate_by_name": True, "serialize_by_alias": True}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data):
+        if not isinstance(data, dict):
+            return data
+        version = data.get("schema", 1)
+        if not isinstance(version, int) or version > MANIFEST_SCHEMA:
+            raise NewerSchema(f"run.json has schema {version!r}, newer than this evolver knows ({MANIFEST_SCHEMA}); upgrade evolver to open it")
+        while version < MANIFEST_SCHEMA:
+            data, version = MANIFEST_MIGRATIONS[version](data), version + 1
+        return data
 
 
 class BestChange(BaseModel):
@@ -230,9 +264,20 @@ def _read(model, path: Path):
     """A run file, or one line saying it is damaged: a hand edit, a full disk, a bad copy."""
     try:
         return model.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        cause = next((e.get("ctx", {}).get("error") for e in exc.errors() if isinstance(e.get("ctx", {}).get("error"), NewerSchema)), None)
+        if cause is not None:
+            raise UsageError(f"{path}: {cause}") from None
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        raise UsageError(f"{path} is unreadable or corrupt ({where + ': ' if where else ''}{first['msg']}); "
+                         "restore it from a copy, or start a new run") from None
     except (OSError, ValueError) as exc:
         why = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
         raise UsageError(f"{path} is unreadable or corrupt ({why}); restore it from a copy, or start a new run") from None
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
@@ -243,9 +288,12 @@ def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
         if not candidates:
             raise UsageError(f"no runs in {runs}; start one with `evolver run`")
         return RunDir(repo, candidates[-1].name)
+    known = sorted(p.name for p in runs.glob("run-*")) if runs.exists() else []
+    hint = f"; known runs: {', '.join(known[-5:])}" if known else "; start one with `evolver run`"
+    if not RUN_ID.fullmatch(run_id):  # a path ("../elsewhere") is no run id: it would name branches git refuses
+        raise UsageError(f"'{run_id}' is not a run id (a name under runs/, like run-20261125-201805-8fc2){hint}")
     run = RunDir(repo, run_id)
     if not run.exists():
-        known = sorted(p.name for p in runs.glob("run-*")) if runs.exists() else []
-        hint = f"; known runs: {', '.join(known[-5:])}" if known else "; start one with `evolver run`"
         raise UsageError(f"unknown run id '{run_id}'{hint}")
+    run.manifest()  # a damaged run.json says so in one line here, whatever the command goes on to read
     return run

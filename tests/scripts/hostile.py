@@ -33,6 +33,7 @@ TASKS = "create_task_1,update_task_1"
 BASELINE = 0.5  # scripted/wrong garbles new task titles: create fails, update passes
 MODELS = ["--agent-model", "scripted/wrong", "--user-model", "scripted/user", "--judge-model", "scripted/judge"]
 TURN = "    ) -> tuple[AssistantMessage, HarnessState]:\n"
+CUSTOMER_CONTEXT = 60_000  # characters the scripted customer's context holds: a mock conversation needs about 10,000
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,17 @@ import litellm
 if "create" in str(message.content).lower():
     raise litellm.ServiceUnavailableError(message="fake outage", llm_provider="openai", model="x")
 """, "fault", "ServiceUnavailableError"),
+    # Unscoring a lost task: a conversation that overflows the customer's context is the candidate's
+    # failure, never an infrastructure error (the scripted customer's context holds CUSTOMER_CONTEXT characters).
+    Case("flood_the_customers_context", "import", """
+_orig_turn = HarnessAgent.generate_next_message
+def _flooding_turn(self, message, state):
+    reply, state = _orig_turn(self, message, state)
+    if reply.content:
+        reply.content += " ok" * 30_000
+    return reply, state
+HarnessAgent.generate_next_message = _flooding_turn
+""", "fault", "user_context_overflow"),
     Case("garbage_on_the_channel", "turn", """
 import os
 os.write(3, b"\\xff" * 64)
@@ -323,7 +335,7 @@ def run_case(case: Case, repo: Path, canaries: Canaries, template: str, env: dic
     connections = len(canaries.connections)
     proc = subprocess.run(
         [sys.executable, "-m", "evolver", "eval", str(repo), "--json", *MODELS, "--task-ids", TASKS, "--agent-timeout", "4", "--worker-timeout", "120"],
-        cwd=repo, env={**env, "OPENAI_API_KEY": CANARY_KEY}, capture_output=True, text=True, timeout=300,
+        cwd=repo, env={**env, "OPENAI_API_KEY": CANARY_KEY, "EVOLVER_SCRIPTED_CONTEXT": str(CUSTOMER_CONTEXT)}, capture_output=True, text=True, timeout=300,
     )
     summary = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
     result = json.loads(Path(summary["result_file"]).read_text()) if summary else None
@@ -358,7 +370,7 @@ def _check(case: Case, proc, summary: Optional[dict], result: Optional[dict]) ->
         problems.append(f"scored {summary['avg_reward']} against the honest {BASELINE}")
     if summary["usage"].get("agent", {}).get("cost", 0) < 0:
         problems.append("negative agent cost")
-    errors = "\n".join(s.get("error") or "" for s in result["simulations"])
+    errors = "\n".join(f"{s.get('termination_reason')}: {s.get('error') or ''}" for s in result["simulations"])
     if case.expect == "fault" and (summary["failed"] < 1 or case.reason not in errors):
         problems.append(f"expected a failed simulation mentioning {case.reason!r}; errors: {errors[:400]}")
     if result.get("isolation", {}).get("mode") != "sandbox":

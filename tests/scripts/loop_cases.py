@@ -117,3 +117,8 @@ def policy_script(name, messages, tools):
     which = re.search(r"proposal (\d+) of \d+", prompt)
     key = choices[int(which.group(1)) - 1 if which else 0]
     return Reply(f"TITLE: {key}\nRATIONALE: policy test\n" + _anchor_edit(PATCHES[key]))
+
+
+def fix_first_script(name, messages, tools):
+    """The meta-LLM proposes the fix at once: a run of one iteration reaches the gate."""
+    return Reply(PROPOSALS[3]) if name == "meta" else script(name, messages, tools)

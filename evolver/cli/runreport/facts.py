@@ -9,7 +9,6 @@ from typing import Optional
 
 from evolver import __version__
 from evolver.cli.history import history_rows, latest_rewards, show, status
-from evolver.config import INTERNAL
 from evolver.data import RoleUsage
 from evolver.store.runstate import RunDir, slug
 
@@ -182,7 +181,7 @@ def collect(run: RunDir) -> RunFacts:
         run_id=run.run_id, repo=manifest.repo, status=status(run)["status"], stop_reason=state.stop_reason,
         created=manifest.created, elapsed=state.elapsed, domain=manifest.config.get("domain", ""), split_note=manifest.split_note,
         models={role: m.model + (f" at {m.api_base}" if m.api_base else "") for role, m in manifest.models.items()},
-        settings={k: _text(v) for k, v in sorted(manifest.config.items()) if k not in INTERNAL},
+        settings={k: _text(v) for k, v in sorted(manifest.config.items())},
         gate={k: _text(v) for k, v in manifest.gate.items()},
         versions=dict(manifest.versions), base_commit=manifest.base_commit, base_branch=manifest.base_branch,
         task_counts={"analysis": len(manifest.analysis_tasks), "gate": len(manifest.gate_tasks), "holdout": len(manifest.holdout_tasks)},

@@ -252,7 +252,7 @@ def _complete(records, task_ids, trials, candidate_error, note) -> list[SimRecor
             if rec is None and candidate_error:
                 rec = SimRecord(task_id=task, trial=trial, outcome="failed", reward=0.0, termination_reason="agent_error", error=candidate_error)
             elif rec is None:
-                rec = SimRecord(task_id=task, trial=trial, outcome="infra_error", termination_reason="infra_error", error=note or "not run")
+                rec = SimRecord(task_id=task, trial=trial, outcome="infra_error", termination_reason="infra_error", error_role="worker", error=note or "not run")
             full.append(rec)
     return full
 

@@ -1,0 +1,235 @@
+"""Who answers for a provider's error: the classification table (evolver.llm.error_table), row by row,
+and `evolver eval` through the command line against a fake OpenAI-compatible provider that fails
+the customer's side in every way a provider can.
+
+A trusted role failing (the user simulator, the judge) is the trusted side failing: an infrastructure
+error, never a 0 against the candidate. What the conversation itself causes there (an overflowing
+context, a content filter) is the candidate's doing: a failure, named by its side.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from evolver import llm
+from tests.conftest import git, run_cli
+from tests.scripts.fake_openai import FakeOpenAI, Fault
+
+ATTEMPTS = 3
+# (litellm error class, expected meaning for agent, user, judge, meta): written out here, not read
+# from the code, so that a changed row in evolver.llm fails its test.
+EXPECTED = [
+    ("RateLimitError", "retry", "retry", "retry", "retry"),
+    ("Timeout", "retry", "retry", "retry", "retry"),
+    ("APIConnectionError", "retry", "retry", "retry", "retry"),
+    ("ServiceUnavailableError", "retry", "retry", "retry", "retry"),
+    ("InternalServerError", "retry", "retry", "retry", "retry"),
+    ("BadGatewayError", "retry", "retry", "retry", "retry"),
+    ("AuthenticationError", "infra", "infra", "infra", "infra"),
+    ("PermissionDeniedError", "infra", "infra", "infra", "infra"),
+    ("NotFoundError", "infra", "infra", "infra", "infra"),
+    ("ContextWindowExceededError", "candidate", "context_overflow", "context_overflow", "infra"),
+    ("ContentPolicyViolationError", "candidate", "content_policy", "content_policy", "infra"),
+    ("BadRequestError", "candidate", "infra", "infra", "infra"),
+    ("UnsupportedParamsError", "candidate", "infra", "infra", "infra"),
+    ("UnprocessableEntityError", "candidate", "infra", "infra", "infra"),
+]
+ROWS = [(name, role, meaning) for name, *meanings in EXPECTED for role, meaning in zip(llm.ROLES, meanings)]
+
+
+def _error(name: str):
+    import litellm
+
+    import httpx
+
+    cls = getattr(litellm, name)
+    if name in ("UnprocessableEntityError", "PermissionDeniedError"):  # these insist on the HTTP response
+        status = {"UnprocessableEntityError": 422, "PermissionDeniedError": 403}[name]
+        response = httpx.Response(status, request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"))
+        return cls(message=f"fake {name}", model="m", llm_provider="openai", response=response)
+    return cls(message=f"fake {name}", model="m", llm_provider="openai")
+
+
+def _failing(exc):
+    calls = []
+
+    def completion(**kwargs):
+        calls.append(kwargs)
+        raise exc
+
+    return completion, calls
+
+
+@pytest.mark.parametrize("name, role, meaning", ROWS, ids=[f"{n}-{r}" for n, r, _ in ROWS])
+def test_each_row_of_the_error_table(name, role, meaning):
+    llm.prepare_environment()
+    exc = _error(name)
+    completion, calls = _failing(exc)
+    with pytest.raises(Exception) as raised:
+        llm.retrying(completion, ATTEMPTS, role)(model="openai/m", messages=[])
+    got = raised.value
+    if meaning == "retry":
+        assert len(calls) == ATTEMPTS and isinstance(got, llm.ProviderError) and got.role == role
+        assert f"after {ATTEMPTS} attempt(s)" in str(got)
+    elif meaning == "infra":
+        assert len(calls) == 1 and isinstance(got, llm.ProviderError) and got.role == role
+    elif meaning == "candidate":  # handed back as it came, for the candidate's code to handle
+        assert len(calls) == 1 and got is exc
+    else:
+        assert len(calls) == 1 and isinstance(got, llm.ConversationError)
+        assert got.termination_reason == f"{role}_{meaning}" and got.__cause__ is exc
+
+
+def test_a_configuration_error_wrapped_by_litellm_is_infrastructure_and_not_retried():
+    """litellm turns an error raised inside a custom provider into an APIConnectionError (retried):
+    the embedded provider's missing address must still fail at once, as the trusted side's."""
+    import litellm
+
+    llm.prepare_environment()
+    wrapped = litellm.APIConnectionError(message="wrapped", model="m", llm_provider="local")
+    wrapped.__context__ = llm.ConfigurationError("local/user needs api_base")
+    completion, calls = _failing(wrapped)
+    with pytest.raises(llm.ProviderError) as raised:
+        llm.retrying(completion, ATTEMPTS, "user")(model="local/user", messages=[])
+    assert len(calls) == 1 and raised.value.role == "user"
+
+
+def test_an_error_that_is_no_providers_passes_through_unchanged():
+    completion, calls = _failing(KeyError("a bug"))
+    with pytest.raises(KeyError):
+        llm.retrying(completion, ATTEMPTS, "user")(model="openai/m", messages=[])
+    assert len(calls) == 1
+
+
+def test_a_keyless_openai_compatible_server_gets_a_placeholder_key_never_a_real_one(monkeypatch):
+    seen = []
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    call = llm.retrying(lambda **kw: seen.append(kw), 1, "agent")
+    call(model="openai/qwen", api_base="http://127.0.0.1:1/v1", messages=[])
+    call(model="openai/qwen", messages=[])  # OpenAI itself: its key is the user's business
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real")
+    call(model="openai/qwen", api_base="http://127.0.0.1:1/v1", messages=[])
+    assert seen[0]["api_key"] == "no-key" and "api_key" not in seen[1] and "api_key" not in seen[2]
+
+
+def test_a_request_for_the_embedded_model_cannot_be_built_before_its_server_is_up(tmp_path):
+    from pydantic import ValidationError
+
+    from evolver.config import eval_request, listing_request, load_config
+
+    cfg = load_config(tmp_path, {"agent_model": "local", "user_model": "local"}, environ={})
+    with pytest.raises(ValidationError, match="the agent model local/agent has no api_base"):
+        eval_request(cfg, tmp_path, tmp_path / "out", local_api_base=None)
+    listing_request(cfg, tmp_path, tmp_path / "out")  # listing tasks calls no model
+    req = eval_request(cfg, tmp_path, tmp_path / "out", local_api_base="http://127.0.0.1:5/v1")
+    assert {req.agent.api_base, req.user.api_base, req.judge.api_base} == {"http://127.0.0.1:5/v1"}
+
+
+# ---- through the command line, against a fake OpenAI-compatible provider ------------------------
+
+MODELS = ["--agent-model", "openai/agent", "--user-model", "openai/user", "--judge-model", "openai/judge"]
+TASKS = ["--task-ids", "create_task_1,update_task_1"]
+
+
+def fake_eval(repo: Path, fake: FakeOpenAI, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None, dict | None]:
+    proc = run_cli(["eval", str(repo), "--json", *MODELS, "--api-base", fake.api_base, *TASKS, *extra])
+    summary = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
+    result = json.loads(Path(summary["result_file"]).read_text()) if summary else None
+    return proc, summary, result
+
+
+def assert_real_simulations(summary: dict, result: dict) -> None:
+    """The summary printed agrees with result.json, and every simulation was a real conversation:
+    no provider error, the customer spoke and the agent answered."""
+    assert {k: summary[k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")} == \
+        {k: result["summary"][k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")}
+    assert summary["infra_errors"] == 0 and summary["num_simulations"] >= 1
+    for sim in result["simulations"]:
+        assert sim["outcome"] == "ok" and not sim["error"], sim
+        messages = json.loads((Path(summary["result_file"]).parent / sim["trajectory_file"]).read_text())["messages"]
+        assert any(m["role"] == "user" and m.get("content") for m in messages), messages
+        assert any(m["role"] == "assistant" for m in messages), messages
+
+
+def test_eval_and_eval_ref_through_an_openai_compatible_server(repo):
+    with FakeOpenAI() as fake:
+        proc, summary, result = fake_eval(repo, fake)
+        assert proc.returncode == 0, proc.stderr
+        assert_real_simulations(summary, result)
+        assert summary["avg_reward"] == 1.0
+        assert fake.requests["agent"] >= 2 and fake.requests["user"] >= 2
+        (repo / "agent" / "agent.py").write_text("this is not python\n")  # the working tree is broken, the commit is not
+        proc, summary, result = fake_eval(repo, fake, "--ref", "HEAD")
+        assert proc.returncode == 0, proc.stderr
+        assert_real_simulations(summary, result)
+    assert git(repo, "status", "--porcelain").strip() == "M agent/agent.py"
+
+
+@pytest.mark.parametrize("fault", [Fault(status=400), Fault(status=401), Fault(status=500), Fault(drop=True)],
+                         ids=["400", "401", "500", "no-answer"])
+def test_a_failing_customer_provider_is_an_infrastructure_error_never_the_agents(repo, fault):
+    with FakeOpenAI({"user": fault}) as fake:
+        proc, summary, result = fake_eval(repo, fake)
+    assert proc.returncode == 4, (proc.returncode, proc.stderr)  # nothing was measured
+    assert summary["infra_errors"] == summary["num_simulations"] == 2 and summary["failed"] == 0 and summary["avg_reward"] is None
+    assert summary["infra_by_role"]["user"]["count"] == 2 and set(summary["infra_by_role"]) == {"user"}
+    assert all(s["outcome"] == "infra_error" and s["reward"] is None and s["error_role"] == "user" for s in result["simulations"])
+    assert "user: 2, first:" in proc.stderr and "nothing was measured" in proc.stderr
+
+
+def test_a_rate_limited_customer_is_waited_for_and_nothing_is_lost(repo):
+    with FakeOpenAI({"user": Fault(rate_limited=3)}) as fake:
+        proc, summary, result = fake_eval(repo, fake)
+        assert fake.requests["user"] > 3
+    assert proc.returncode == 0, proc.stderr
+    assert_real_simulations(summary, result)
+    assert summary["scored"] == 2 and summary["avg_reward"] == 1.0
+
+
+FLOOD = '''
+_orig_turn = HarnessAgent.generate_next_message
+def _flooding_turn(self, message, state):
+    reply, state = _orig_turn(self, message, state)
+    if reply.content:
+        reply.content += " ok" * 30_000
+    return reply, state
+HarnessAgent.generate_next_message = _flooding_turn
+'''
+
+
+def test_a_conversation_that_overflows_the_customers_context_is_the_candidates_failure(repo):
+    agent = repo / "agent" / "agent.py"
+    agent.write_text(agent.read_text() + FLOOD)
+    git(repo, "commit", "-qam", "an agent that floods the customer")
+    with FakeOpenAI({"user": Fault(context_chars=40_000)}) as fake:
+        proc, summary, result = fake_eval(repo, fake, "--task-ids", "update_task_1")
+    assert proc.returncode == 0, proc.stderr
+    [sim] = result["simulations"]
+    assert sim["outcome"] == "failed" and sim["reward"] == 0.0 and sim["termination_reason"] == "user_context_overflow", sim
+    assert summary["infra_errors"] == 0 and summary["failed"] == 1
+
+
+def test_run_through_an_openai_compatible_server(repo, monkeypatch):
+    """`evolver run` as a user types it against a server: the baseline, the candidate's smoke test and
+    the gate all reach it, and every simulation is a real, scored conversation."""
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:fix_first_script")  # the fake server reads it here
+    with FakeOpenAI() as fake:
+        # The careless agent fails some tasks, so there is something to improve (a perfect baseline ends the run at once).
+        proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", *MODELS, "--agent-model", "openai/wrong",
+                        "--meta-model", "openai/meta", "--api-base", fake.api_base], timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert fake.requests["meta"] >= 1 and fake.requests["wrong"] > 0 and fake.requests["user"] > 0, (fake.requests, proc.stdout + proc.stderr)
+    [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
+    history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)
+    assert history["candidates"][0]["verdict"] in ("accepted", "rejected"), history  # it reached the gate
+    status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
+    assert status["infra_errors"] == {} and status["simulations_done"] > 0
+    evals = sorted((repo / "runs" / run_id / "evals").glob("*/result-*.json"))
+    assert {p.parent.name.split("-")[0] for p in evals} >= {"analysis", "reference", "iter"}
+    for path in evals:
+        result = json.loads(path.read_text())
+        assert_real_simulations({**result["summary"], "result_file": str(path)}, result)
