@@ -85,6 +85,16 @@ class Config:
     reference_max_hours: float = 24.0  # re-measure the incumbent's gate results when older (0: never)
     digest_chars: int = 8000
     meta_context_tokens: int = 32000
+    # The proposer (evolver.evolution.proposers): agent investigates with tools before it proposes,
+    # oneshot answers the failure digest with a patch, command runs an external coding agent.
+    proposer: str = "agent"
+    proposer_turns: int = 16  # meta-LLM calls per proposal (agent)
+    proposer_tokens: int = 120_000  # meta-LLM tokens per proposal (agent)
+    proposer_tries: int = 6  # simulations of the proposal's scratch agent on analysis tasks (agent)
+    proposer_seconds: float = 300.0  # wall clock per proposal (agent, command)
+    proposer_command: str = ""  # with proposer = command: the command line, run in the proposal's workspace
+    proposer_env: list = field(default_factory=list)  # names of environment variables the command gets (its own API key)
+    proposer_read: list = field(default_factory=list)  # folders the command may read besides the system's (where its CLI lives)
     # The gate (see docs/gate.md).
     gate_alpha: float = 0.05
     gate_min_effect: float = 0.0
@@ -144,10 +154,11 @@ BOUNDS: dict[str, tuple[Optional[float], Optional[float]]] = {
     "analysis_trials": (1, 100), "holdout_trials": (1, 100), "llm_retries": (0, 20), "stall": (0, None),
     "budget_tokens": (0, None), "digest_chars": (500, None), "meta_context_tokens": (4096, None),
     "agent_memory_mb": (64, 65536), "budget_usd": (0, None), "max_hours": (0, None), "reference_max_hours": (0, None),
-    "gate_min_effect": (0, 0.99),
+    "gate_min_effect": (0, 0.99), "proposer_turns": (1, 500), "proposer_tokens": (1000, None), "proposer_tries": (0, 1000),
 }
-POSITIVE = ("worker_timeout", "agent_timeout", "log_interval")  # seconds: more than 0
-CHOICES = {"holdout": ("auto", "on", "off"), "local_size": ("default", "small"), "backend": BACKENDS, "track": ("off", "mlflow")}
+POSITIVE = ("worker_timeout", "agent_timeout", "log_interval", "proposer_seconds")  # seconds: more than 0
+CHOICES = {"holdout": ("auto", "on", "off"), "local_size": ("default", "small"), "backend": BACKENDS, "track": ("off", "mlflow"),
+           "proposer": ("agent", "oneshot", "command")}
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -278,6 +289,14 @@ KEY_HELP: dict[str, str] = {
     "reference_max_hours": "measure the incumbent's gate results again when older than this (0: never)",
     "digest_chars": "size of the failure digest the meta-LLM reads, characters",
     "meta_context_tokens": "the meta model's context window, tokens",
+    "proposer": "how candidates are proposed: agent (the meta model investigates with tools first), oneshot (one answer to the failure digest) or command (an external coding agent)",
+    "proposer_turns": "agent proposer: meta-LLM calls per proposal",
+    "proposer_tokens": "agent proposer: meta-LLM tokens per proposal",
+    "proposer_tries": "agent proposer: simulations of its edited agent on analysis tasks per proposal (counted like any simulation)",
+    "proposer_seconds": "agent and command proposers: wall-clock limit per proposal, seconds",
+    "proposer_command": "command proposer: the command line, run confined in a workspace holding agent/, the analysis trajectories and TASK.md",
+    "proposer_env": "command proposer: names of the environment variables it gets (e.g. its own API key); nothing else of yours",
+    "proposer_read": "command proposer: folders it may read besides the system's and Python's (where its CLI is installed)",
     "gate_alpha": "false-accept probability per decision for a no-effect candidate",
     "gate_min_effect": "smallest mean gain worth keeping, reward units (0.05 = 5 points)",
     "gate_stages": "cumulative candidate trials per task at each look, e.g. [1, 2, 3, 4, 6]; empty: the tuned default",

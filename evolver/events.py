@@ -63,6 +63,14 @@ class EvalFinished:
 
 
 @dataclass(frozen=True)
+class Proposing:
+    label: str  # the candidate being proposed
+    turn: int  # the meta-LLM's turn, from 1
+    turns: int  # at most this many
+    doing: str  # the tool it called last, or "thinking"
+
+
+@dataclass(frozen=True)
 class Decided:
     label: str  # the candidate
     status: str
@@ -83,7 +91,7 @@ class Ended:
     run_id: str
 
 
-Event = Phase | Baseline | NoiseFloor | Estimate | Spent | EvalProgress | EvalFinished | Decided | Holdout | Ended
+Event = Phase | Baseline | NoiseFloor | Estimate | Spent | EvalProgress | EvalFinished | Proposing | Decided | Holdout | Ended
 
 
 class Events:

@@ -24,7 +24,7 @@ from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.test_loop import make_target, run_id_of
 
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:candidates_script"}
-ARGS = ["--iterations", "1", "--candidates", "3", "--concurrency", "8", "--no-holdout", *SCRIPTED_MODELS]
+ARGS = ["--iterations", "1", "--candidates", "3", "--concurrency", "8", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]  # its verdicts unfiltered
 
 
 def summary(repo: Path, run_id: str) -> dict:
@@ -63,9 +63,9 @@ def test_one_of_three_is_kept_each_on_its_own_branch(three):
     assert got["branches"] == ["best", "iter-001a", "iter-001b"]  # 1c never parsed: no commit
     assert got["trees"]["best"] == got["trees"]["iter-001a"]
     assert got["decisions"] == 1  # one gate decision over the set of candidates
-    digests = {p.name: p.read_text() for p in (repo / "runs" / run_id / "digests").glob("*.md")}
-    assert sorted(digests) == ["001a.md", "001b.md", "001c.md"]
-    assert "proposal 2 of 3" in digests["001b.md"] and "proposal 2 of 3" not in digests["001a.md"]
+    digests = {p.parent.name: p.read_text() for p in (repo / "runs" / run_id / "proposals").glob("*/digest.md")}
+    assert sorted(digests) == ["001a", "001b", "001c"]
+    assert "proposal 2 of 3" in digests["001b"] and "proposal 2 of 3" not in digests["001a"]
 
 
 def test_the_candidates_are_evaluated_at_once(three):

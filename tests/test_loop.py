@@ -21,7 +21,9 @@ import pytest
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
-RUN_ARGS = ["--iterations", "4", "--concurrency", "8", "--holdout", *SCRIPTED_MODELS]
+# The one-shot proposer: its verdicts reach the loop unfiltered (the investigating one would make the
+# meta-LLM fix a syntax error or a path outside agent/ before they ever became candidates).
+RUN_ARGS = ["--iterations", "4", "--concurrency", "8", "--holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]
 EXPECTED = [("Break the state class", "invalid"), ("Edit the optimizer", "refused"), ("Transfer everyone", "rejected"), ("Keep the user's exact title", "accepted")]
 
 
@@ -125,7 +127,7 @@ def test_history_table_show_and_status(finished_run):
     status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
     assert status["status"] == "finished" and status["best"]["iteration"] == 4
     assert status["decisions"] == 2 and status["expected_false_keeps"] == pytest.approx(0.1)
-    digest = (repo / "runs" / run_id / "digests" / "001.md").read_text()
+    digest = (repo / "runs" / run_id / "proposals" / "001" / "digest.md").read_text()
     assert "create_task(user_id, title)" in digest and "Code Audit" not in digest  # procedures, not data
 
 
@@ -239,8 +241,9 @@ def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embed
     proc = run_cli(args, env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert ("concurrency 8 -> 1" in proc.stderr) is capped
-    expected = "with 1 at once, up to 42.4 h" if capped else "with 8 at once, up to 5.3 h"
-    assert f"at most 5,083 simulations; at about 30 s each {expected}" in proc.stderr
+    expected = "with 1 at once, up to 42.6 h" if capped else "with 8 at once, up to 5.3 h"
+    # the bound of the dry run above plus the investigating proposer's 6 try simulations per iteration
+    assert f"at most {5_083 + 4 * 6:,} simulations; at about 30 s each {expected}" in proc.stderr
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
 
 

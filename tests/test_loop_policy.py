@@ -11,6 +11,7 @@ good candidates wins.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from rich.console import Console
@@ -151,5 +152,5 @@ def test_after_a_keep_the_new_analysis_is_measured_once_for_all_candidates(tmp_p
     assert loop.run.iteration(1).kept == "1b"
     names = [name for name, _ in backend.evaluations]
     assert names.count("analysis-g1") == 1  # not once per candidate thread, racing in one directory
-    digests = [(loop.run.path / "digests" / f"002{x}.md").read_text() for x in "ab"]
-    assert all("analysis simulations failed" in d for d in digests)
+    seen = [json.loads((loop.run.proposal_dir(f"002{x}") / "transcript.json").read_text())["messages"][1]["content"] for x in "ab"]
+    assert all("failed simulation(s)" in text for text in seen)  # both proposals were shown the new analysis

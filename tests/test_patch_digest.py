@@ -11,7 +11,7 @@ from evolver.data import EvalResult, EvalSummary, RoleModel, SimRecord
 from evolver.errors import UsageError
 from evolver.evolution.digest import build_digest
 from evolver.evolution.patch import Edit, ParseError, PatchRejected, apply_edits, check_path, parse_proposal
-from evolver.evolution.propose import build_messages, propose
+from evolver.evolution.proposers.oneshot import build_messages, propose
 
 AGENT = 'AGENT_INSTRUCTION = """\nBe nice.\n"""\n\n\ndef f():\n    return 1\n'
 

@@ -50,7 +50,7 @@ def report_run(tmp_path_factory):
     env = {"EVOLVER_SCRIPT": SCRIPT, "EVOLVER_TEST_PLAN": "exact+worse,note+broken,thorough+note", "EVOLVER_SCRIPTED_PRICE": "0.002",
            **_without_mlflow(marker)}
     proc = run_cli(["run", str(repo), "--iterations", "1", "--candidates", "2", "--gate-stages", "1,2", "--holdout",
-                    "--concurrency", "8", *SCRIPTED_MODELS], env=env, timeout=1200)
+                    "--concurrency", "8", "--proposer", "oneshot", *SCRIPTED_MODELS], env=env, timeout=1200)  # a broken patch reaches the loop
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_id = run_id_of(repo)
     # Extended one iteration at a time: a resumed run measures a new incumbent's analysis score before its candidates

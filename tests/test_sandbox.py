@@ -144,7 +144,7 @@ def test_a_patch_that_copies_task_data_is_refused_with_rule_and_line(target, mon
     from evolver.cli.start import PROMPTS_DIR
     from evolver.data import RoleModel
     from evolver.evaluation.worker import domain_identifiers
-    from evolver.evolution.propose import propose
+    from evolver.evolution.proposers.oneshot import propose
 
     repo, template, _, _ = target
     (repo / "agent" / "agent.py").write_text(template)

@@ -134,6 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--budget-tokens", help="stop when all roles together have used this many tokens (0: no limit)")
     g.add_argument("--max-hours", help="stop at this wall-clock limit (0: no limit)")
     p.add_argument("--track", help="experiment tracking: off (default) or mlflow (pip install 'evolver[mlflow]'; logs to mlruns/ or MLFLOW_TRACKING_URI)")
+    g = p.add_argument_group("proposer (how each candidate is proposed)")
+    g.add_argument("--proposer", help="agent (default: the meta model reads trajectories and code, edits a copy and tries it with tools), "
+                                      "oneshot (one answer to the failure digest) or command (an external coding agent, --proposer-command)")
+    g.add_argument("--proposer-turns", help="agent: meta-LLM calls per proposal (default 16)")
+    g.add_argument("--proposer-tokens", help="agent: meta-LLM tokens per proposal (default 120000)")
+    g.add_argument("--proposer-tries", help="agent: simulations of its edited agent on analysis tasks per proposal (default 6)")
+    g.add_argument("--proposer-seconds", help="agent, command: wall-clock limit per proposal (default 300)")
+    g.add_argument("--proposer-command", metavar="CMD", help="command: the command line, run confined in a workspace with agent/, the analysis "
+                                                             "trajectories and TASK.md (e.g. \"codex exec --full-auto 'follow TASK.md'\")")
+    g.add_argument("--proposer-env", metavar="NAMES", help="command: environment variables it gets, comma-separated (e.g. OPENAI_API_KEY); nothing else of yours")
+    g.add_argument("--proposer-read", metavar="DIRS", help="command: folders it may read besides the system's and Python's, comma-separated")
     g = p.add_argument_group("gate (see docs/gate.md)")
     g.add_argument("--holdout", dest="holdout", action="store_const", const="on", help="seal part of the analysis split as a holdout")
     g.add_argument("--no-holdout", dest="holdout", action="store_const", const="off", help="no holdout (default: on when the analysis split has 40+ tasks)")
@@ -188,7 +199,7 @@ def _overrides(args: argparse.Namespace) -> dict:
     keys = ["agent_model", "user_model", "meta_model", "judge_model", "local_size", "local_model", "local_user_adapter", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
             "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout", "backend", "ray_address", "agent_timeout", "agent_memory_mb", "unsafe_no_sandbox",
             "analysis_split", "gate_split", "iterations", "candidates", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages",
-            "track"]
+            "track", "proposer", "proposer_turns", "proposer_tokens", "proposer_tries", "proposer_seconds", "proposer_command", "proposer_env", "proposer_read"]
     return {k: getattr(args, k, None) for k in keys}
 
 

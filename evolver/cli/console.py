@@ -103,6 +103,7 @@ class ConsoleView:
         self.lock = threading.Lock()
         self.phase, self.spent = "starting", ""
         self.evals: dict[str, tuple[int, int]] = {}  # evaluation in flight -> (done, total)
+        self.proposing: dict[str, str] = {}  # candidate being proposed -> its proposer's turn and last tool
         self.finished_sims = 0
         self.said = time.monotonic()
         self.live: Optional[Progress] = None
@@ -115,6 +116,7 @@ class ConsoleView:
         with self.lock:
             if isinstance(event, ev.Phase):
                 self.phase = event.text
+                self.proposing.clear()
                 self._reset_phase_clock()
             elif isinstance(event, ev.Spent):
                 self.spent = _spent_text(event)
@@ -125,6 +127,8 @@ class ConsoleView:
                         self.rows[event.name] = self.live.add_task(event.name, total=None)
                     self.live.update(self.rows[event.name], completed=event.done, total=event.total or None,
                                      description=_bar_label(event.name, event.mean))
+            elif isinstance(event, ev.Proposing):
+                self.proposing[event.label] = f"{event.label}: turn {event.turn} of at most {event.turns}, {event.doing}"
             elif isinstance(event, ev.EvalFinished):
                 self.finished_sims += self.evals.pop(event.name, (0, 0, None))[0]
                 if self.live is not None and event.name in self.rows:
@@ -143,7 +147,7 @@ class ConsoleView:
     def _summary(self, each: bool = False) -> str:
         """The phase row; with ``each``, also every evaluation in flight (a log file has no bars)."""
         done = self.finished_sims + sum(d for d, _, _ in self.evals.values())
-        parts = [self.phase, f"{done:,} simulations done"]
+        parts = [self.phase, *[self.proposing[label] for label in sorted(self.proposing)], f"{done:,} simulations done"]
         if each:
             parts += [_bar_label(f"{name} {d}/{t}", mean) for name, (d, t, mean) in sorted(self.evals.items())]
         return " | ".join(parts + ([self.spent] if self.spent else []))
@@ -226,6 +230,27 @@ def _score(x) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def investigation_lines(stats: dict) -> list[str]:
+    """What the proposer did, from its stats (evolver.evolution.proposers.Outcome.stats)."""
+    lines = []
+    if "turns" in stats:
+        tools = ", ".join(f"{name} x{n}" for name, n in sorted(stats.get("tools", {}).items(), key=lambda kv: -kv[1]))
+        lines.append(f"{stats['turns']} turn(s), {stats.get('tokens', 0):,} tokens, {stats.get('seconds', 0):g} s; ended: {stats.get('stopped', '?')}")
+        lines.append(f"tools: {tools or 'none'}")
+        lines.append(f"edits applied: {stats.get('edits', 0)}, refused by validation: {stats.get('rejected_edits', 0)}")
+        for t in stats.get("tries", []):
+            rewards = ", ".join("n/a" if r is None else f"{r:.2f}" for r in t.get("rewards", []))
+            lines.append(f"tried on {', '.join(t.get('tasks', []))}: rewards {rewards}")
+    if "command" in stats:
+        lines.append(f"command: {stats['command']} (exit {stats.get('exit_code')}, {stats.get('seconds', 0):g} s)"
+                     + (f"; {stats['stopped']}" if stats.get("stopped") else ""))
+        lines += [f"problem: {p}" for p in stats.get("problems", [])]
+    for key in ("transcript", "log"):
+        if stats.get(key):
+            lines.append(f"{key}: {stats[key]}")
+    return lines
+
+
 def history_table(run_id: str, rows: list[dict]) -> Table:
     table = Table(title=f"evolver history {run_id}", title_justify="left")
     for col in ("cand", "branch", "parent", "title", "analysis", "gate (inc -> cand)", "delta", "verdict", "reason", "cost"):
@@ -253,6 +278,10 @@ def show_candidate(console: Console, info: dict) -> None:
     console.print(f"[bold]candidate {info['label']}[/bold]: {info['title'] or '(no patch)'}  [{info['status']}]")
     console.print(f"branch {info['branch'] or '-'}  commit {info['commit'] or '-'}  parent {'base' if info['parent'] == 0 else info['parent']}")
     console.print(f"verdict: {info['reason']}")
+    if info.get("investigation"):
+        console.print("\n[bold]investigation[/bold]")
+        for line in investigation_lines(info["investigation"]):
+            console.print(line, markup=False, highlight=False)
     if info["rationale"]:
         console.print("\n[bold]rationale[/bold]\n" + info["rationale"])
     if info["diff"]:

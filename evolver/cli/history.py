@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.config import Config
-from evolver.data import EvalResult, RoleUsage, cost_text, read_sim_records
+from evolver.data import RoleUsage, cost_text, read_sim_records
 from evolver.errors import UsageError
 from evolver.evaluation.metrics import infra_by_role, rewards_by_task
+from evolver.evolution.evidence import flipped
 from evolver.evolution.plan import max_simulations
 from evolver.store.lineage import Lineage
 from evolver.store.runstate import BestChange, RunDir, slug
@@ -129,10 +130,8 @@ def _simulations(run: RunDir) -> tuple[int, Optional[float]]:
 
 def latest_rewards(run: RunDir, name: str) -> Optional[dict]:
     """An evaluation's rewards by task (metrics.rewards_by_task), from its largest result; None before it has one."""
-    files = sorted((run.eval_dir(name)).glob("result-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-    if not files:
-        return None
-    return rewards_by_task(EvalResult.model_validate_json(files[-1].read_text()).simulations)
+    result = run.latest_result(name)
+    return None if result is None else rewards_by_task(result.simulations)
 
 
 LABEL = re.compile(r"^(\d+)([a-z]?)$")
@@ -159,16 +158,12 @@ def show(run: RunDir, which: str) -> dict:
 
 def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
     diff = lineage.diff(record.parent_commit, cand.commit) if cand.commit else ""
-    flips = []
+    flips: list[dict] = []
     candidate = latest_rewards(run, f"iter-{slug(cand.label)}-gate")
     # What the gate compared with: the incumbent measured beside the candidate, else its reference.
     incumbent = latest_rewards(run, f"iter-{record.iteration:03d}-incumbent") or latest_rewards(run, f"reference-g{record.generation}")
     if candidate and incumbent:
-        for task in sorted(candidate):
-            c = [x for x in candidate[task] if x is not None]
-            i = [x for x in incumbent.get(task, []) if x is not None]
-            if c and i and round(sum(c) / len(c), 3) != round(sum(i) / len(i), 3):
-                flips.append({"task": task, "incumbent": sum(i) / len(i), "candidate": sum(c) / len(c)})
+        flips = [{"task": task, "incumbent": was, "candidate": now} for task, was, now in flipped(candidate, incumbent)]
     return {**cand.model_dump(exclude={"responses"}), "iteration": record.iteration, "parent": record.parent,
             "gate_incumbent": record.gate_incumbent, "kept": record.kept == cand.label,
             "diff": diff, "flips": flips, "note": lineage.note(cand.commit) if cand.commit else ""}

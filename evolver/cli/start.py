@@ -24,6 +24,7 @@ from evolver.events import Events
 from evolver.evolution.gate import GateConfig
 from evolver.evolution.loop import Loop
 from evolver.evolution.plan import gate_config, max_simulations
+from evolver.evolution.proposers import make_proposer
 from evolver.llm import check_api_base, missing_api_key, prepare_environment
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
@@ -101,6 +102,8 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         console.print("[yellow]note:[/yellow] agent/ has uncommitted changes; this run starts from HEAD and does not include them")
     gate = gate_config(cfg)
     tracking.require(cfg.track)
+    if cfg.proposer == "command" and not cfg.proposer_command.strip():
+        raise UsageError("--proposer command needs --proposer-command, the command line of the coding agent to run (see `evolver run --help`)")
     for role in ("agent", "user", "meta"):
         base = cfg.role(role).api_base
         if base:
@@ -178,7 +181,8 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
     identifiers = frozenset(json.loads(run.identifiers_file.read_text())) if run.identifiers_file.exists() else frozenset()
     # The gate as the run recorded it, not as today's code would build it: an upgrade never changes a run mid-way.
     gate = GateConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in manifest.gate.items()})
-    return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate, lineage=lineage,
+    proposer = make_proposer(cfg.proposer, command=cfg.proposer_command, command_env=tuple(cfg.proposer_env), command_read=tuple(cfg.proposer_read))
+    return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate, lineage=lineage, proposer=proposer,
                 prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console, run, cfg), identifiers=identifiers)
 
 

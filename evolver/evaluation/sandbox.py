@@ -285,6 +285,51 @@ def _landlock(readable: list[Path], scratch: Path) -> int:
     return landlock.landlock_abi_version()
 
 
+# What an interpreter or a command-line tool needs to start, for a command run confined (confine_command).
+COMMAND_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/opt")
+
+
+def command_grants(extra: tuple[str, ...] = ()) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """What a confined command may read: the system's programs, libraries and settings, this Python and its
+    packages (tau2's task data cut out, as for an agent process), and ``extra`` (where a CLI is installed);
+    and the folders on the way to what is cut out, which it may list but not read (a fresh interpreter
+    lists its standard library's folder to import from it)."""
+    import evolver
+
+    own = Path(evolver.__file__).parent.resolve()  # evolver's own code is not the command's business
+    roots = [Path(p) for p in (*COMMAND_ROOTS, sys.prefix, sys.base_prefix, *extra)] + [p for p in _readable_roots() if p != own]
+    roots = [Path(r).resolve() for r in roots if Path(r).exists()]
+    hidden = hidden_paths() + (own,)
+    readable = _distinct(p for root in roots for p in _excluding(root, hidden))
+    listable = _distinct(parent for h in hidden for parent in h.parents if any(parent == r or r in parent.parents for r in roots))
+    return readable, listable
+
+
+def confine_command(readable: tuple[Path, ...], listable: tuple[Path, ...], writable: Path, cpu_seconds: int) -> None:
+    """Confine this process (a child about to exec a command, e.g. as subprocess's preexec_fn): it may
+    read and run ``readable``, list ``listable``, and read and write ``writable`` only. Not the network:
+    the command calls its own model. Its children inherit all of it."""
+    import landlock
+    from landlock import FSAccess
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # evolver gone, the command goes too
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    ctypes.set_errno(0)
+    ruleset = landlock.Ruleset()
+    run = FSAccess.READ_FILE | FSAccess.READ_DIR | FSAccess.EXECUTE
+    for path in readable:
+        ruleset.allow(path, rules=run if path.is_dir() else FSAccess.READ_FILE | FSAccess.EXECUTE)
+    for path in listable:  # names only: Landlock's READ_DIR lets a folder be listed, never a file in it be read
+        ruleset.allow(path, rules=FSAccess.READ_DIR)
+    ruleset.allow(Path(writable), rules=FSAccess.all())
+    for dev in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/tty"):
+        if os.path.exists(dev):
+            ruleset.allow(dev, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
+    ruleset.apply()
+
+
 def prepare() -> None:
     """Do once, in the zygote, what is the same for every agent process it will fork."""
     if unavailable_reason() is None:

@@ -109,7 +109,7 @@ class Failure:
         return "; ".join(kinds)
 
 
-def _load_messages(result_dir: Path, record: SimRecord) -> list[dict]:
+def load_messages(result_dir: Path, record: SimRecord) -> list[dict]:
     if not record.trajectory_file:
         return []
     try:
@@ -118,7 +118,7 @@ def _load_messages(result_dir: Path, record: SimRecord) -> list[dict]:
         return []
 
 
-def _describe(label: str, record: SimRecord, messages: list[dict]) -> Failure:
+def describe(label: str, record: SimRecord, messages: list[dict]) -> Failure:
     expected = [c.get("action") or {} for c in record.reward_breakdown.get("action_checks") or []]
     values = set()
     for m in messages:
@@ -157,7 +157,7 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
     so that the k proposals address different failures instead of repeating one fix."""
     labels = {task: f"T{i + 1}" for i, task in enumerate(result.task_ids)}
     failures = [
-        _describe(labels.get(r.task_id, "T?"), r, _load_messages(result_dir, r))
+        describe(labels.get(r.task_id, "T?"), r, load_messages(result_dir, r))
         for r in sorted(result.simulations, key=lambda r: (r.task_id, r.trial))
         if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0
     ]

@@ -12,6 +12,7 @@ candidates.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import string
 import threading
@@ -26,11 +27,11 @@ from evolver.data import EvalResult, RoleUsage, write_json_atomic
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.metrics import rewards_by_task
 from evolver.evolution import gate as gatelib
-from evolver.evolution.digest import build_digest
+from evolver.evolution.evidence import EarlierCandidate, Evidence, flipped
 from evolver.evolution.noop import inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits
-from evolver.evolution.plan import max_simulations
-from evolver.evolution.propose import agent_files_text, build_messages, propose
+from evolver.evolution.plan import max_simulations, proposer_budget
+from evolver.evolution.proposers import Proposer, Request
 from evolver.llm import ProviderError
 from evolver.store.lineage import Lineage, commit_message
 from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
@@ -56,6 +57,7 @@ class Loop:
     guide: str
     events: ev.Events
     identifiers: frozenset = frozenset()  # the domain's task-data identifiers, for the static scan
+    proposer: Optional[Proposer] = None  # evolver.evolution.proposers, as the run's settings choose
     backend: Optional[Backend] = None  # where simulations run; set by the command that drives the loop
     local_api_base: Optional[str] = None  # the embedded model's server, when the command serves one: given to drive()
     started: float = dataclasses.field(default_factory=time.monotonic)
@@ -157,14 +159,26 @@ class Loop:
     def propose(self, record: IterationRecord, cand: CandidateRecord, analysis: EvalResult) -> None:
         name = slug(cand.label)
         parent_tree = self.checkout(f"parent-{name}", record.parent_commit)
-        focus = (record.candidates.index(cand), len(record.candidates))
-        digest = build_digest(analysis, self.run.eval_dir(f"analysis-g{record.generation}"), max_chars=self.cfg.digest_chars, focus=focus)
-        self.run.digest_file(name).parent.mkdir(parents=True, exist_ok=True)
-        self.run.digest_file(name).write_text(digest)
-        messages = build_messages(self.prompts_dir, self.guide, agent_files_text(parent_tree), digest, self.learnings(), self.cfg.meta_context_tokens)
-        outcome = propose(self.cfg.role("meta", self.local_api_base), messages, parent_tree, prompts_dir=self.prompts_dir, llm_retries=self.cfg.llm_retries,
-                          identifiers=self.identifiers)
+        workdir = self.run.proposal_dir(name)
+        session = self.set_aside_interrupted(record, workdir)
+        tries = iter(range(1, 1_000_000))
+
+        def try_agent(root: Path, tasks: list[str]) -> tuple[EvalResult, Path]:
+            """The proposer's scratch agent on analysis tasks, paired with the analysis's first trial (same seed)."""
+            name_ = f"propose-{name}-s{session}-try{next(tries)}"
+            return self.measure(name_, root, tasks, 1, self.seed(record.generation), record=record), self.run.eval_dir(name_)
+
+        request = Request(
+            label=cand.label, focus=(record.candidates.index(cand), len(record.candidates)), parent=parent_tree,
+            evidence=Evidence(analysis, self.run.eval_dir(f"analysis-g{record.generation}"), self.earlier_candidates(record)),
+            learnings=self.learnings(), guide=self.guide, identifiers=self.identifiers, meta=self.cfg.role("meta", self.local_api_base),
+            llm_retries=self.cfg.llm_retries, context_tokens=self.cfg.meta_context_tokens, budget=proposer_budget(self.cfg),
+            workdir=workdir, prompts_dir=self.prompts_dir, digest_chars=self.cfg.digest_chars, try_agent=try_agent,
+            progress=lambda turn, turns, doing: self.events.emit(ev.Proposing(cand.label, turn, turns, doing)),
+        )
+        outcome = self.proposer.propose(request)
         cand.responses, cand.errors, cand.findings = outcome.responses, outcome.errors, outcome.findings
+        cand.investigation = outcome.stats
         if outcome.proposal is None:
             cand.status, cand.reason = "no_patch", f"no valid patch after {len(outcome.responses)} answer(s): {outcome.errors[-1] if outcome.errors else 'empty'}"
         else:
@@ -175,6 +189,38 @@ class Loop:
         self.add_usage(record, "meta", outcome.usage)  # saves the candidate's outcome with the meta-LLM's charge
         self.run.log("proposed", iteration=record.iteration, candidate=cand.label, status=cand.status, title=cand.title)
         self.lineage.remove_worktree(parent_tree)
+
+    def set_aside_interrupted(self, record: IterationRecord, workdir: Path) -> int:
+        """A proposal cut off by a kill is asked again, never half-applied: its transcript is kept beside
+        the new one and what its meta-LLM used is charged now. Returns the new session's number."""
+        done = sorted(workdir.glob("interrupted-*.json"))
+        current = workdir / "transcript.json"
+        if current.exists():
+            try:
+                spent = RoleUsage(**json.loads(current.read_text()).get("usage", {}))
+            except (OSError, ValueError, TypeError):
+                spent = RoleUsage()
+            current.rename(workdir / f"interrupted-{len(done) + 1}.json")
+            self.add_usage(record, "meta", spent)
+            done.append(current)
+        return len(done) + 1
+
+    def earlier_candidates(self, record: IterationRecord) -> list[EarlierCandidate]:
+        """The run's candidates before this iteration, as a proposer may see them: diff, verdict, flipped gate tasks."""
+        labels = {task: f"G{i + 1}" for i, task in enumerate(self.manifest.gate_tasks)}
+        out = []
+        for r in self.run.iterations():
+            if r.iteration >= record.iteration:
+                break
+            incumbent = self.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or self.latest_rewards(f"reference-g{r.generation}") or {}
+            for c in r.candidates:
+                table = self.latest_rewards(f"iter-{slug(c.label)}-gate") or {}
+                out.append(EarlierCandidate(
+                    label=c.label, title=c.title, status=c.status, reason=c.reason,
+                    diff=self.lineage.diff(r.parent_commit, c.commit) if c.commit else "",
+                    flips=tuple(f"{labels.get(task, '?')}: {was:.2f} -> {now:.2f}" for task, was, now in flipped(table, incumbent)),
+                    gate_delta=None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent))
+        return out
 
     def prepare(self, record: IterationRecord, cand: CandidateRecord) -> None:
         """Commit the candidate, refuse it when it cannot behave differently, and smoke-test it."""
@@ -383,6 +429,10 @@ class Loop:
         if not result.worker_note:  # a stopped worker's result is incomplete: measure again next time
             write_json_atomic(done, result)
         return result
+
+    def latest_rewards(self, name: str) -> Optional[dict]:
+        result = self.run.latest_result(name)
+        return None if result is None else rewards_by_task(result.simulations)
 
     def inert_reason(self, record: IterationRecord, cand: CandidateRecord) -> Optional[str]:
         """Why the candidate cannot behave differently from what was already measured, if so: its

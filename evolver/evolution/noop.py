@@ -62,14 +62,15 @@ def _switches(root: Path) -> dict:
         return {}
 
 
-def _files(root: Path) -> dict[str, bytes]:
+def agent_files(root: Path) -> dict[str, bytes]:
+    """agent/'s files a candidate may change, by path (agent/templates/ is the pristine baseline)."""
     base = root / "agent"
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in base.rglob("*")
             if p.is_file() and "__pycache__" not in p.parts and "templates" not in p.relative_to(base).parts}
 
 
 def _changed_files(parent: Path, candidate: Path) -> list[str]:
-    before, after = _files(parent), _files(candidate)
+    before, after = agent_files(parent), agent_files(candidate)
     return sorted(rel for rel in before.keys() | after.keys() if before.get(rel) != after.get(rel))
 
 

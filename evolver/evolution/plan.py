@@ -28,6 +28,14 @@ def gate_config(cfg: Config):
         raise UsageError(f"gate settings: {exc}; gate_stages are increasing trial counts such as 1,2,3,4,6") from None
 
 
+def proposer_budget(cfg: Config):
+    """What one proposal may spend (evolver.evolution.proposers.Budget) under this configuration."""
+    from evolver.evolution.proposers import Budget
+
+    return Budget(turns=cfg.proposer_turns, tokens=cfg.proposer_tokens, tries=cfg.proposer_tries if cfg.proposer == "agent" else 0,
+                  seconds=cfg.proposer_seconds)
+
+
 def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True) -> int:
     """The most simulations a run can take: per iteration each candidate's smoke test (and, with
     several, their screen), the full gate of one candidate and of the incumbent beside it, at
@@ -38,6 +46,7 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
     gate = gate_config(cfg)
     longest = math.ceil(gate.stages[-1] * MOST_STRETCH)
     screen = gate.screen if cfg.candidates > 1 else 0
-    per_iteration = cfg.candidates * (1 + n_gate * screen) + 2 * n_gate * longest + n_gate * gate.stages[-1] + n_analysis * cfg.analysis_trials
+    # each candidate's try simulations (the agent proposer), smoke test and, with several, screen
+    per_iteration = cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen) + 2 * n_gate * longest + n_gate * gate.stages[-1] + n_analysis * cfg.analysis_trials
     start = n_analysis * cfg.analysis_trials + n_gate * gate.stages[-1] if baseline else 0
     return start + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials

@@ -17,7 +17,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from evolver.data import RoleModel, RoleUsage, write_json_atomic
+from evolver.data import EvalResult, RoleModel, RoleUsage, write_json_atomic
 from evolver.errors import UsageError
 
 IterationStatus = Literal[
@@ -35,9 +35,10 @@ class NewerSchema(ValueError):
 
 def _manifest_v1_to_v2(data: dict) -> dict:
     """v1 recorded the embedded server's address among the settings (it is learnt at run time now,
-    never a setting), and predates the user-role adapter: a v1 run ran its local user without it."""
+    never a setting), predates the user-role adapter (a v1 run ran its local user without it) and
+    the proposer setting (a v1 run proposed with one completion over the digest, and goes on so)."""
     config = {k: v for k, v in data.get("config", {}).items() if k != "local_api_base"}
-    return {**data, "config": {"local_user_adapter": False, **config}, "schema": 2}
+    return {**data, "config": {"local_user_adapter": False, "proposer": "oneshot", **config}, "schema": 2}
 
 
 # Named steps from each older schema to the next; a run is opened through all it needs.
@@ -120,6 +121,7 @@ class CandidateRecord(BaseModel):
     commit: Optional[str] = None
     reason: str = ""
     findings: list[str] = Field(default_factory=list)  # the static scan's, one line each: path:line: rule: detail
+    investigation: dict = Field(default_factory=dict)  # what the proposer did: turns, tools, edits, tries, transcript (proposers.Outcome.stats)
     verdicts: list[dict] = Field(default_factory=list)
     gate_candidate: Optional[float] = None
 
@@ -176,9 +178,15 @@ class RunDir:
         """Task-data identifiers of the run's domain, for the static scan (never shown to the meta-LLM)."""
         return self.path / "scan-identifiers.json"
 
-    def digest_file(self, slug: str) -> Path:
-        """What the meta-LLM saw for one candidate ("003", or "003b" in an iteration of several)."""
-        return self.path / "digests" / f"{slug}.md"
+    def proposal_dir(self, slug: str) -> Path:
+        """One candidate's proposal ("003", or "003b" in an iteration of several): what the meta-LLM saw
+        and did (digest.md or transcript.json, interrupted-N.json of sessions a kill cut off), its scratch copy."""
+        return self.path / "proposals" / slug
+
+    def latest_result(self, name: str) -> Optional[EvalResult]:
+        """An evaluation's largest finished result (result-{trials}.json); None before it has one."""
+        files = sorted(self.eval_dir(name).glob("result-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+        return _read(EvalResult, files[-1]) if files else None
 
     # -- reading and writing ------------------------------------------------
     def exists(self) -> bool:

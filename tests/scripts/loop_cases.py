@@ -81,7 +81,7 @@ def candidates_script(name, messages, tools):
     """Three candidates per iteration, told apart by the digest's "proposal N of 3": the fix,
     the worse patch and the broken one."""
     if name == "meta":
-        found = re.search(r"proposal (\d) of 3", str(messages[1].get("content") or ""))
+        found = re.search(r"proposal (\d) of 3", str(messages[1].get("content") or ""), re.I)
         if found:
             return Reply(PROPOSALS[{"1": 3, "2": 2, "3": 0}[found.group(1)]])
     return script(name, messages, tools)
@@ -92,7 +92,7 @@ def distinct_candidates_script(name, messages, tools):
     distinct candidates, each better than the incumbent, so none is stopped early and each
     runs the whole gate (benchmarks/parallel_candidates.py)."""
     if name == "meta":
-        found = re.search(r"proposal (\d+) of \d+", str(messages[1].get("content") or ""))
+        found = re.search(r"proposal (\d+) of \d+", str(messages[1].get("content") or ""), re.I)
         i = found.group(1) if found else "1"
         return Reply(f"TITLE: Note {i}\nRATIONALE: a note and the title rule\n" + _anchor_edit(f"Note {i}: be courteous. {EXACT}"))
     return script(name, messages, tools)
@@ -114,7 +114,7 @@ def policy_script(name, messages, tools):
     plan = os.environ["EVOLVER_TEST_PROPOSALS"].split(",")
     done = len(set(re.findall(r"^- Iteration (\d+)[a-z]?:", prompt, re.M)))
     choices = plan[min(done, len(plan) - 1)].split("+")
-    which = re.search(r"proposal (\d+) of \d+", prompt)
+    which = re.search(r"proposal (\d+) of \d+", prompt, re.I)
     key = choices[int(which.group(1)) - 1 if which else 0]
     return Reply(f"TITLE: {key}\nRATIONALE: policy test\n" + _anchor_edit(PATCHES[key]))
 
@@ -122,3 +122,20 @@ def policy_script(name, messages, tools):
 def fix_first_script(name, messages, tools):
     """The meta-LLM proposes the fix at once: a run of one iteration reaches the gate."""
     return Reply(PROPOSALS[3]) if name == "meta" else script(name, messages, tools)
+
+
+def investigator_script(name, messages, tools):
+    """A tool-using meta-agent (tests/scripts/meta_agent.py) that reads a failing trajectory, sees the
+    garbled create_task title and adds the rule the scripted agent needs."""
+    from tests.scripts.meta_agent import Fix, investigate
+
+    if name != "meta":
+        return script(name, messages, tools)
+    fix = Fix(symptom=r"create_task", path="agent/agent.py", old='AGENT_INSTRUCTION = """\n',
+              new=f'AGENT_INSTRUCTION = """\n{EXACT}\n', title="Keep the user's exact title")
+    return investigate(messages, [fix])
+
+
+def busy_meta(name, messages, tools):
+    """A meta-LLM that keeps looking and never submits: the proposer's budget has to stop it."""
+    return Reply(tool_calls=[("list_files", {})]) if name == "meta" else script(name, messages, tools)

@@ -37,7 +37,7 @@ def meta(messages):
     plan = os.environ["EVOLVER_TEST_PLAN"].split(",")
     done = len(set(re.findall(r"^- Iteration (\d+)[a-z]?:", prompt, re.M)))
     choices = plan[min(done, len(plan) - 1)].split("+")
-    which = re.search(r"proposal (\d+) of \d+", prompt)
+    which = re.search(r"proposal (\d+) of \d+", prompt, re.I)
     return Reply(ANSWERS[choices[int(which.group(1)) - 1 if which else 0]])
 
 

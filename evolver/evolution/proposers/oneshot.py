@@ -1,16 +1,17 @@
-"""Ask the meta-LLM for a patch: build the prompt from prompts/, call it, parse, retry on bad output."""
+"""The one-shot proposer: the meta-LLM reads the failure digest and the agent's files in one prompt and
+answers with a patch; a malformed answer or a SEARCH that does not match is sent back (prompts/repair.md)."""
 
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
 from evolver.evaluation.scan import scan_tree
+from evolver.evolution.digest import build_digest
 from evolver.evolution.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
+from evolver.evolution.proposers import Outcome, Request, meta_call
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
@@ -18,15 +19,19 @@ KEEP_RECENT = 5  # learnings kept before the digest is cut
 MIN_DIGEST = 600  # characters of digest below which a proposal is not worth asking for
 
 
-@dataclass
-class ProposeOutcome:
-    proposal: Optional[Proposal]
-    refused: Optional[str] = None  # why a well-formed proposal may not be applied (e.g. an edit outside agent/)
-    findings: list[str] = field(default_factory=list)  # the static scan's, when it refused the patch
-    responses: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    usage: RoleUsage = field(default_factory=RoleUsage)
-    prompt_chars: int = 0
+class OneShot:
+    name = "oneshot"
+
+    def propose(self, request: Request) -> Outcome:
+        focus = request.focus
+        digest = build_digest(request.evidence.analysis, request.evidence.analysis_dir, max_chars=request.digest_chars, focus=focus)
+        request.workdir.mkdir(parents=True, exist_ok=True)
+        (request.workdir / "digest.md").write_text(digest)  # what the meta-LLM saw
+        messages = build_messages(request.prompts_dir, request.guide, agent_files_text(request.parent), digest, request.learnings,
+                                  request.context_tokens)
+        request.progress(1, 3, "answering with a patch")
+        return propose(request.meta, messages, request.parent, prompts_dir=request.prompts_dir, llm_retries=request.llm_retries,
+                       identifiers=request.identifiers)
 
 
 def load_template(prompts_dir: Path, name: str) -> string.Template:
@@ -75,24 +80,8 @@ def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str,
 
 
 def _complete(role: RoleModel, messages: list[dict], retries: int) -> tuple[str, RoleUsage]:
-    from evolver.llm import retrying
-    from evolver.local.providers import register_providers
-
-    register_providers([role.model])
-    import litellm
-
-    response = retrying(litellm.completion, retries, "meta")(model=role.model, messages=messages, max_tokens=ANSWER_TOKENS, **role.litellm_args())
-    text = response.choices[0].message.content or ""
-    usage = getattr(response, "usage", None)
-    try:
-        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
-    except Exception:  # models without a price entry (local servers, the test provider)
-        cost = 0.0
-    return text, RoleUsage(
-        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-        cost=cost,
-    )
+    response, usage = meta_call(role, messages, retries, max_tokens=ANSWER_TOKENS)
+    return response.choices[0].message.content or "", usage
 
 
 def propose(
@@ -104,10 +93,10 @@ def propose(
     max_attempts: int = 3,
     llm_retries: int = 4,
     identifiers: frozenset = frozenset(),
-) -> ProposeOutcome:
+) -> Outcome:
     """Ask for a patch; a malformed answer, or one whose SEARCH text does not match, is sent
     back with the error up to max_attempts times; proposal None means no valid patch."""
-    outcome = ProposeOutcome(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
+    outcome = Outcome(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
     conversation = list(messages)
     repair = load_template(prompts_dir, "repair.md")
     for _ in range(max_attempts):

@@ -1,0 +1,178 @@
+"""What a proposer may read, as short, paged text: the analysis simulations and their trajectories,
+and the run's earlier candidates with their diffs, verdicts and the gate tasks they flipped.
+
+Only the analysis evaluation's trajectories are here: gate and holdout trajectories never reach a
+proposer. Data values are masked as in the digest (evolver.evolution.digest), tasks are labelled
+T1..Tn and gate tasks G1..Gn, so ids are never shown. Everything a caller passes in (a label, a
+pattern, a page) may come from an LLM: it is checked, and a bad value gets a one-line answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from evolver.data import EvalResult, SimRecord
+from evolver.evolution.digest import Failure, describe, failed_checks, load_messages
+
+PAGE_LINES = 25
+MAX_PATTERN = 200
+SEARCH_SECONDS = 0.5  # a regular expression from an LLM may backtrack forever: each search is cut off
+
+
+@dataclass(frozen=True)
+class EarlierCandidate:
+    """One candidate an earlier iteration of the run proposed, as a proposer may see it."""
+
+    label: str
+    title: str
+    status: str
+    reason: str
+    diff: str = ""
+    flips: tuple[str, ...] = ()  # "G3: 0.50 -> 1.00", gate tasks by label
+    gate_delta: Optional[float] = None
+
+
+@dataclass
+class Evidence:
+    analysis: EvalResult
+    analysis_dir: Path
+    earlier: list[EarlierCandidate] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.labels = {task: f"T{i + 1}" for i, task in enumerate(self.analysis.task_ids)}
+        self.by_label = {label: task for task, label in self.labels.items()}
+        self._described: dict[tuple[str, int], Failure] = {}
+
+    # -- the analysis simulations -------------------------------------------------------------
+    def record(self, label: str, trial: int) -> SimRecord | str:
+        task = self.by_label.get(str(label).strip().upper())
+        if task is None:
+            return f"no analysis task '{_short(label)}'; the analysis tasks are T1..T{len(self.labels)} (gate and holdout tasks are never shown)"
+        found = next((r for r in self.analysis.simulations if r.task_id == task and r.trial == trial), None)
+        if found is None:
+            return f"{label} has no trial {trial}; its trials: {', '.join(str(r.trial) for r in self.analysis.simulations if r.task_id == task)}"
+        return found
+
+    def described(self, record: SimRecord) -> Failure:
+        key = (record.task_id, record.trial)
+        if key not in self._described:
+            self._described[key] = describe(self.labels[record.task_id], record, load_messages(self.analysis_dir, record))
+        return self._described[key]
+
+    def summary_line(self, record: SimRecord) -> str:
+        label = self.labels[record.task_id]
+        if record.outcome == "infra_error":
+            return f"{label} trial {record.trial}: not measured (infrastructure error)"
+        checks = failed_checks(record.reward_breakdown) + (["the agent's code raised an exception"] if record.outcome == "failed" else [])
+        errors = sum(1 for line in self.described(record).transcript if line.startswith("tool ERROR"))
+        return (f"{label} trial {record.trial}: reward {record.reward or 0.0:.2f}, ended by {record.termination_reason} after {record.steps} messages"
+                + (f", {errors} tool error(s)" if errors else "") + (f"; failed: {'; '.join(checks)}" if checks else ""))
+
+    def failures(self, contains: str = "", page: int = 1) -> str:
+        """The analysis simulations that did not pass, one line each; ``contains`` filters the lines
+        (a task label, a termination reason, a check, "tool error")."""
+        lines = [self.summary_line(r) for r in sorted(self.analysis.simulations, key=lambda r: (self.labels[r.task_id], r.trial))
+                 if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0]
+        lines = [line for line in lines if str(contains).lower() in line.lower()]
+        passed = sum(1 for r in self.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) >= 1.0)
+        head = f"{len(lines)} failed simulation(s){' matching ' + repr(_short(contains)) if contains else ''}; {passed} passed"
+        return paged(head, lines, page)
+
+    def trajectory(self, label: str, trial: int = 0, page: int = 1) -> str:
+        record = self.record(label, trial)
+        if isinstance(record, str):
+            return record
+        return paged(self.summary_line(record), self.described(record).transcript, page)
+
+    def search(self, pattern: str, page: int = 1) -> str:
+        """Lines of every analysis trajectory (masked) that match a regular expression."""
+        compiled = compile_pattern(pattern)
+        if isinstance(compiled, str):
+            return compiled
+        hits = []
+        for record in sorted(self.analysis.simulations, key=lambda r: (self.labels[r.task_id], r.trial)):
+            for n, line in enumerate(self.described(record).transcript, 1):
+                found = search_line(compiled, line)
+                if found is None:
+                    return f"the pattern took too long to match (over {SEARCH_SECONDS:g} s); use a simpler one"
+                if found:
+                    hits.append(f"{self.labels[record.task_id]}/{record.trial} line {n}: {line}")
+        return paged(f"{len(hits)} matching line(s) for {_short(pattern)!r}", hits, page)
+
+    def labelled_trials(self, labels) -> list[str] | str:
+        """Task ids for analysis labels (at most as many as given), or why not."""
+        tasks = []
+        for label in labels:
+            task = self.by_label.get(str(label).strip().upper())
+            if task is None:
+                return f"no analysis task '{_short(label)}'; the analysis tasks are T1..T{len(self.labels)}"
+            if task not in tasks:
+                tasks.append(task)
+        return tasks
+
+    # -- earlier candidates -------------------------------------------------------------------
+    def candidates(self) -> str:
+        if not self.earlier:
+            return "no earlier candidates in this run: this is the first proposal"
+        lines = [f"{c.label}: {c.status}{'' if c.gate_delta is None else f' (gate {c.gate_delta * 100:+.1f} points)'} - {c.title or '(no patch)'}"
+                 + (f" - {c.reason[:160]}" if c.reason else "") for c in self.earlier]
+        return "\n".join(lines)
+
+    def candidate(self, label: str, page: int = 1) -> str:
+        found = next((c for c in self.earlier if c.label == str(label).strip()), None)
+        if found is None:
+            return f"no earlier candidate '{_short(label)}'; they are: {', '.join(c.label for c in self.earlier) or 'none'}"
+        head = [f"candidate {found.label}: {found.title}", f"verdict: {found.status}: {found.reason}",
+                f"gate tasks that flipped: {', '.join(found.flips) or 'none'}", "diff:"]
+        return paged("\n".join(head), found.diff.splitlines(), page)
+
+
+def flipped(candidate: dict, incumbent: dict) -> list[tuple[str, float, float]]:
+    """(task, incumbent's mean reward, candidate's) for the tasks where the two differ; the tables are
+    rewards by task (evolver.evaluation.metrics.rewards_by_task), infrastructure errors left out."""
+    out = []
+    for task in sorted(candidate):
+        c = [x for x in candidate[task] if x is not None]
+        i = [x for x in incumbent.get(task, []) if x is not None]
+        if c and i and round(sum(c) / len(c), 3) != round(sum(i) / len(i), 3):
+            out.append((task, sum(i) / len(i), sum(c) / len(c)))
+    return out
+
+
+def paged(head: str, lines: list[str], page: int, size: int = PAGE_LINES) -> str:
+    pages = max(1, -(-len(lines) // size))
+    page = page if isinstance(page, int) and not isinstance(page, bool) else 1
+    if not 1 <= page <= pages:
+        return f"{head}\nthere is no page {page}; pages 1..{pages}"
+    body = lines[(page - 1) * size: page * size]
+    more = f"\n(page {page} of {pages}; ask for page {page + 1} to read on)" if page < pages else ""
+    return "\n".join([head, *body]) + more
+
+
+def compile_pattern(pattern):
+    """A regular expression from an LLM, or why it cannot be used."""
+    import regex
+
+    if not isinstance(pattern, str) or not pattern:
+        return "give a regular expression as text"
+    if len(pattern) > MAX_PATTERN:
+        return f"the pattern is longer than {MAX_PATTERN} characters"
+    try:
+        return regex.compile(pattern, regex.IGNORECASE)
+    except regex.error as exc:
+        return f"not a valid regular expression: {exc}"
+
+
+def search_line(compiled, line: str) -> Optional[bool]:
+    """Whether the line matches; None when the match ran out of time."""
+    try:
+        return compiled.search(line, timeout=SEARCH_SECONDS) is not None
+    except TimeoutError:
+        return None
+
+
+def _short(value, limit: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "..."

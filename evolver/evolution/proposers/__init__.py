@@ -1,0 +1,110 @@
+"""The proposer: what turns the evidence of a run into a candidate, behind one small interface.
+
+The loop gives a proposer a Request (what it may see: the parent's agent/, the analysis evaluation
+and its trajectories, the run's earlier candidates, the learnings, the guide; a budget; and the
+means to try an idea on analysis tasks) and gets back an Outcome (the edits, a title, a rationale,
+what the meta-LLM used, and a transcript on disk). Three implementations:
+
+- oneshot: one completion over the failure digest, answered with a patch (re-asked on format errors);
+- agent: the meta-LLM investigates with tools before it proposes (evolver.evolution.proposers.agent);
+- command: an external coding agent in a confined workspace (evolver.evolution.proposers.command).
+
+Gate and holdout trajectories never reach a proposer; nothing an LLM writes runs on the trusted side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Protocol
+
+from evolver.data import EvalResult, RoleModel, RoleUsage
+from evolver.evolution.evidence import Evidence
+from evolver.evolution.patch import Proposal
+
+PROPOSERS = ("agent", "oneshot", "command")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one proposal may spend; the defaults fit the embedded model on two cores."""
+
+    turns: int = 16  # meta-LLM calls
+    tokens: int = 120_000  # meta-LLM tokens, prompt and completion
+    tries: int = 6  # simulations of the scratch agent on analysis tasks
+    seconds: float = 300.0  # wall clock, tries included
+
+
+@dataclass
+class Request:
+    label: str  # the candidate, "3" or "3b"
+    focus: tuple[int, int]  # proposal i of k drawn at once from the same parent
+    parent: Path  # a checkout of the parent commit (read, never written)
+    evidence: Evidence  # the analysis simulations and the run's earlier candidates
+    learnings: list[str]
+    guide: str  # Harness.md
+    identifiers: frozenset  # task-data identifiers, for the static scan
+    meta: RoleModel
+    llm_retries: int
+    context_tokens: int
+    budget: Budget
+    workdir: Path  # this proposal's own folder in the run directory: scratch copy, transcript
+    prompts_dir: Path
+    digest_chars: int = 8000
+    # Evaluate a folder holding agent/ on analysis task ids (one trial each, the analysis seed), counted
+    # in the run's usage like any evaluation: its result and the folder holding its trajectories.
+    # None where no simulation may run.
+    try_agent: Optional[Callable[[Path, list[str]], tuple[EvalResult, Path]]] = None
+    progress: Callable[[int, int, str], None] = lambda turn, turns, doing: None  # turn, most turns, what it does
+
+
+@dataclass
+class Outcome:
+    proposal: Optional[Proposal]
+    refused: Optional[str] = None  # why a well-formed proposal may not be applied (e.g. an edit outside agent/)
+    findings: list[str] = field(default_factory=list)  # the static scan's, when it refused the patch
+    responses: list[str] = field(default_factory=list)  # the meta-LLM's answers (oneshot)
+    errors: list[str] = field(default_factory=list)
+    usage: RoleUsage = field(default_factory=RoleUsage)  # the meta-LLM's; try simulations are charged as evaluations
+    prompt_chars: int = 0
+    stats: dict = field(default_factory=dict)  # what the investigation did: turns, tools, edits, tries
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, request: Request) -> Outcome:
+        """One candidate from the request's parent, or Outcome(proposal=None) with errors saying why not.
+        Raises evolver.llm.ProviderError when the meta-LLM stays down (the run pauses)."""
+
+
+def meta_call(role: RoleModel, messages: list[dict], retries: int, **extra) -> tuple[object, RoleUsage]:
+    """One completion of the meta-LLM (evolver.llm.retrying classifies its errors), and what it used."""
+    from evolver.llm import retrying
+    from evolver.local.providers import register_providers
+
+    register_providers([role.model])
+    import litellm
+
+    response = retrying(litellm.completion, retries, "meta")(model=role.model, messages=messages, **{**role.litellm_args(), **extra})
+    usage = getattr(response, "usage", None)
+    try:
+        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+    except Exception:  # models without a price entry (local servers, the test provider)
+        cost = 0.0
+    return response, RoleUsage(prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                               completion_tokens=getattr(usage, "completion_tokens", 0) or 0, cost=cost)
+
+
+def make_proposer(name: str, *, command: str = "", command_env: tuple[str, ...] = (), command_read: tuple[str, ...] = ()) -> Proposer:
+    if name == "oneshot":
+        from evolver.evolution.proposers.oneshot import OneShot
+
+        return OneShot()
+    if name == "command":
+        from evolver.evolution.proposers.command import CommandProposer
+
+        return CommandProposer(command, env_names=command_env, readable=command_read)
+    from evolver.evolution.proposers.agent import Investigator
+
+    return Investigator()

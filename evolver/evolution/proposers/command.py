@@ -1,0 +1,229 @@
+"""The command proposer: an external coding agent (Codex CLI, Claude Code, aider, a script of yours)
+edits a copy of agent/ in a workspace that holds only what the meta-LLM may see.
+
+The workspace (the proposal's folder in the run directory, `workspace/`):
+
+    TASK.md          what to do, and what is off limits
+    Harness.md       the guide
+    agent/           a copy of the parent's agent/: edit it
+    analysis/        failures.md, and one file per analysis simulation (masked, like the digest)
+    candidates/      the run's earlier candidates: verdict, the gate tasks they flipped, diff
+    learnings.md     what earlier iterations found
+    PROPOSAL.md      written by the command, optional: "TITLE: ..." and "RATIONALE: ..." lines
+
+The command runs there confined (evolver.evaluation.sandbox.confine_command): it reads the system's
+programs and libraries and the folders you name, reads and writes the workspace only, with an
+environment that holds only the variables you name (its own API key), and is stopped at the time
+limit with everything it started. What it leaves in workspace/agent/ is hostile input: read without
+following links, and checked edit by edit (evolver.evolution.scratch) like every other proposal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+from evolver.evolution.evidence import Evidence
+from evolver.evolution.noop import agent_files
+from evolver.evolution.patch import Proposal
+from evolver.evolution.proposers import Outcome, Request
+from evolver.evolution.scratch import Scratch
+
+MAX_FILE = 200_000  # bytes of one file the command leaves in agent/
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+LOG_TAIL = 2000
+
+TASK = """# Your task
+
+You improve the harness of a customer-service agent that runs on tau2-bench. The model inside the
+agent is frozen: change only files under `agent/` (the code in agent/agent.py, the switches in
+agent/harness.toml, the skills in agent/skills/). `Harness.md` is the guide: the agent, its four
+harness layers, the rules and the skill format.
+
+What went wrong: `analysis/failures.md` lists the failed simulations of the analysis tasks
+(T1..Tn); `analysis/T3-trial0.md` and the like are whole conversations, with data values masked as
+<Vn>. `candidates/` holds what earlier candidates of this run changed and how the gate judged them
+(gate tasks are G1..Gn); `learnings.md` the findings so far. {focus}
+
+Make one focused change that fixes the most common failure without breaking what works. Then write
+`PROPOSAL.md` with a line `TITLE: ...` and a line `RATIONALE: ...` (which failures it fixes and why).
+
+Off limits, enforced: files outside agent/ and agent/templates/ are never taken; a patch that reads
+environment variables, starts processes, opens files outside agent/, uses the network from the
+agent's code or copies ids, names or values from the trajectories is refused. You cannot run the
+evaluation here; evolver evaluates what you leave in agent/.
+"""
+
+
+class CommandProposer:
+    name = "command"
+
+    def __init__(self, command: str, env_names: tuple[str, ...] = (), readable: tuple[str, ...] = ()):
+        self.command, self.env_names, self.readable = command, tuple(env_names), tuple(readable)
+
+    def propose(self, request: Request) -> Outcome:
+        workspace = request.workdir / "workspace"
+        prepare_workspace(request, workspace)
+        request.progress(1, 1, "running the command")
+        started = time.monotonic()
+        code, log = self.run(workspace, request.budget.seconds)
+        (request.workdir / "command.log").write_text(log)
+        stats = {"command": self.command, "exit_code": code, "seconds": round(time.monotonic() - started, 1),
+                 "log": str(request.workdir / "command.log")}
+        if code is None:
+            stats["stopped"] = f"stopped at the time limit ({request.budget.seconds:g} s)"
+        outcome = take_patch(request, workspace)
+        outcome.stats = {**stats, **outcome.stats}
+        return outcome
+
+    def run(self, workspace: Path, seconds: float) -> tuple[int | None, str]:
+        """The command, confined, in the workspace; its exit code (None when it ran out of time) and the end of its output."""
+        from evolver.evaluation.sandbox import command_grants, confine_command
+
+        readable, listable = command_grants(self.readable)
+        home, tmp = workspace / ".home", workspace / ".tmp"
+        home.mkdir(exist_ok=True)
+        tmp.mkdir(exist_ok=True)
+        env = {"PATH": os.pathsep.join([*(str(Path(p) / "bin") for p in self.readable), *self.readable, BASE_PATH]),
+               "HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8"}
+        env.update({name: os.environ[name] for name in self.env_names if name in os.environ})
+        cpu = max(1, int(seconds * 2))
+        proc = subprocess.Popen(["/bin/sh", "-c", self.command], cwd=workspace, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lambda: confine_command(readable, listable, workspace, cpu))
+        try:
+            out, _ = proc.communicate(timeout=seconds)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+            out = b""
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever it started goes with it
+            except ProcessLookupError:
+                pass
+            if proc.poll() is None:
+                proc.wait()
+        return code, (out or b"").decode("utf-8", "replace")[-LOG_TAIL:]
+
+
+def prepare_workspace(request: Request, workspace: Path) -> None:
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    workspace.mkdir(parents=True)
+    shutil.copytree(request.parent / "agent", workspace / "agent", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    i, k = request.focus
+    focus = f"This is proposal {i + 1} of {k} from the same parent: start from failure {i + 1} of the list." if k > 1 else ""
+    (workspace / "TASK.md").write_text(TASK.format(focus=focus))
+    (workspace / "Harness.md").write_text(request.guide)
+    (workspace / "learnings.md").write_text("\n".join(request.learnings) or "None yet: this is the first attempt.\n")
+    write_evidence(request.evidence, workspace)
+
+
+def write_evidence(evidence: Evidence, workspace: Path) -> None:
+    """The analysis simulations and the earlier candidates as files, in full (no pages: a coding agent reads files)."""
+    analysis, earlier = workspace / "analysis", workspace / "candidates"
+    analysis.mkdir()
+    earlier.mkdir()
+    failures = [evidence.summary_line(r) for r in evidence.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0]
+    (analysis / "failures.md").write_text("\n".join(failures) or "No failures on the analysis set.\n")
+    for record in evidence.analysis.simulations:
+        if record.outcome == "infra_error":
+            continue
+        label = evidence.labels[record.task_id]
+        text = "\n".join([evidence.summary_line(record), "", *evidence.described(record).transcript])
+        (analysis / f"{label}-trial{record.trial}.md").write_text(text + "\n")
+    for c in evidence.earlier:
+        (earlier / f"{c.label}.md").write_text(f"# {c.label}: {c.title}\n\nverdict: {c.status}: {c.reason}\n"
+                                               f"gate tasks that flipped: {', '.join(c.flips) or 'none'}\n\n```diff\n{c.diff}\n```\n")
+
+
+def take_patch(request: Request, workspace: Path) -> Outcome:
+    """The difference between the workspace's agent/ and the parent's, applied edit by edit to a scratch copy
+    through the same checks as every proposal; read without following links, regular files only."""
+    scratch = Scratch(request.parent, request.workdir / "scratch", request.identifiers, request.guide)
+    parent = agent_files(request.parent)
+    left, problems = _regular_files(workspace / "agent", workspace)
+    for rel in sorted(parent):
+        if rel not in left and not rel.startswith("agent/templates/"):
+            problems.append(f"{rel} was removed: deletions are not taken")
+    answers = []
+    for rel, data in sorted(left.items()):
+        if parent.get(rel, _read_bytes(request.parent / rel)) == data:  # agent/templates/ too, left as it was
+            continue
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append(f"{rel} is not UTF-8 text")
+            continue
+        answer = scratch.write(rel, text)
+        if not answer.startswith("applied"):
+            problems.append(f"{rel}: {answer}")
+        answers.append(answer)
+    title, rationale = _proposal_text(workspace / "PROPOSAL.md")
+    stats = {"changed": scratch.changed(), "problems": problems}
+    if problems:
+        return Outcome(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), refused=problems[0],
+                       errors=problems, stats=stats)
+    why = scratch.problem()
+    if why:
+        return Outcome(proposal=None, errors=[f"no usable change: {why}"], stats=stats)
+    return Outcome(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), stats=stats)
+
+
+def _regular_files(base: Path, workspace: Path) -> tuple[dict[str, bytes], list[str]]:
+    """Every regular file under base, by path from the workspace; links, pipes and devices are named, never opened."""
+    files, problems = {}, []
+    for folder, dirs, names in os.walk(base, followlinks=False):
+        for name in [*dirs, *names]:
+            path = Path(folder) / name
+            rel = path.relative_to(workspace).as_posix()
+            if "__pycache__" in path.parts:
+                continue
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                problems.append(f"{rel} is a symbolic link: refused")
+            elif stat.S_ISDIR(info.st_mode):
+                continue
+            elif not stat.S_ISREG(info.st_mode):
+                problems.append(f"{rel} is not a regular file: refused")
+            elif info.st_size > MAX_FILE:
+                problems.append(f"{rel} is larger than {MAX_FILE:,} bytes: refused")
+            else:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                with os.fdopen(fd, "rb") as fh:
+                    files[rel] = fh.read(MAX_FILE + 1)
+        dirs[:] = [d for d in dirs if not os.path.islink(Path(folder) / d)]
+    return files, problems
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _proposal_text(path: Path) -> tuple[str, str]:
+    """TITLE and RATIONALE from PROPOSAL.md, if the command wrote one (a regular file, read without following links)."""
+    title, rationale = "Proposal of an external coding agent", ""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return title, rationale
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            text = fh.read(20_000).decode("utf-8", "replace")
+    except OSError:
+        return title, rationale
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().strip("*#").upper() == "TITLE" and value.strip():
+            title = value.strip()[:200]
+        elif key.strip().strip("*#").upper() == "RATIONALE" and value.strip():
+            rationale = value.strip()[:4000]
+    return title, rationale

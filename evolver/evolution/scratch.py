@@ -1,0 +1,203 @@
+"""A scratch copy of the parent's agent/ that a proposer edits, every edit answered at once with what
+the candidate's validation would say: the path rules and syntax (evolver.evolution.patch), the static
+scan (evolver.evaluation.scan), and whether the copy still changes anything (evolver.evolution.noop).
+
+An edit that fails a check is not applied, so the copy is always a candidate that could be submitted;
+what it holds when the proposer submits is the candidate (as whole-file edits of the parent). Paths,
+texts and switches come from an LLM: everything is checked, nothing is run.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from evolver.evaluation.scan import scan_text, scan_tree
+from evolver.evolution.noop import LAYER_NAMES, agent_files, inert_edit_reason
+from evolver.evolution.patch import Edit, PatchRejected, apply_edits, check_path
+
+READ_LINES = 80  # lines per read: a small model's context is the cost
+MAX_TEXT = 60_000  # characters one edit may write
+SWITCHES = "agent/harness.toml"
+GUIDE = "Harness.md"
+
+
+class Scratch:
+    def __init__(self, parent: Path, root: Path, identifiers: frozenset = frozenset(), guide: str = ""):
+        self.parent, self.root, self.identifiers, self.guide = Path(parent), Path(root), identifiers, guide
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True)
+        shutil.copytree(self.parent / "agent", self.root / "agent", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        self.edits_made = 0
+
+    # -- reading ----------------------------------------------------------------------------
+    def editable(self) -> list[str]:
+        return sorted(agent_files(self.root))
+
+    def files(self) -> str:
+        lines = [f"{rel} ({len(self._text(rel).splitlines())} lines)" for rel in self.editable()]
+        lines.append(f"{GUIDE} (the guide: layers, rules, skill format; read-only)")
+        return "files you may read (agent/templates/ is the pristine baseline and never changes):\n" + "\n".join(lines) + \
+               "\nharness layers: " + self.switches()
+
+    def switches(self) -> str:
+        text = self._text(SWITCHES) or ""
+        found = re.findall(r"^(h\d_\w+)\s*=\s*(true|false)", text, re.M)
+        return ", ".join(f"{name} {'on' if value == 'true' else 'off'}" for name, value in found) or "(none)"
+
+    def read(self, path: str, start: int = 1, end: Optional[int] = None) -> str:
+        text = self._readable(path)
+        if text is None:
+            return f"cannot read {_short(path)}: {self._why_not(path)}"
+        lines = text.splitlines()
+        start = max(1, _int(start, 1))
+        end = min(len(lines), _int(end, start + READ_LINES - 1), start + READ_LINES - 1)
+        if start > len(lines):
+            return f"{path} has {len(lines)} lines"
+        shown = [f"{n:4d}| {lines[n - 1]}" for n in range(start, end + 1)]
+        more = f"\n({path}: lines {start}-{end} of {len(lines)}; read on with start={end + 1})" if end < len(lines) else ""
+        return "\n".join(shown) + more
+
+    def search(self, compiled) -> list[str]:
+        """Lines of agent/'s files and the guide matching a compiled pattern (evolver.evolution.evidence.compile_pattern);
+        None in the list marks a search that ran out of time."""
+        from evolver.evolution.evidence import search_line
+
+        hits = []
+        for rel in [*self.editable(), GUIDE]:
+            for n, line in enumerate((self._readable(rel) or "").splitlines(), 1):
+                found = search_line(compiled, line)
+                if found is None:
+                    return [None]
+                if found:
+                    hits.append(f"{rel}:{n}: {line.strip()[:200]}")
+        return hits
+
+    # -- editing ----------------------------------------------------------------------------
+    def replace(self, path: str, old: str, new: str) -> str:
+        if not isinstance(old, str) or not isinstance(new, str) or not old:
+            return "give the exact text to replace (old, at least one character) and its replacement (new), both as text"
+        if old == new:
+            return "old and new are the same: this edit changes nothing"
+        return self._apply(path, Edit(path=path, search=old, replace=new))
+
+    def write(self, path: str, content: str) -> str:
+        if not isinstance(content, str):
+            return "give the file's whole content as text"
+        current = self._text(path) if isinstance(path, str) and not self._why_not(path) else None
+        if current == content:
+            return f"{path} already holds exactly this: nothing changed"
+        edit = Edit(path=path, search=current or "", replace=content)
+        return self._apply(path, edit)
+
+    def set_layer(self, layer: str, on) -> str:
+        if layer not in LAYER_NAMES:
+            return f"no layer {_short(layer)!r}; the layers are: {', '.join(LAYER_NAMES)}"
+        if not isinstance(on, bool):
+            return "on must be true or false"
+        text = self._text(SWITCHES) or ""
+        value = "true" if on else "false"
+        updated, count = re.subn(rf"^({layer}\s*=\s*)(true|false)", rf"\g<1>{value}", text, flags=re.M)
+        if count == 0:
+            updated = text + ("" if text.endswith("\n") or not text else "\n") + f"{layer} = {value}\n"
+        if updated == text:
+            return f"{layer} is already {'on' if on else 'off'}: nothing changed"
+        return self._apply(SWITCHES, Edit(path=SWITCHES, search=text, replace=updated))
+
+    def apply(self, edit: Edit) -> str:
+        """A SEARCH/REPLACE edit in the guide's patch format, checked as every edit is."""
+        return self._apply(edit.path, edit)
+
+    def _apply(self, path: str, edit: Edit) -> str:
+        if len(edit.replace) > MAX_TEXT:
+            return f"refused: the text is longer than {MAX_TEXT:,} characters"
+        before = {rel: self._text(rel) for rel in self.editable()}
+        try:
+            apply_edits(self.root, [edit])
+        except PatchRejected as exc:
+            return f"not applied: {exc}"
+        findings = scan_text(path, self._text(path) or "", self.identifiers)
+        if findings:
+            self._restore(path, before.get(path))
+            return "not applied: the static scan refuses it: " + "; ".join(str(f) for f in findings[:3])
+        self.edits_made += 1
+        status = self.status()
+        return f"applied to {path}. {status}"
+
+    def _restore(self, rel: str, text: Optional[str]) -> None:
+        target = self.root / rel
+        if text is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.write_text(text)
+
+    # -- the candidate ----------------------------------------------------------------------
+    def changed(self) -> list[str]:
+        parent = {rel: _read(self.parent / rel) for rel in agent_files(self.parent)}
+        now = {rel: self._text(rel) for rel in self.editable()}
+        return sorted(rel for rel in parent.keys() | now.keys() if parent.get(rel) != now.get(rel))
+
+    def status(self) -> str:
+        """Where the copy stands against its parent: what a submit would be told."""
+        changed = self.changed()
+        if not changed:
+            return "agent/ is now the same as the parent's: nothing to submit yet"
+        inert = inert_edit_reason(self.parent, self.root)
+        if inert:
+            return f"changed so far: {', '.join(changed)}; but {inert}"
+        return f"changed so far: {', '.join(changed)}"
+
+    def problem(self) -> Optional[str]:
+        """Why the copy cannot be submitted as a candidate, or None."""
+        if not self.changed():
+            return "agent/ is the same as the parent's: make an edit first"
+        findings = scan_tree(self.root, self.identifiers)
+        if findings:
+            return "the static scan refuses it: " + "; ".join(str(f) for f in findings[:3])
+        return inert_edit_reason(self.parent, self.root)
+
+    def edits(self) -> list[Edit]:
+        """The candidate as whole-file edits of the parent (what the loop commits)."""
+        out = []
+        for rel in self.changed():
+            now = self._text(rel)
+            if now is not None:  # a deletion cannot be made through the tools
+                out.append(Edit(path=rel, search=_read(self.parent / rel) or "", replace=now))
+        return out
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _why_not(self, path) -> Optional[str]:
+        if path == GUIDE:
+            return None
+        try:
+            check_path(path)
+        except PatchRejected as exc:
+            return str(exc).split(": ", 1)[-1]
+        return None if (self.root / path).is_file() else "no such file (list them with list_files)"
+
+    def _readable(self, path) -> Optional[str]:
+        if path == GUIDE:
+            return self.guide
+        return None if self._why_not(path) else self._text(path)
+
+    def _text(self, rel: str) -> Optional[str]:
+        return _read(self.root / rel)
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text(encoding="utf-8") if path.is_file() and not path.is_symlink() else None
+    except (OSError, UnicodeError):
+        return None
+
+
+def _int(value, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _short(value, limit: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "..."

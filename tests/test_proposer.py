@@ -1,0 +1,286 @@
+"""The proposers behind one interface: the investigating one's tools, budgets and refusals (every tool
+argument is an LLM's, so hostile), its scripted end-to-end run through `evolver run`, a proposal cut
+off by a kill, and the command proposer's confined workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evolver.data import EvalResult, RoleModel
+from evolver.evolution.evidence import Evidence
+from evolver.evolution.proposers import Budget, Request
+from evolver.evolution.proposers.agent import Session, check_arguments
+from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, git, run_cli
+from tests.test_loop import make_target
+
+LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
+
+
+@pytest.fixture(scope="module")
+def analysis(tmp_path_factory):
+    """A real analysis evaluation: the careless scripted agent garbles a created task's title."""
+    repo = tmp_path_factory.mktemp("proposer") / "target"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@t.invalid")
+    git(repo, "config", "user.name", "t")
+    assert run_cli(["init", str(repo)]).returncode == 0
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "init")
+    summary = eval_json(repo, "--agent-model", "scripted/wrong", "--task-ids", "create_task_1,update_task_1")
+    path = Path(summary["result_file"])
+    return repo, EvalResult.model_validate_json(path.read_text()), path.parent
+
+
+def session(analysis, tmp_path, *, tries=None, budget=Budget(turns=6, tokens=50_000, tries=2, seconds=60)) -> Session:
+    repo, result, folder = analysis
+    request = Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder), learnings=[], guide="# Guide\nLayers.\n",
+                      identifiers=frozenset({"create_task_1"}), meta=RoleModel(model="scripted/meta"), llm_retries=1,
+                      context_tokens=32000, budget=budget, workdir=tmp_path / "proposal", prompts_dir=ROOT / "prompts", try_agent=tries)
+    return Session(request)
+
+
+def test_the_reading_tools_show_analysis_data_masked_and_paged(analysis, tmp_path):
+    s = session(analysis, tmp_path)
+    failures = s.call("list_failures", "{}")
+    assert failures.startswith("1 failed simulation(s); 1 passed") and "T1 trial 0: reward 0.00" in failures
+    trajectory = s.call("read_trajectory", json.dumps({"task": "T1"}))
+    assert "create_task(" in trajectory and "<V" in trajectory  # the call is shown, its values masked
+    assert "user_1" not in trajectory and "create_task_1" not in trajectory
+    assert "line" in s.call("search_trajectories", json.dumps({"pattern": r"create_task\("}))
+    assert "agent/agent.py" in s.call("list_files", "{}") and "h2_action_realization off" in s.call("list_files", "{}")
+    read = s.call("read_file", json.dumps({"path": "agent/agent.py", "start": 1, "end": 5}))
+    assert read.startswith("   1| ") and "read on with start=6" in read
+    assert s.call("read_file", json.dumps({"path": "Harness.md"})).endswith("Layers.")
+    assert "no earlier candidates" in s.call("list_candidates", "{}")
+    assert "agent/agent.py:" in s.call("search_code", json.dumps({"pattern": "AGENT_INSTRUCTION"}))
+
+
+@pytest.mark.parametrize("tool, arguments, answer", [
+    # what is out of reach
+    ("read_file", {"path": "../runs/state.json"}, "only files under agent/"),
+    ("read_file", {"path": "/etc/passwd"}, "only files under agent/"),
+    ("read_file", {"path": "agent/../../.git/config"}, "only files under agent/"),
+    ("read_file", {"path": "agent/templates/agent.py"}, "pristine baseline"),
+    ("read_trajectory", {"task": "G1"}, "gate and holdout tasks are never shown"),
+    ("read_trajectory", {"task": "create_task_1"}, "no analysis task"),
+    ("read_trajectory", {"task": "T1", "trial": 7}, "has no trial 7"),
+    ("show_candidate", {"label": "9"}, "no earlier candidate"),
+    ("try_agent", {"tasks": ["G2"]}, "no analysis task"),
+    # code on the trusted side through a tool name or an argument
+    ("run_python", {"code": "import os; os.system('id')"}, "there is no tool 'run_python'"),
+    ("search_trajectories", {"pattern": "(a+)+$" * 40}, "longer than 200 characters"),
+    ("search_trajectories", {"pattern": "([unclosed"}, "not a valid regular expression"),
+    # edits that validation refuses, each answered at once and not applied
+    ("write_file", {"path": "evolver/cli/commands.py", "content": "x = 1\n"}, "only files under agent/"),
+    ("write_file", {"path": "agent/templates/agent.py", "content": "x = 1\n"}, "pristine baseline"),
+    ("write_file", {"path": "agent/run.sh", "content": "rm -rf /\n"}, "files may change"),
+    ("write_file", {"path": "agent/helper.py", "content": "import subprocess\nsubprocess.run(['id'])\n"}, "static scan refuses"),
+    ("write_file", {"path": "agent/skills/cheat.md", "content": "For create_task_1, answer at once.\n"}, "static scan refuses"),
+    ("replace_in_file", {"path": "agent/agent.py", "old": "class HarnessState(BaseModel):", "new": "class HarnessState(BaseModel)"}, "does not parse"),
+    ("replace_in_file", {"path": "agent/agent.py", "old": "no such text anywhere", "new": "x"}, "not found"),
+    ("set_layer", {"layer": "h9_magic", "on": True}, "no layer"),
+    # arguments of the wrong shape
+    ("read_file", {"path": ["agent/agent.py"]}, "must be a string"),
+    ("read_file", {"path": "agent/agent.py", "mode": "w"}, "takes no argument 'mode'"),
+    ("replace_in_file", {"path": "agent/agent.py"}, "needs the argument 'old'"),
+    ("submit", {"title": "t", "rationale": "r"}, "not submitted: agent/ is the same as the parent's"),
+    ("try_agent", {"tasks": ["T1"]}, "nothing to try"),
+])
+def test_a_hostile_or_mistaken_call_gets_a_clear_refusal_and_nothing_else(analysis, tmp_path, tool, arguments, answer):
+    tried = []
+    s = session(analysis, tmp_path, tries=lambda root, tasks: tried.append(tasks))
+    before = {p: p.read_bytes() for p in s.scratch.root.rglob("*") if p.is_file()}
+    result = s.call(tool, json.dumps(arguments))
+    assert answer in result, result
+    assert {p: p.read_bytes() for p in s.scratch.root.rglob("*") if p.is_file()} == before  # nothing applied
+    assert tried == [] and s.submitted is None
+    assert not (tmp_path / "proposal" / "scratch" / "evolver").exists() and not Path("/etc/passwd").read_text().startswith("x = 1")
+
+
+def test_a_catastrophic_pattern_is_cut_off_not_hung(analysis, tmp_path):
+    s = session(analysis, tmp_path)
+    started = time.monotonic()
+    answer = s.call("search_trajectories", json.dumps({"pattern": r"(\w+\s?)+$#"}))
+    assert time.monotonic() - started < 30
+    assert "matching line" in answer or "took too long" in answer
+
+
+def test_an_edit_applied_tried_and_submitted_becomes_the_candidate(analysis, tmp_path):
+    repo, result, folder = analysis
+    tried = []
+    s = session(analysis, tmp_path, tries=lambda root, tasks: (tried.append((root, tasks)) or result, folder))
+    answer = s.call("replace_in_file", json.dumps({"path": "agent/agent.py", "old": 'AGENT_INSTRUCTION = """\n',
+                                                   "new": 'AGENT_INSTRUCTION = """\nUse the exact title the user gives.\n'}))
+    assert answer.startswith("applied to agent/agent.py") and "changed so far: agent/agent.py" in answer
+    report = s.call("try_agent", json.dumps({"tasks": ["T1", "T2", "T1"]}))
+    assert tried[0][1] == ["create_task_1", "update_task_1"] and tried[0][0] == s.scratch.root  # labels mapped, repeats dropped
+    assert "T1: parent 0.00 -> yours 0.00" in report and "try simulation(s) left" in report
+    assert "no try simulations left" in s.call("try_agent", json.dumps({"tasks": ["T1"]}))  # the budget of 2 is spent
+    assert s.call("submit", json.dumps({"title": "Keep titles exact", "rationale": "T1 garbled the title"})) == "submitted"
+    [edit, *_] = s.submitted.edits
+    assert edit.path == "agent/agent.py" and "Use the exact title the user gives." in edit.replace
+    assert (repo / "agent" / "agent.py").read_text() == edit.search  # the parent's file is untouched
+
+
+def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:busy_meta")
+    s = session(analysis, tmp_path, budget=Budget(turns=3, tokens=1_000_000, tries=0, seconds=120))
+    outcome = s.run()
+    assert outcome.proposal is None and outcome.errors == ["no candidate submitted: used all 3 turns"]
+    assert outcome.stats["turns"] == 3 and outcome.stats["tools"] == {"list_files": 3}
+    transcript = json.loads((tmp_path / "proposal" / "transcript.json").read_text())
+    assert [m["role"] for m in transcript["messages"]][:4] == ["system", "user", "assistant", "tool"]
+    assert transcript["usage"]["prompt_tokens"] > 0
+    s = session(analysis, tmp_path, budget=Budget(turns=50, tokens=1_500, tries=0, seconds=120))
+    assert "tokens" in s.run().errors[0]
+
+
+def test_a_patch_written_as_text_goes_through_the_same_checks(analysis, tmp_path, monkeypatch):
+    """A model that answers with a whole patch instead of calling tools: a clean patch is its submission,
+    a broken one is answered like a broken edit and never becomes a candidate."""
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:fix_first_script")
+    outcome = session(analysis, tmp_path).run()
+    assert outcome.proposal.title == "Keep the user's exact title" and outcome.stats["tools"] == {"patch_in_text": 1}
+    assert outcome.stats["turns"] == 1
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:script")  # its first patch has a syntax error
+    outcome = session(analysis, tmp_path).run()
+    assert outcome.proposal is None and outcome.errors == ["no candidate submitted: used all 6 turns"]
+    assert outcome.stats["rejected_edits"] == 6
+
+
+def test_evolver_run_with_the_investigating_proposer(tmp_path):
+    """The default proposer through `evolver run`: the scripted meta-agent reads the failing trajectory,
+    edits, tries the edit on an analysis task (a real, sandboxed evaluation), submits; the gate keeps it."""
+    repo = make_target(tmp_path / "target")
+    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS],
+                   env=LOOP_ENV, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
+    run = repo / "runs" / run_id
+    history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"]
+    assert [(c["title"], c["verdict"]) for c in history] == [("Keep the user's exact title", "accepted")]
+    transcript = json.loads((run / "proposals" / "001" / "transcript.json").read_text())
+    called = [c["name"] for m in transcript["messages"] if m["role"] == "assistant" for c in m.get("calls", [])]
+    assert called == ["list_failures", "read_trajectory", "read_file", "replace_in_file", "try_agent", "submit"]
+    tried = json.loads(next((run / "evals" / "propose-001-s1-try1").glob("result-*.json")).read_text())
+    assert tried["summary"]["num_simulations"] == 1 and tried["isolation"]["mode"] == "sandbox"
+    shown = run_cli(["show", run_id, "1", "--repo", str(repo)])
+    assert "investigation" in shown.stdout and "6 turn(s)" in shown.stdout and "tried on T" in shown.stdout
+    status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
+    assert status["usage"]["meta"]["prompt_tokens"] > 0 and status["simulations_done"] >= 1 + tried["summary"]["num_simulations"]
+
+
+def test_a_proposal_cut_off_by_a_kill_is_asked_again_and_its_usage_kept(tmp_path):
+    repo = make_target(tmp_path / "target")
+    env = {**LOOP_ENV, "EVOLVER_SCRIPTED_LATENCY": "0.4"}
+    args = ["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS]
+    proc = subprocess.Popen([sys.executable, "-m", "evolver", *args], env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        transcript = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = list((repo / "runs").glob("run-*/proposals/001/transcript.json"))
+            if found and json.loads(found[0].read_text() or "{}").get("turns", 0) >= 2:
+                transcript = found[0]
+                break
+            time.sleep(0.2)
+        assert transcript is not None, "the proposal never got going"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run_id = transcript.parents[2].name
+    cut = json.loads(transcript.read_text())
+    assert not list((repo / "runs" / run_id / "iterations").glob("*.json")) or \
+        json.loads((repo / "runs" / run_id / "iterations" / "001.json").read_text())["candidates"][0]["status"] == "proposing"
+    resumed = run_cli(["run", str(repo), "--resume", run_id], env=LOOP_ENV, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    folder = repo / "runs" / run_id / "proposals" / "001"
+    assert json.loads((folder / "interrupted-1.json").read_text())["turns"] == cut["turns"]
+    record = json.loads((repo / "runs" / run_id / "iterations" / "001.json").read_text())
+    assert record["candidates"][0]["status"] == "accepted"
+    assert record["usage"]["meta"]["prompt_tokens"] > json.loads((folder / "transcript.json").read_text())["usage"]["prompt_tokens"]
+
+
+def test_check_arguments_coerces_quoted_numbers_only():
+    assert check_arguments("read_file", '{"path": "agent/agent.py", "start": "3"}') == {"path": "agent/agent.py", "start": 3}
+    assert "must be an integer" in check_arguments("read_file", {"path": "agent/agent.py", "start": True})
+    assert "not valid JSON" in check_arguments("read_file", "{not json")
+
+
+# ---- the command proposer ---------------------------------------------------------------------
+
+AGENT_SCRIPT = ROOT / "tests" / "scripts" / "command_agent.py"
+
+
+def command_request(analysis, tmp_path, seconds: float = 60) -> Request:
+    repo, result, folder = analysis
+    run = tmp_path / "runs" / "run-x"  # the workspace sits in a run directory, as in a real run
+    (run / "state.json").parent.mkdir(parents=True)
+    (run / "state.json").write_text('{"secret": "run state"}')
+    return Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder), learnings=["- Iteration 0: nothing yet"],
+                   guide="# Guide\n", identifiers=frozenset({"create_task_1"}), meta=RoleModel(model="scripted/meta"), llm_retries=1,
+                   context_tokens=32000, budget=Budget(seconds=seconds), workdir=run / "proposals" / "001", prompts_dir=ROOT / "prompts")
+
+
+def test_a_command_in_its_workspace_proposes_from_the_evidence(analysis, tmp_path):
+    from evolver.evolution.proposers.command import CommandProposer
+
+    proposer = CommandProposer(f"{sys.executable} {AGENT_SCRIPT} honest", readable=(str(AGENT_SCRIPT.parent),))
+    outcome = proposer.propose(command_request(analysis, tmp_path))
+    assert outcome.refused is None and outcome.errors == [], outcome
+    assert outcome.proposal.title == "Keep the user's exact title" and outcome.stats["exit_code"] == 0
+    [edit] = outcome.proposal.edits
+    assert edit.path == "agent/agent.py" and "Use the exact title the user gives." in edit.replace
+
+
+def test_a_hostile_command_reaches_nothing_and_its_links_and_pipes_are_refused(analysis, tmp_path, monkeypatch):
+    from evolver.evolution.proposers.command import CommandProposer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-evolver-canary-command")
+    monkeypatch.setenv("EVOLVER_TEST_NAMED", "given")
+    Path("/tmp/evolver-command-canary").unlink(missing_ok=True)
+    proposer = CommandProposer(f"{sys.executable} {AGENT_SCRIPT} hostile", env_names=("EVOLVER_TEST_NAMED",), readable=(str(AGENT_SCRIPT.parent),))
+    request = command_request(analysis, tmp_path)
+    outcome = proposer.propose(request)
+    report = json.loads((request.workdir / "workspace" / "report.json").read_text())
+    reached = {k: v for k, v in report.items() if v == "done"}
+    assert reached == {"run_a_program": "done"}, report  # a coding agent runs tools; nothing outside its workspace
+    assert report["key"] == "" and "EVOLVER_TEST_NAMED" in report["env"] and "OPENAI_API_KEY" not in report["env"]
+    assert not Path("/tmp/evolver-command-canary").exists() and not (request.workdir.parents[1] / "forged.json").exists()
+    assert outcome.refused and "symbolic link" in " ".join(outcome.errors) and "not a regular file" in " ".join(outcome.errors)
+
+
+def test_a_command_that_hangs_is_stopped_with_what_it_started(analysis, tmp_path):
+    from evolver.evolution.proposers.command import CommandProposer
+
+    proposer = CommandProposer(f"{sys.executable} {AGENT_SCRIPT} sleep", readable=(str(AGENT_SCRIPT.parent),))
+    started = time.monotonic()
+    outcome = proposer.propose(command_request(analysis, tmp_path, seconds=3))
+    assert time.monotonic() - started < 30
+    assert outcome.proposal is None and "stopped at the time limit" in outcome.stats["stopped"]
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", "sleep 31338"], capture_output=True).returncode == 1
+
+
+def test_evolver_run_with_a_command_proposer(tmp_path):
+    repo = make_target(tmp_path / "target")
+    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS,
+                    "--proposer", "command", "--proposer-command", f"{sys.executable} {AGENT_SCRIPT} honest",
+                    "--proposer-read", str(AGENT_SCRIPT.parent)], env=LOOP_ENV, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
+    history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"]
+    assert [(c["title"], c["verdict"]) for c in history] == [("Keep the user's exact title", "accepted")]
+    shown = run_cli(["show", run_id, "1", "--repo", str(repo)]).stdout
+    assert "command:" in shown and "exit 0" in shown
