@@ -65,8 +65,9 @@ class Evidence:
         label = self.labels[record.task_id]
         if record.outcome == "infra_error":
             return f"{label} trial {record.trial}: not measured (infrastructure error)"
-        checks = failed_checks(record.reward_breakdown) + (["the agent's code raised an exception"] if record.outcome == "failed" else [])
-        errors = sum(1 for line in self.described(record).transcript if line.startswith("tool ERROR"))
+        failure = self.described(record)
+        checks = failed_checks(record.reward_breakdown) + [a.strip() for a in failure.actions if a.startswith("  exception: ")]
+        errors = sum(1 for line in failure.transcript if line.startswith("tool ERROR"))
         return (f"{label} trial {record.trial}: reward {record.reward or 0.0:.2f}, ended by {record.termination_reason} after {record.steps} messages"
                 + (f", {errors} tool error(s)" if errors else "") + (f"; failed: {'; '.join(checks)}" if checks else ""))
 

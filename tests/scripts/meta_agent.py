@@ -24,6 +24,7 @@ class Fix:
     old: str
     new: str
     title: str
+    more: tuple[tuple[str, str], ...] = ()  # further (old, new) replacements in the same file
 
 
 def _calls(messages: list[dict]) -> list[tuple[str, dict, str]]:
@@ -62,11 +63,16 @@ def investigate(messages: list[dict], fixes: list[Fix]) -> Reply:
         return Reply("I cannot tell what is wrong from this trajectory.")
     if name == "read_trajectory":
         return _call("read_file", path=fix.path)
+    replacements = [(fix.old, fix.new), *fix.more]
     if name == "read_file":
         return _call("replace_in_file", path=fix.path, old=fix.old, new=fix.new)
     if name == "replace_in_file":
         if not result.startswith("applied"):
             return Reply(f"My edit was refused: {result}")
+        made = sum(1 for tool, _, _ in done if tool == "replace_in_file")
+        if made < len(replacements):
+            old, new = replacements[made]
+            return _call("replace_in_file", path=fix.path, old=old, new=new)
         task = re.search(r"\b(T\d+) trial", seen)
         return _call("try_agent", tasks=[task.group(1)])
     if name == "try_agent":

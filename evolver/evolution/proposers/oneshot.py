@@ -4,6 +4,7 @@ answers with a patch; a malformed answer or a SEARCH that does not match is sent
 from __future__ import annotations
 
 import string
+import time
 from pathlib import Path
 
 from evolver.data import RoleModel, RoleUsage
@@ -30,8 +31,12 @@ class OneShot:
         messages = build_messages(request.prompts_dir, request.guide, agent_files_text(request.parent), digest, request.learnings,
                                   request.context_tokens)
         request.progress(1, 3, "answering with a patch")
-        return propose(request.meta, messages, request.parent, prompts_dir=request.prompts_dir, llm_retries=request.llm_retries,
-                       identifiers=request.identifiers)
+        started = time.monotonic()
+        outcome = propose(request.meta, messages, request.parent, prompts_dir=request.prompts_dir, llm_retries=request.llm_retries,
+                          identifiers=request.identifiers)
+        outcome.stats = {"answers": len(outcome.responses), "tokens": outcome.usage.tokens, "seconds": round(time.monotonic() - started, 1),
+                         "digest": str(request.workdir / "digest.md")}
+        return outcome
 
 
 def load_template(prompts_dir: Path, name: str) -> string.Template:
