@@ -20,8 +20,9 @@ mean by d (gate.shift_rates). Noise shapes:
 
 Designs (each decision of every design sees the same kind of world):
 
-  today        gate.decide(): the candidate's stages against the reference,
-               measured once and reused; one candidate. Sims: the candidate's only.
+  today        decide() below, the gate before decide_set: the candidate's stages
+               against the reference, measured once and reused; one candidate.
+               Sims: the candidate's only.
   new          gate.decide_set() with gate.sized(): K candidates; with K > 1 each runs
                GateConfig.screen trials and only the best goes on; its gate runs
                beside the incumbent's own trials (the reference only sharpens
@@ -49,15 +50,19 @@ import math
 import random
 import sys
 import time
+from bisect import bisect_right
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from evolver.evolution.gate import (  # noqa: E402
-    GateConfig, decide, decide_set, evaluate, evaluate_set, pass_rates, set_stages, shift_rates, sized,
+    GateConfig, RewardTable, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
 )
+from evolver.evolution.gate.permutation import Block  # noqa: E402
+from evolver.evolution.gate.policy import look  # noqa: E402
 
 REFERENCE_TRIALS = 6
 NULL_SHARE = 3  # no-op cells run this many times the decisions: they are cheap and carry the main claim
@@ -113,6 +118,45 @@ class World:
 
 def cut(table: dict, n: int) -> dict:
     return {t: r[:n] for t, r in table.items()}
+
+
+# --- today's gate: the single-candidate gate decide_set replaced, kept here as the baseline it is measured against
+
+
+def decide(incumbent: RewardTable, candidate: RewardTable, config: GateConfig, *, stage: int) -> Verdict:
+    """One candidate's look at `stage` against the incumbent's reference results, measured once and reused.
+
+    The same looks as decide_set's (futility, then the final test and the
+    regression suite), but every look compares with the reference alone, so a
+    drift between the reference and the candidate's window passes for an
+    effect. A non-final look returns "reject" or "continue"; only the final
+    one may "accept".
+    """
+    if not 0 <= stage < len(config.stages):
+        raise ValueError(f"stage {stage} outside config.stages")
+    return look(incumbent, candidate, config, stage, alpha=config.alpha, layout=reference_blocks)
+
+
+def evaluate(incumbent: RewardTable, run_candidate: Callable[[int], RewardTable], config: GateConfig) -> list[Verdict]:
+    """decide's stages in turn; ``run_candidate(n)`` returns the candidate's table with n trials per task (cumulative)."""
+    verdicts = []
+    for stage, trials in enumerate(config.stages):
+        verdicts.append(decide(incumbent, run_candidate(trials), config, stage=stage))
+        if verdicts[-1].decision != "continue":
+            break
+    return verdicts
+
+
+def reference_blocks(incumbent: RewardTable, candidate: RewardTable, stages: tuple[int, ...]) -> dict[str, list[Block]]:
+    """decide's relabelling: one block per task, the candidate's valid trials, each seen from the look that
+    ran it, and every valid trial of the reference, seen at every look (it was measured before the first)."""
+    blocks = {}
+    for task in sorted(candidate.keys() & incumbent.keys()):
+        cand = [(float(r), min(bisect_right(stages, j), len(stages) - 1)) for j, r in enumerate(candidate[task]) if r is not None]
+        inc = [float(r) for r in incumbent[task] if r is not None]
+        if cand and inc:
+            blocks[task] = [([r for r, _ in cand], tuple(at for _, at in cand), inc, tuple(range(len(stages))))]
+    return blocks
 
 
 def run_today(world: World, effects: list[float], config: GateConfig) -> tuple[str | None, int]:

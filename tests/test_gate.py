@@ -1,4 +1,9 @@
-"""Unit tests for evolver.evolution.gate on constructed reward tables (offline, deterministic)."""
+"""Unit tests for evolver.evolution.gate on constructed reward tables (offline, deterministic).
+
+The first tests judge one candidate with decide(), the single-candidate gate that decide_set
+replaced, now benchmarks/gate_power.py's baseline: it shares decide_set's looks, final test and
+regression suite (gate.policy.look) and its permutation engine, and tests them on plain tables.
+"""
 
 import collections
 import dataclasses
@@ -10,8 +15,9 @@ import random
 import pytest
 from statistics import fmean
 
+from benchmarks.gate_power import decide, evaluate
 from evolver.evolution.gate import (
-    GateConfig, decide, decide_set, evaluate, evaluate_set, noise_floor, pass_rates, set_stages, shift_rates, sized,
+    GateConfig, decide_set, evaluate_set, noise_floor, pass_rates, set_stages, shift_rates, sized,
 )
 
 CONFIG = GateConfig()
@@ -148,7 +154,7 @@ def test_p_value_matches_brute_force_relabelling_with_unequal_trial_counts():
     expected = sum(total_delta(s) >= observed - 1e-12 for s in splits) / len(splits)
 
     one_look = dataclasses.replace(CONFIG, stages=(6,), futility=())  # no earlier looks: the exact test
-    verdict = decide(incumbent, candidate, one_look, stage=0)
+    verdict = decide_set(incumbent, {"c": candidate}, one_look, stage=0).verdicts["c"]
     assert verdict.p_value == pytest.approx(expected, rel=1e-12)
 
 
@@ -266,7 +272,7 @@ def test_shift_rates_moves_the_mean_by_the_effect_and_extremes_least():
 
 
 def test_noise_floor_shrinks_with_more_tasks_and_grows_with_power():
-    # A small, fast gate; no regression suite, whose false alarms grow with the task count.
+    # decide_set's gate, small and fast; no regression suite, whose false alarms grow with the task count.
     config = GateConfig(stages=(2, 4), futility=(0.0,), max_regressions=10**6)
     rng = random.Random(7)
     rates = [rng.random() for _ in range(100)]
@@ -277,15 +283,8 @@ def test_noise_floor_shrinks_with_more_tasks_and_grows_with_power():
     assert 0.1 < floor < 0.5
     assert noise_floor(incumbent, config, simulations=50) < 0.7 * floor  # 4x the tasks: about half
     assert noise_floor(quarter, config, simulations=50, power=0.95) > floor
-
-
-def test_noise_floor_of_the_concurrent_gate():
-    config = GateConfig(stages=(2, 4), futility=(0.0,), max_regressions=10**6)
-    rng = random.Random(7)
-    incumbent = {f"t{i}": [float(rng.random() < rng.random()) for _ in range(4)] for i in range(25)}
-    floor = noise_floor(incumbent, config, simulations=30, concurrent=True)
-    assert 0.1 < floor < 0.6
-    assert noise_floor(incumbent, config, simulations=30, concurrent=True, power=0.95) > floor
+    with pytest.raises(ValueError):  # decide_set's gate is the one simulated; today's is the benchmark's
+        noise_floor(quarter, config, simulations=50, concurrent=False)
 
 
 def test_config_rejects_mismatched_futility_boundaries():
@@ -312,11 +311,9 @@ def test_false_accept_rate_of_the_sequential_gate_stays_under_alpha():
 def test_an_accept_never_quotes_a_bound_that_contradicts_it():
     """Five tasks all better, one by a lot: the permutation test accepts (p = 1/32) while the
     t-approximation's lower bound is negative; the verdict must not say both."""
-    from evolver.evolution.gate import GateConfig, decide
-
     incumbent = {f"t{i}": [0.0] for i in range(5)}
     candidate = {"t0": [1.0], **{f"t{i}": [0.05] for i in range(1, 5)}}
-    verdict = decide(incumbent, candidate, GateConfig(stages=(1,), futility=()), stage=0)
+    verdict = decide_set(incumbent, {"c": candidate}, GateConfig(stages=(1,), futility=()), stage=0).verdicts["c"]
     assert verdict.decision == "accept" and verdict.ci_low < 0
     assert "lower bound" not in verdict.reason and "(permutation test)" in verdict.reason
 
