@@ -59,7 +59,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from evolver.evolution.gate import (  # noqa: E402
-    GateConfig, RewardTable, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
+    GateConfig, RewardTable, Stage, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
 )
 from evolver.evolution.gate.permutation import Block  # noqa: E402
 from evolver.evolution.gate.policy import look  # noqa: E402
@@ -171,10 +171,10 @@ def run_new(world: World, effects: list[float], config: GateConfig, reference: b
     arms = {f"c{j}": world.arm(e, depth) for j, e in enumerate(effects)}
     ran = {name: 0 for name in arms}
 
-    def run(inc_trials: int, cand_trials: int, alive: tuple[str, ...]):
-        ran.update({name: cand_trials for name in alive})
-        ran["incumbent"] = inc_trials
-        return cut(incumbent, inc_trials), {name: cut(arms[name], ran[name]) for name in arms}
+    def run(stage: Stage):
+        ran.update({name: stage.candidate_trials for name in stage.alive})
+        ran["incumbent"] = stage.incumbent_trials
+        return cut(incumbent, stage.incumbent_trials), {name: cut(arms[name], ran[name]) for name in arms}
 
     verdicts = evaluate_set(list(arms), run, config, reference=world.reference if reference else None)
     sims = sum(ran.values()) * len(world.rates)
@@ -188,8 +188,8 @@ def run_bonferroni(world: World, effects: list[float], config: GateConfig) -> tu
     arms = {f"c{j}": world.arm(e, config.stages[-1]) for j, e in enumerate(effects)}
     passed, ran, inc_ran = {}, 0, 0
     for name, table in arms.items():
-        def run(n_inc: int, n: int, _: tuple, name: str = name, table: dict = table) -> tuple[dict, dict]:
-            return cut(incumbent, n_inc), {name: cut(table, n)}
+        def run(stage: Stage, name: str = name, table: dict = table) -> tuple[dict, dict]:
+            return cut(incumbent, stage.incumbent_trials), {name: cut(table, stage.candidate_trials)}
 
         verdicts = evaluate_set([name], run, each, reference=world.reference)
         last = verdicts[-1]

@@ -332,10 +332,11 @@ def spread(passes_by_task, trials):
 
 
 def plays(tables, incumbent):
-    """A run(incumbent_trials, candidate_trials, alive) for evaluate_set over fixed tables; records the calls."""
+    """A run(stage) for evaluate_set over fixed tables; records the calls as (incumbent trials, candidate trials, alive)."""
     calls = []
 
-    def run(inc_trials, cand_trials, alive):
+    def run(stage):
+        inc_trials, cand_trials, alive = stage.incumbent_trials, stage.candidate_trials, stage.alive
         calls.append((inc_trials, cand_trials, alive))
         ran = {name: cand_trials if name in alive else len(next(iter(seen.values()))) for name, seen in current.items()}
         current.update({name: {t: r[:ran[name]] for t, r in tables[name].items()} for name in tables})
@@ -368,6 +369,26 @@ def test_a_set_keeps_its_one_clearly_better_candidate():
                      for stage, (inc, cand) in enumerate(set_stages(CONFIG, 3))]
     assert last.verdicts["b"].n_candidate_sims == 40 * RUN
     assert last.n_incumbent_sims == 40 * GATE
+
+
+def test_evaluate_set_reports_each_stage_and_stops_where_one_cannot_be_judged():
+    tables = {"a": spread([RUN // 2] * 40, RUN), "b": spread([RUN] * 30 + [RUN // 2] * 10, RUN)}
+    incumbent = spread([GATE // 2] * 40, GATE)
+    seen = []
+
+    def run(stage):
+        if stage.index == 2:
+            return None  # say most of this stage's simulations failed
+        ran = {name: {t: r[: stage.candidate_trials] for t, r in tables[name].items()} for name in stage.alive}
+        return {t: r[: stage.incumbent_trials] for t, r in incumbent.items()}, ran  # the alive ones' tables only
+
+    verdicts = evaluate_set(["b", "a"], run, CONFIG, on_stage=lambda stage, verdict: seen.append((stage, verdict)))
+    stages = set_stages(CONFIG, 2)
+    assert [(s.index, s.count, s.incumbent_trials, s.candidate_trials, s.alive) for s, _ in seen] == [
+        (0, len(stages), *stages[0], ("a", "b")), (1, len(stages), *stages[1], ("b",))]
+    assert [v for _, v in seen] == verdicts and not verdicts[-1].decided
+    # a ran only the screen: its table from then still stands, and it stays screened out
+    assert "Screened out" in verdicts[1].verdicts["a"].reason and verdicts[1].verdicts["a"].n_candidate_sims == 40 * CONFIG.screen
 
 
 def test_a_set_of_candidates_that_change_nothing_keeps_none():

@@ -63,10 +63,10 @@ def test_the_staged_driver_asks_for_the_recorded_stages_and_gives_the_recorded_v
     stages = iter(case["stages"])
     asked = []
 
-    def run(inc_trials, cand_trials, alive):
-        stage = next(stages)
-        asked.append([inc_trials, cand_trials, list(alive)])
-        return capture.decode(stage["incumbent"]), {n: capture.decode(t) for n, t in stage["candidates"].items()}
+    def run(stage):
+        recorded = next(stages)
+        asked.append([stage.incumbent_trials, stage.candidate_trials, list(stage.alive)])
+        return capture.decode(recorded["incumbent"]), {n: capture.decode(t) for n, t in recorded["candidates"].items()}
 
     verdicts = gatelib.evaluate_set(case["names"], run, capture.config_of(case["config"]),
                                     reference=None if case["reference"] is None else capture.decode(case["reference"]))

@@ -3,9 +3,10 @@
     python -m tests.scripts.gate_capture tests/fixtures/gate
 
 The committed fixtures were recorded with the code of the commit that added them, before the
-gate was split into a package; the replay test asserts that today's code gives the same
-verdicts. Recording them again after a change defeats that purpose: run this only to check
-that a change reproduces them (into another directory, then diff).
+gate was split into a package (the script has since followed evaluate_set's new signature); the
+replay test asserts that today's code gives the same verdicts. Recording them again after a
+change defeats that purpose: run this only to check that a change reproduces them (into another
+directory, then diff).
 
 Three kinds of case:
 
@@ -98,7 +99,8 @@ def drive_set(config, names, incumbent, tables, reference):
     """The staged gate over fixed tables: every stage's request, inputs and verdict."""
     stages, current = [], {name: {t: [] for t in tables[name]} for name in tables}
 
-    def run(inc_trials, cand_trials, alive):
+    def run(stage):
+        inc_trials, cand_trials, alive = stage.incumbent_trials, stage.candidate_trials, stage.alive
         for name in alive:
             current[name] = {t: r[:cand_trials] for t, r in tables[name].items()}
         seen = {t: r[:inc_trials] for t, r in incumbent.items()}

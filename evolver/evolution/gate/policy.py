@@ -3,7 +3,7 @@
 decide_set() judges one stage: a screen when there are several candidates,
 then the winner's looks beside the incumbent (futility stops, the final
 permutation test, the regression suite); set_stages() plans the trials of
-every stage; evaluate_set() runs the stages, measuring through the
+every stage; evaluate_set() drives the stages, measuring through the
 caller's function. docs/gate.md explains what the gate does and why its
 false-accept bound holds; the p-values come from permutation.py.
 Rewards are per task, per trial, floats in [0, 1]; ``None`` marks an
@@ -96,6 +96,17 @@ class SetVerdict:
     verdicts: dict[str, Verdict]  # every candidate's latest verdict, by name
 
 
+@dataclass(frozen=True)
+class Stage:
+    """One stage of an iteration, as evaluate_set asks its measuring function to run it."""
+
+    index: int  # 0 for the first
+    count: int  # the stages the iteration has, if none decides earlier
+    incumbent_trials: int  # trials per task in all the incumbent needs (0 in the screen)
+    candidate_trials: int  # trials per task in all each alive candidate needs
+    alive: tuple[str, ...]  # the candidates that run this stage
+
+
 def decide_set(
     incumbent: RewardTable, candidates: Mapping[str, RewardTable], config: GateConfig, *, stage: int,
     reference: RewardTable | None = None,
@@ -148,21 +159,34 @@ def set_stages(config: GateConfig, candidates: int) -> tuple[tuple[int, int], ..
 
 
 def evaluate_set(
-    names: Sequence[str], run: Callable[[int, int, tuple[str, ...]], tuple[RewardTable, Mapping[str, RewardTable]]],
-    config: GateConfig, *, reference: RewardTable | None = None,
+    names: Sequence[str], run: Callable[[Stage], tuple[RewardTable, Mapping[str, RewardTable]] | None], config: GateConfig, *,
+    reference: RewardTable | None = None, on_stage: Callable[[Stage, SetVerdict], None] | None = None,
 ) -> list[SetVerdict]:
-    """Run an iteration's stages on a set of candidates; the last verdict is decided.
+    """Run an iteration's stages on a set of candidates, decide_set judging each; stops at the first decided one.
 
-    ``run(incumbent_trials, candidate_trials, alive)`` must bring the
-    incumbent and every alive candidate to those trial counts per task,
-    interleaved in one window, and return the incumbent's table and every
-    candidate's (the stopped ones' as they were).
+    ``run(stage)`` must bring the incumbent to ``stage.incumbent_trials`` and
+    every candidate in ``stage.alive`` to ``stage.candidate_trials`` trials per
+    task, interleaved in one window, and return the incumbent's table and
+    those candidates' tables (others' may be included; a candidate's last
+    table stands until it runs again). It returns None when the stage cannot
+    be judged (most of its simulations failed, say): the stages end there,
+    with no verdict for it. ``on_stage(stage, verdict)`` sees each stage's
+    verdict before the next stage runs (to save it).
     """
+    plan = set_stages(config, len(names))
     verdicts: list[SetVerdict] = []
     alive = tuple(sorted(names))
-    for stage, (inc_trials, cand_trials) in enumerate(set_stages(config, len(names))):
-        incumbent, tables = run(inc_trials, cand_trials, alive)
-        verdicts.append(decide_set(incumbent, tables, config, stage=stage, reference=reference))
+    tables: dict[str, RewardTable] = {}
+    for index, (inc_trials, cand_trials) in enumerate(plan):
+        stage = Stage(index, len(plan), inc_trials, cand_trials, alive)
+        measured = run(stage)
+        if measured is None:
+            break
+        incumbent, ran = measured
+        tables.update(ran)
+        verdicts.append(decide_set(incumbent, tables, config, stage=index, reference=reference))
+        if on_stage is not None:
+            on_stage(stage, verdicts[-1])
         if verdicts[-1].decided:
             break
         alive = verdicts[-1].alive

@@ -15,7 +15,7 @@ from dataclasses import replace
 from statistics import fmean, variance
 from typing import Sequence
 
-from evolver.evolution.gate.policy import GateConfig, RewardTable, evaluate_set, first_trials
+from evolver.evolution.gate.policy import GateConfig, RewardTable, Stage, evaluate_set, first_trials
 
 _STEADY = 0.001  # closest to 0 or 1 a simulated pass rate gets
 # sized(): the expected z, at the final stage, of the effect decide_set's gate should keep 80% of the
@@ -96,9 +96,10 @@ def noise_floor(
         worlds.append((table, alongside, {t: [rng.random() for _ in range(config.stages[-1])] for t in rates}))
 
     def accepts(table: RewardTable, alongside: RewardTable, trials: RewardTable) -> bool:
-        verdicts = evaluate_set(["c"], lambda n_inc, n, _: (first_trials(alongside, n_inc), {"c": first_trials(trials, n)}),
-                                config, reference=table)
-        return verdicts[-1].kept is not None
+        def run(stage: Stage) -> tuple[RewardTable, dict[str, RewardTable]]:
+            return first_trials(alongside, stage.incumbent_trials), {"c": first_trials(trials, stage.candidate_trials)}
+
+        return evaluate_set(["c"], run, config, reference=table)[-1].kept is not None
 
     def acceptance(effect: float) -> float:
         shifted = dict(zip(rates, shift_rates(list(rates.values()), effect)))
