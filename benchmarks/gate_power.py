@@ -20,8 +20,9 @@ mean by d (gate.shift_rates). Noise shapes:
 
 Designs (each decision of every design sees the same kind of world):
 
-  today        gate.decide(): the candidate's stages against the reference,
-               measured once and reused; one candidate. Sims: the candidate's only.
+  today        decide() below, the gate before decide_set: the candidate's stages
+               against the reference, measured once and reused; one candidate.
+               Sims: the candidate's only.
   new          gate.decide_set() with gate.sized(): K candidates; with K > 1 each runs
                GateConfig.screen trials and only the best goes on; its gate runs
                beside the incumbent's own trials (the reference only sharpens
@@ -49,15 +50,19 @@ import math
 import random
 import sys
 import time
+from bisect import bisect_right
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from evolver.evolution.gate import (  # noqa: E402
-    GateConfig, decide, decide_set, evaluate, evaluate_set, pass_rates, set_stages, shift_rates, sized,
+    GateConfig, RewardTable, Stage, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
 )
+from evolver.evolution.gate.permutation import Block  # noqa: E402
+from evolver.evolution.gate.policy import look  # noqa: E402
 
 REFERENCE_TRIALS = 6
 NULL_SHARE = 3  # no-op cells run this many times the decisions: they are cheap and carry the main claim
@@ -115,6 +120,45 @@ def cut(table: dict, n: int) -> dict:
     return {t: r[:n] for t, r in table.items()}
 
 
+# --- today's gate: the single-candidate gate decide_set replaced, kept here as the baseline it is measured against
+
+
+def decide(incumbent: RewardTable, candidate: RewardTable, config: GateConfig, *, stage: int) -> Verdict:
+    """One candidate's look at `stage` against the incumbent's reference results, measured once and reused.
+
+    The same looks as decide_set's (futility, then the final test and the
+    regression suite), but every look compares with the reference alone, so a
+    drift between the reference and the candidate's window passes for an
+    effect. A non-final look returns "reject" or "continue"; only the final
+    one may "accept".
+    """
+    if not 0 <= stage < len(config.stages):
+        raise ValueError(f"stage {stage} outside config.stages")
+    return look(incumbent, candidate, config, stage, alpha=config.alpha, layout=reference_blocks)
+
+
+def evaluate(incumbent: RewardTable, run_candidate: Callable[[int], RewardTable], config: GateConfig) -> list[Verdict]:
+    """decide's stages in turn; ``run_candidate(n)`` returns the candidate's table with n trials per task (cumulative)."""
+    verdicts = []
+    for stage, trials in enumerate(config.stages):
+        verdicts.append(decide(incumbent, run_candidate(trials), config, stage=stage))
+        if verdicts[-1].decision != "continue":
+            break
+    return verdicts
+
+
+def reference_blocks(incumbent: RewardTable, candidate: RewardTable, stages: tuple[int, ...]) -> dict[str, list[Block]]:
+    """decide's relabelling: one block per task, the candidate's valid trials, each seen from the look that
+    ran it, and every valid trial of the reference, seen at every look (it was measured before the first)."""
+    blocks = {}
+    for task in sorted(candidate.keys() & incumbent.keys()):
+        cand = [(float(r), min(bisect_right(stages, j), len(stages) - 1)) for j, r in enumerate(candidate[task]) if r is not None]
+        inc = [float(r) for r in incumbent[task] if r is not None]
+        if cand and inc:
+            blocks[task] = [([r for r, _ in cand], tuple(at for _, at in cand), inc, tuple(range(len(stages))))]
+    return blocks
+
+
 def run_today(world: World, effects: list[float], config: GateConfig) -> tuple[str | None, int]:
     candidate = world.arm(effects[0], config.stages[-1])
     verdict = evaluate(world.reference, lambda n: cut(candidate, n), config)[-1]
@@ -127,10 +171,10 @@ def run_new(world: World, effects: list[float], config: GateConfig, reference: b
     arms = {f"c{j}": world.arm(e, depth) for j, e in enumerate(effects)}
     ran = {name: 0 for name in arms}
 
-    def run(inc_trials: int, cand_trials: int, alive: tuple[str, ...]):
-        ran.update({name: cand_trials for name in alive})
-        ran["incumbent"] = inc_trials
-        return cut(incumbent, inc_trials), {name: cut(arms[name], ran[name]) for name in arms}
+    def run(stage: Stage):
+        ran.update({name: stage.candidate_trials for name in stage.alive})
+        ran["incumbent"] = stage.incumbent_trials
+        return cut(incumbent, stage.incumbent_trials), {name: cut(arms[name], ran[name]) for name in arms}
 
     verdicts = evaluate_set(list(arms), run, config, reference=world.reference if reference else None)
     sims = sum(ran.values()) * len(world.rates)
@@ -144,8 +188,8 @@ def run_bonferroni(world: World, effects: list[float], config: GateConfig) -> tu
     arms = {f"c{j}": world.arm(e, config.stages[-1]) for j, e in enumerate(effects)}
     passed, ran, inc_ran = {}, 0, 0
     for name, table in arms.items():
-        def run(n_inc: int, n: int, _: tuple, name: str = name, table: dict = table) -> tuple[dict, dict]:
-            return cut(incumbent, n_inc), {name: cut(table, n)}
+        def run(stage: Stage, name: str = name, table: dict = table) -> tuple[dict, dict]:
+            return cut(incumbent, stage.incumbent_trials), {name: cut(table, stage.candidate_trials)}
 
         verdicts = evaluate_set([name], run, each, reference=world.reference)
         last = verdicts[-1]

@@ -1,4 +1,9 @@
-"""Unit tests for evolver.evolution.gate on constructed reward tables (offline, deterministic)."""
+"""Unit tests for evolver.evolution.gate on constructed reward tables (offline, deterministic).
+
+The first tests judge one candidate with decide(), the single-candidate gate that decide_set
+replaced, now benchmarks/gate_power.py's baseline: it shares decide_set's looks, final test and
+regression suite (gate.policy.look) and its permutation engine, and tests them on plain tables.
+"""
 
 import collections
 import dataclasses
@@ -10,8 +15,9 @@ import random
 import pytest
 from statistics import fmean
 
+from benchmarks.gate_power import decide, evaluate
 from evolver.evolution.gate import (
-    GateConfig, decide, decide_set, evaluate, evaluate_set, noise_floor, pass_rates, set_stages, shift_rates, sized,
+    GateConfig, decide_set, evaluate_set, noise_floor, pass_rates, set_stages, shift_rates, sized,
 )
 
 CONFIG = GateConfig()
@@ -148,7 +154,7 @@ def test_p_value_matches_brute_force_relabelling_with_unequal_trial_counts():
     expected = sum(total_delta(s) >= observed - 1e-12 for s in splits) / len(splits)
 
     one_look = dataclasses.replace(CONFIG, stages=(6,), futility=())  # no earlier looks: the exact test
-    verdict = decide(incumbent, candidate, one_look, stage=0)
+    verdict = decide_set(incumbent, {"c": candidate}, one_look, stage=0).verdicts["c"]
     assert verdict.p_value == pytest.approx(expected, rel=1e-12)
 
 
@@ -266,7 +272,7 @@ def test_shift_rates_moves_the_mean_by_the_effect_and_extremes_least():
 
 
 def test_noise_floor_shrinks_with_more_tasks_and_grows_with_power():
-    # A small, fast gate; no regression suite, whose false alarms grow with the task count.
+    # decide_set's gate, small and fast; no regression suite, whose false alarms grow with the task count.
     config = GateConfig(stages=(2, 4), futility=(0.0,), max_regressions=10**6)
     rng = random.Random(7)
     rates = [rng.random() for _ in range(100)]
@@ -277,15 +283,8 @@ def test_noise_floor_shrinks_with_more_tasks_and_grows_with_power():
     assert 0.1 < floor < 0.5
     assert noise_floor(incumbent, config, simulations=50) < 0.7 * floor  # 4x the tasks: about half
     assert noise_floor(quarter, config, simulations=50, power=0.95) > floor
-
-
-def test_noise_floor_of_the_concurrent_gate():
-    config = GateConfig(stages=(2, 4), futility=(0.0,), max_regressions=10**6)
-    rng = random.Random(7)
-    incumbent = {f"t{i}": [float(rng.random() < rng.random()) for _ in range(4)] for i in range(25)}
-    floor = noise_floor(incumbent, config, simulations=30, concurrent=True)
-    assert 0.1 < floor < 0.6
-    assert noise_floor(incumbent, config, simulations=30, concurrent=True, power=0.95) > floor
+    with pytest.raises(ValueError):  # decide_set's gate is the one simulated; today's is the benchmark's
+        noise_floor(quarter, config, simulations=50, concurrent=False)
 
 
 def test_config_rejects_mismatched_futility_boundaries():
@@ -312,11 +311,9 @@ def test_false_accept_rate_of_the_sequential_gate_stays_under_alpha():
 def test_an_accept_never_quotes_a_bound_that_contradicts_it():
     """Five tasks all better, one by a lot: the permutation test accepts (p = 1/32) while the
     t-approximation's lower bound is negative; the verdict must not say both."""
-    from evolver.evolution.gate import GateConfig, decide
-
     incumbent = {f"t{i}": [0.0] for i in range(5)}
     candidate = {"t0": [1.0], **{f"t{i}": [0.05] for i in range(1, 5)}}
-    verdict = decide(incumbent, candidate, GateConfig(stages=(1,), futility=()), stage=0)
+    verdict = decide_set(incumbent, {"c": candidate}, GateConfig(stages=(1,), futility=()), stage=0).verdicts["c"]
     assert verdict.decision == "accept" and verdict.ci_low < 0
     assert "lower bound" not in verdict.reason and "(permutation test)" in verdict.reason
 
@@ -335,10 +332,11 @@ def spread(passes_by_task, trials):
 
 
 def plays(tables, incumbent):
-    """A run(incumbent_trials, candidate_trials, alive) for evaluate_set over fixed tables; records the calls."""
+    """A run(stage) for evaluate_set over fixed tables; records the calls as (incumbent trials, candidate trials, alive)."""
     calls = []
 
-    def run(inc_trials, cand_trials, alive):
+    def run(stage):
+        inc_trials, cand_trials, alive = stage.incumbent_trials, stage.candidate_trials, stage.alive
         calls.append((inc_trials, cand_trials, alive))
         ran = {name: cand_trials if name in alive else len(next(iter(seen.values()))) for name, seen in current.items()}
         current.update({name: {t: r[:ran[name]] for t, r in tables[name].items()} for name in tables})
@@ -371,6 +369,26 @@ def test_a_set_keeps_its_one_clearly_better_candidate():
                      for stage, (inc, cand) in enumerate(set_stages(CONFIG, 3))]
     assert last.verdicts["b"].n_candidate_sims == 40 * RUN
     assert last.n_incumbent_sims == 40 * GATE
+
+
+def test_evaluate_set_reports_each_stage_and_stops_where_one_cannot_be_judged():
+    tables = {"a": spread([RUN // 2] * 40, RUN), "b": spread([RUN] * 30 + [RUN // 2] * 10, RUN)}
+    incumbent = spread([GATE // 2] * 40, GATE)
+    seen = []
+
+    def run(stage):
+        if stage.index == 2:
+            return None  # say most of this stage's simulations failed
+        ran = {name: {t: r[: stage.candidate_trials] for t, r in tables[name].items()} for name in stage.alive}
+        return {t: r[: stage.incumbent_trials] for t, r in incumbent.items()}, ran  # the alive ones' tables only
+
+    verdicts = evaluate_set(["b", "a"], run, CONFIG, on_stage=lambda stage, verdict: seen.append((stage, verdict)))
+    stages = set_stages(CONFIG, 2)
+    assert [(s.index, s.count, s.incumbent_trials, s.candidate_trials, s.alive) for s, _ in seen] == [
+        (0, len(stages), *stages[0], ("a", "b")), (1, len(stages), *stages[1], ("b",))]
+    assert [v for _, v in seen] == verdicts and not verdicts[-1].decided
+    # a ran only the screen: its table from then still stands, and it stays screened out
+    assert "Screened out" in verdicts[1].verdicts["a"].reason and verdicts[1].verdicts["a"].n_candidate_sims == 40 * CONFIG.screen
 
 
 def test_a_set_of_candidates_that_change_nothing_keeps_none():

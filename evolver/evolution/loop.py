@@ -243,7 +243,8 @@ class Loop:
         """The gate over the candidates that passed their smoke test, stage by stage. With several,
         a screen picks the best (it can only reject); the one left runs the gate's stages beside
         the incumbent, measured again in the same window, so no drift since the reference can
-        pass for an improvement (docs/gate.md)."""
+        pass for an improvement (docs/gate.md). The gate's evaluate_set drives the stages:
+        run_stage measures each, save_stage records its verdict before the next starts."""
         entered = {c.label: c for c in record.candidates if c.status == "evaluating"}
         if not entered:
             return
@@ -251,45 +252,49 @@ class Loop:
         gate = gatelib.sized(self.gate, reference)
         n, seed = record.iteration, self.seed(record.generation)
         arm = self.checkout(f"iter-{n:03d}-incumbent", record.parent_commit)
-        tables: dict[str, dict] = {}
-        incumbent: dict = {}
-        alive = list(entered)
         for cand in entered.values():
             cand.verdicts = []
         record.gate_stages = []
-        plan = gatelib.set_stages(gate, len(entered))
-        for stage, (inc_trials, cand_trials) in enumerate(plan):
-            self.step(f"iteration {n}: gate stage {stage + 1}/{len(plan)} ({_count(alive, 'candidate')}, {cand_trials} trial(s) per task"
+
+        def run_stage(stage: gatelib.Stage) -> Optional[tuple[dict, dict]]:
+            """The stage's evaluations, at once; None, the candidates undecided, when most of one's simulations failed."""
+            inc_trials, cand_trials = stage.incumbent_trials, stage.candidate_trials
+            self.step(f"iteration {n}: gate stage {stage.index + 1}/{stage.count} ({_count(stage.alive, 'candidate')}, {cand_trials} trial(s) per task"
                       + (f", the incumbent beside them at {inc_trials})" if inc_trials else ")"))
             jobs = [(f"iter-{n:03d}-incumbent", arm, inc_trials)] if inc_trials else []
-            jobs += [(f"iter-{slug(label)}-gate", self.run.worktree(f"iter-{slug(label)}"), cand_trials) for label in alive]
+            jobs += [(f"iter-{slug(label)}-gate", self.run.worktree(f"iter-{slug(label)}"), cand_trials) for label in stage.alive]
             results = self.concurrently(lambda job: self.measure(job[0], job[1], self.manifest.gate_tasks, job[2], seed, record=record), jobs)
+            incumbent: dict = {}
             if inc_trials:
                 inc_result = results.pop(0)
                 incumbent = rewards_by_task(inc_result.simulations)
                 record.gate_incumbent = _mean(incumbent)
                 if _mostly_infra(inc_result):
-                    return self.undecided(record, alive, f"{inc_result.summary.infra_errors} of {inc_result.summary.num_simulations} "
-                                                         "simulations of the incumbent beside the candidates hit infrastructure errors")
-            for label, result in zip(alive, results):
+                    self.undecided(record, stage.alive, f"{inc_result.summary.infra_errors} of {inc_result.summary.num_simulations} "
+                                                        "simulations of the incumbent beside the candidates hit infrastructure errors")
+                    return None
+            tables = {}
+            for label, result in zip(stage.alive, results):
                 tables[label] = rewards_by_task(result.simulations)
                 entered[label].gate_candidate = _mean(tables[label])
                 if _mostly_infra(result):
-                    return self.undecided(record, alive, f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations "
-                                                         f"of {label} hit infrastructure errors")
-            verdict = gatelib.decide_set(incumbent, tables, gate, stage=stage, reference=reference)
+                    self.undecided(record, stage.alive, f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations "
+                                                        f"of {label} hit infrastructure errors")
+                    return None
+            return incumbent, tables
+
+        def save_stage(stage: gatelib.Stage, verdict: gatelib.SetVerdict) -> None:
             record.gate_stages.append(dataclasses.asdict(verdict))
-            for label in alive:
+            for label in stage.alive:
                 mine = verdict.verdicts[label]
                 entered[label].verdicts.append(dataclasses.asdict(mine))
                 entered[label].reason = mine.reason
                 entered[label].status = {"accept": "accepted", "reject": "rejected"}.get(mine.decision, "evaluating")
             self.save(record)
-            if verdict.decided:
-                return
-            alive = list(verdict.alive)
 
-    def undecided(self, record: IterationRecord, labels: list[str], why: str) -> None:
+        gatelib.evaluate_set(list(entered), run_stage, gate, reference=reference, on_stage=save_stage)
+
+    def undecided(self, record: IterationRecord, labels: tuple[str, ...], why: str) -> None:
         """Too many infrastructure errors to judge: the candidates still in the gate are undecided."""
         for label in labels:
             cand = record.candidate(label)

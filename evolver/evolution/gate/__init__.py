@@ -1,0 +1,19 @@
+"""The statistical acceptance gate: keep a candidate harness only on real evidence (docs/gate.md).
+
+Pure Python and numpy, so it imports without tau2. Three modules:
+
+    policy       the set policy: GateConfig, decide_set (one stage of an iteration), set_stages
+                 (its plan), evaluate_set (the stage driver the loop runs), the verdicts
+    permutation  the permutation engine: block layouts, the staged and the exact p-values
+    power        power and sizing: sized, noise_floor, and the noise model pass_rates, shift_rates
+"""
+
+from evolver.evolution.gate.policy import (
+    Decision, GateConfig, Regression, RewardTable, SetVerdict, Stage, Verdict, decide_set, evaluate_set, set_stages,
+)
+from evolver.evolution.gate.power import MOST_STRETCH, noise_floor, pass_rates, shift_rates, sized
+
+__all__ = [
+    "Decision", "GateConfig", "MOST_STRETCH", "Regression", "RewardTable", "SetVerdict", "Stage", "Verdict",
+    "decide_set", "evaluate_set", "noise_floor", "pass_rates", "set_stages", "shift_rates", "sized",
+]
