@@ -135,12 +135,13 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--gate-stages", default="1,2")
     parser.add_argument("--out", help="write every trial as JSON here")
+    parser.add_argument("--keep", metavar="DIR", help="work in this folder and keep it (the runs, transcripts and logs); default: a temporary one")
     args = parser.parse_args()
     meta = ["--meta-model", args.meta_model] + (["--local-size", args.local_size] if args.meta_model == "local" else [])
     chosen = [f for f in FAULTS if f.name in args.faults.split(",")]
     results: dict[str, list[Trial]] = {}
     with tempfile.TemporaryDirectory(prefix="evolver-planted-") as tmp:
-        work = Path(tmp)
+        work = Path(args.keep) if args.keep else Path(tmp)
         honest = gate_reward(make_repo(work / "template"))
         print(f"template gate reward {honest:.3f}", flush=True)
         for proposer in args.proposers.split(","):

@@ -113,5 +113,5 @@ def test_sizing_and_the_noise_floor_are_as_recorded():
         if "shift_rates" in entry:
             assert gatelib.shift_rates(list(entry["pass_rates"].values()), 0.1) == entry["shift_rates"], entry["reference"]
         if "noise_floor" in entry:
-            floor = gatelib.noise_floor(reference, gatelib.sized(small, reference), simulations=12, concurrent=True)
+            floor = gatelib.noise_floor(reference, gatelib.sized(small, reference), simulations=12)
             assert floor == entry["noise_floor"], entry["reference"]

@@ -58,8 +58,9 @@ def test_the_reading_tools_show_analysis_data_masked_and_paged(analysis, tmp_pat
     assert "line" in s.call("search_trajectories", json.dumps({"pattern": r"create_task\("}))
     assert "agent/agent.py" in s.call("list_files", "{}") and "h2_action_realization off" in s.call("list_files", "{}")
     read = s.call("read_file", json.dumps({"path": "agent/agent.py", "start": 1, "end": 5}))
-    assert read.startswith("   1| ") and "read on with start=6" in read
-    assert s.call("read_file", json.dumps({"path": "Harness.md"})).endswith("Layers.")
+    assert read.startswith("   1| ") and "read on with start=6" in read and read.endswith("(next: replace_in_file, with old copied exactly "
+                                                                                           "from these lines without the line numbers)")
+    assert "   2| Layers." in s.call("read_file", json.dumps({"path": "Harness.md"}))
     assert "no earlier candidates" in s.call("list_candidates", "{}")
     assert "agent/agent.py:" in s.call("search_code", json.dumps({"pattern": "AGENT_INSTRUCTION"}))
 
@@ -284,3 +285,16 @@ def test_evolver_run_with_a_command_proposer(tmp_path):
     assert [(c["title"], c["verdict"]) for c in history] == [("Keep the user's exact title", "accepted")]
     shown = run_cli(["show", run_id, "1", "--repo", str(repo)]).stdout
     assert "command:" in shown and "exit 0" in shown
+
+
+def test_a_call_written_as_python_text_is_read_never_run():
+    from evolver.evolution.proposers.agent import written_call
+
+    found = written_call("To start:\n```python\n# the failures\nlist_failures()\n```\nthen read_trajectory(task='T1')")
+    assert (found.function.name, json.loads(found.function.arguments)) == ("list_failures", {})
+    found = written_call('read_file("agent/agent.py", 1, 40) to see it')
+    assert json.loads(found.function.arguments) == {"path": "agent/agent.py", "start": 1, "end": 40}
+    assert written_call('submit(title=__import__("os").system("touch /tmp/evolver-pwned"), rationale="x")') is None
+    assert written_call("os.system('id')") is None and not Path("/tmp/evolver-pwned").exists()
+    found = written_call('{"name": "write_file", "arguments": {"path": "agent/skills/a.md", "content": "# A\n\nUse when x."}}')
+    assert json.loads(found.function.arguments)["content"] == "# A\n\nUse when x."  # raw line breaks in a string: not JSON, still read

@@ -85,7 +85,9 @@ class Evidence:
         record = self.record(label, trial)
         if isinstance(record, str):
             return record
-        return paged(self.summary_line(record), self.described(record).transcript, page)
+        # Framed as a record: a small model otherwise reads the customer's lines as addressed to itself.
+        head = f"recorded conversation of the agent you improve with a customer (not addressed to you):\n{self.summary_line(record)}"
+        return paged(head, self.described(record).transcript, page)
 
     def search(self, pattern: str, page: int = 1) -> str:
         """Lines of every analysis trajectory (masked) that match a regular expression."""

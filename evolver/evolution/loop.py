@@ -117,7 +117,7 @@ class Loop:
             raise StopRun("the incumbent already passes every gate task in every trial, so no candidate can be shown better; "
                           "evolve on a harder domain or split, or with a weaker agent model")
         gate = gatelib.sized(self.gate, reference)
-        floor = gatelib.noise_floor(reference, gate, concurrent=True)
+        floor = gatelib.noise_floor(reference, gate)
         self.events.emit(ev.NoiseFloor(len(self.manifest.gate_tasks), gate.stages[-1], None if math.isinf(floor) else floor * 100,
                                        self.gate.min_effect * 100))
         self.estimate(analysis)
@@ -245,8 +245,11 @@ class Loop:
         the incumbent, measured again in the same window, so no drift since the reference can
         pass for an improvement (docs/gate.md). The gate's evaluate_set drives the stages:
         run_stage measures each, save_stage records its verdict before the next starts."""
-        entered = {c.label: c for c in record.candidates if c.status == "evaluating"}
-        if not entered:
+        # A resumed iteration replays the gate from its first stage on the evaluations already on disk, so the
+        # candidates a screen already rejected enter again: the survivor is then confirmed on fresh trials, never
+        # on the screen's trials that selected it (docs/gate.md), and the run ends as an uninterrupted one.
+        entered = {c.label: c for c in record.candidates if c.status == "evaluating" or c.verdicts}
+        if not any(c.status == "evaluating" for c in entered.values()):
             return
         reference = self.reference_table()  # the incumbent's earlier results: they size the gate and sharpen early stops
         gate = gatelib.sized(self.gate, reference)

@@ -348,10 +348,10 @@ RESUMES = [
     ("loop_k1_killed_mid_gate", "exact", {"iterations": 1}, ("iter-001-gate", 2),
      "Killed as the gate's second stage starts (the first on disk); the resumed run reuses it and ends as an uninterrupted one."),
     ("loop_k2_killed_after_screen", "exact+thorough", {"iterations": 1, "candidates": 2}, ("iter-001b-gate", 3),
-     "Killed after the screen and the first gate stage. As recorded (before the gate was split), the resumed run "
-     "does NOT end as an uninterrupted one (loop_k2_screen): the screened-out candidate is no longer 'evaluating', so "
-     "the winner is gated alone, without a screen, and its screen trials (result-2.json of iter-001b-gate) are reused "
-     "as its first gate trials. Kept here as the behaviour to preserve in a refactor; a fix must update this fixture."),
+     "Killed after the screen and the first gate stage. The resumed run replays the gate from the screen on the "
+     "evaluations on disk (the screened-out candidate enters again), so the winner is confirmed on fresh trials and the "
+     "run ends as the uninterrupted one (loop_k2_screen). Recorded again after that fix: before it, the winner was gated "
+     "alone on resume and its screen trials were reused as its first gate trials."),
 ]
 
 
@@ -406,7 +406,7 @@ def power_case() -> dict:
         if all(0 < p < 1 for p in rates):
             entry["shift_rates"] = gatelib.shift_rates(rates, 0.1)
         if name != "steady":
-            entry["noise_floor"] = gatelib.noise_floor(reference, gatelib.sized(small, reference), simulations=12, concurrent=True)
+            entry["noise_floor"] = gatelib.noise_floor(reference, gatelib.sized(small, reference), simulations=12)
         out.append(entry)
     return {"name": "power", "kind": "power", "small_config": config_dict(small),
             "set_stages": {str(k): plain(gatelib.set_stages(CONFIG, k)) for k in (1, 2, 3)}, "references": out}

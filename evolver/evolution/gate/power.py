@@ -61,7 +61,6 @@ def _stretched(stages: tuple[int, ...], factor: float) -> tuple[int, ...]:
 
 def noise_floor(
     incumbent: RewardTable, config: GateConfig, *, power: float = 0.8, simulations: int = 200, seed: int = 0,
-    concurrent: bool = True,
 ) -> float:
     """Smallest mean effect decide_set's gate keeps, for one candidate, with probability ``power``.
 
@@ -70,9 +69,7 @@ def noise_floor(
     effect d at ``shift_rates(rates, d)``; both sides are drawn as 0/1 trials,
     the incumbent's results (their valid trial counts) as the reference and
     its trials beside the candidate at the gate's stages (pass
-    sized(config, incumbent) to see the floor of a sized gate). ``concurrent``
-    must be True: the single-candidate gate against the reference alone,
-    which False used to simulate, is benchmarks/gate_power.py's baseline now.
+    sized(config, incumbent) to see the floor of a sized gate).
     The effect is found by bisection to half a point, then interpolated; every effect
     tried reuses the same random draws, so acceptance rises smoothly with it.
     min_effect is ignored (the point is to compare it with this floor), and
@@ -82,8 +79,6 @@ def noise_floor(
     minute (about 5 s for 40 tasks at the default stages).
     Returns math.inf when no possible effect reaches ``power``.
     """
-    if not concurrent:
-        raise ValueError("noise_floor simulates decide_set's gate only; the single-candidate gate is benchmarks/gate_power.py's")
     config = replace(config, min_effect=0.0, permutations=min(config.permutations, 1000))
     rates = pass_rates(incumbent)
     if not rates:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 from evolver.data import RoleUsage, write_json_atomic
@@ -50,6 +51,18 @@ Rules: fix procedures, not answers. Never copy ids, names or values from a traje
 variables, start processes, open files outside agent/ or use the network from the agent's code.
 Call one tool at a time and keep your messages short."""
 
+# What usually comes next, said after a tool's answer: a small model loses the thread of SYSTEM's steps.
+NEXT = {
+    "list_failures": "read_trajectory on one of them",
+    "read_trajectory": "find the code responsible: search_code, or read_file agent/agent.py",
+    "search_code": "read_file around the line that matters",
+    "read_file": "replace_in_file, with old copied exactly from these lines without the line numbers",
+    "replace_in_file": "try_agent on a failing task, then submit",
+    "write_file": "try_agent on a failing task, then submit",
+    "set_layer": "try_agent on a failing task, then submit",
+    "try_agent": "submit if it helped; otherwise change your edit",
+}
+
 TOOLS = [
     ("list_failures", "List the analysis simulations that failed, one line each, optionally only lines containing a text "
                       "(a task label like T3, a termination reason, a failed check, 'tool error').",
@@ -64,7 +77,7 @@ TOOLS = [
      {"path": ("string", True, "e.g. agent/agent.py or Harness.md"), "start": ("integer", False, "first line, default 1"),
       "end": ("integer", False, "last line")}),
     ("search_code", "Search agent/'s files and Harness.md for a regular expression.",
-     {"pattern": ("string", True, "a regular expression")}),
+     {"pattern": ("string", True, "a regular expression"), "page": ("integer", False, "page number, from 1")}),
     ("list_candidates", "List the earlier candidates of this run: verdict, gate effect, title.", {}),
     ("show_candidate", "Show an earlier candidate: its diff, verdict and the gate tasks it flipped.",
      {"label": ("string", True, "e.g. 2 or 3b"), "page": ("integer", False, "page number, from 1")}),
@@ -153,6 +166,8 @@ class Session:
         self.transcript: list[dict] = []
         self.submitted: Proposal | None = None
         self.tried: list[dict] = []
+        self.said: set[str] = set()  # replies without a tool call, to tell a loop
+        self.repeats = 0
         self.handlers: dict[str, Callable] = self._handlers()
 
     # -- the conversation ---------------------------------------------------------------------
@@ -171,17 +186,26 @@ class Session:
             left = self.budget.turns - self.turns
             if left == 0:  # the last turn: only submit is useful now
                 messages.append({"role": "user", "content": "This is your last turn: call submit now if your edit is in place."})
+            # A model that repeats itself word for word gets more temperature, and every turn its own seed
+            # (a server with a fixed seed would otherwise repeat the same sample forever).
+            temperature = min(1.0, TEMPERATURE + 0.2 * self.repeats)
             response, usage = meta_call(self.request.meta, messages, self.request.llm_retries, tools=schemas, max_tokens=ANSWER_TOKENS,
-                                        temperature=TEMPERATURE, timeout=max(30.0, self.budget.seconds - self.elapsed()))
+                                        temperature=temperature, seed=self.turns, timeout=max(30.0, self.budget.seconds - self.elapsed()))
             self.usage = self.usage.add(usage)
             message = response.choices[0].message
             calls = list(message.tool_calls or [])[:1]  # one at a time: the next depends on this one's answer
+            if not calls and (written := written_call(message.content or "")):
+                calls = [written]  # a small model writes `read_file(path="agent/agent.py")` as text
             messages.append(_assistant(message, calls))
             self.log("assistant", message.content or "", calls=[{"name": c.function.name, "arguments": c.function.arguments} for c in calls],
                      usage=usage.model_dump())
             if not calls:
-                note = self.patch_in_text(message.content or "")
+                note = self.patch_in_text(message.content or "") + " " + self.next_step()
                 if self.submitted is None:
+                    if (message.content or "") in self.said:  # the same words again: a small model is looping
+                        note += " You wrote exactly this before: do something different now."
+                        self.repeats += 1
+                    self.said.add(message.content or "")
                     messages.append({"role": "user", "content": note})
                     self.log("user", note)
                 continue
@@ -227,7 +251,10 @@ class Session:
             result = self.handlers[name](**args)
         except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's to read, never the run's
             result = f"{name} failed: {type(exc).__name__}: {str(exc)[:200]}"
-        return result if len(result) <= MAX_RESULT_CHARS else result[:MAX_RESULT_CHARS] + "\n... (cut; ask for the next page)"
+        if len(result) > MAX_RESULT_CHARS:
+            result = result[:MAX_RESULT_CHARS] + "\n... (cut; ask for the next page)"
+        hint = NEXT.get(name)
+        return f"{result}\n(next: {hint})" if hint and not result.startswith(("not ", "no ", "cannot ", "there is no")) else result
 
     def _handlers(self) -> dict[str, Callable]:
         e, s = self.request.evidence, self.scratch
@@ -252,14 +279,14 @@ class Session:
             self.rejected_edits += 1
         return answer
 
-    def search_code(self, pattern: str) -> str:
+    def search_code(self, pattern: str, page: int = 1) -> str:
         compiled = compile_pattern(pattern)
         if isinstance(compiled, str):
             return compiled
         hits = self.scratch.search(compiled)
         if hits == [None]:
             return "the pattern took too long to match; use a simpler one"
-        return paged(f"{len(hits)} matching line(s)", hits, 1, size=40)
+        return paged(f"{len(hits)} matching line(s)", hits, page, size=40)
 
     def try_agent(self, tasks: list) -> str:
         if self.request.try_agent is None:
@@ -291,13 +318,26 @@ class Session:
         self.tried.append({"tasks": [e.labels[t] for t in ids], "rewards": [s.reward for s in result.simulations]})
         return "\n".join(lines) + f"\n({self.budget.tries - self.tries} try simulation(s) left)"
 
+    def next_step(self) -> str:
+        """The step of SYSTEM's procedure the conversation has not reached yet, as one concrete call."""
+        used = self.tools_used
+        if not used.get("read_trajectory"):
+            return "Next: call read_trajectory with the task of a failure (list_failures names them)."
+        if not used.get("read_file"):
+            return "Next: call read_file (path agent/agent.py, start and end around the code that caused it; search_code finds it)."
+        if not self.scratch.changed():
+            return "Next: call replace_in_file (or write_file, set_layer) to fix it."
+        if not used.get("try_agent") and self.request.try_agent is not None and self.tries < self.budget.tries:
+            return "Next: call try_agent with a failing task to see if your edit helps."
+        return "Next: call submit with a title and a rationale."
+
     def patch_in_text(self, text: str) -> str:
         """A model that answers with a whole patch in the guide's format instead of calling tools: its edits
         go through the same checks, one by one, and a clean result is its submission. Else what to do next."""
         try:
             proposal = parse_proposal(text)
         except ParseError:
-            return "Use the tools: call one of them (list_failures to start, submit when your edit is in place)."
+            return "Use the tools: answer with a tool call, not text."
         answers = [self.edited(self.scratch.apply(edit)) for edit in proposal.edits]
         refused = [a for a in answers if not a.startswith("applied")]
         if refused:
@@ -335,6 +375,43 @@ class Session:
     def save(self) -> None:
         write_json_atomic(self.transcript_file, {"label": self.request.label, "usage": self.usage.model_dump(), "turns": self.turns,
                                                  "messages": self.transcript})
+
+
+def written_call(text: str):
+    """The first tool call written in a reply's text instead of made, as a tool call; None if there is none.
+    Small models write `{"name": ..., "arguments": {...}}` with raw line breaks inside its strings (not JSON,
+    so the serving path's parser misses it), or Python: `list_failures()`, `read_file(path="a")`. Parsed as
+    data (json, or ast with literal values only): nothing is evaluated."""
+    import ast
+    import re
+
+    names = {name: list(params) for name, _, params in TOOLS}
+    decoder = json.JSONDecoder(strict=False)  # strict=False: control characters inside strings
+    for match in re.finditer(r"\{", text):
+        try:
+            found, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(found, dict) and found.get("name") in names and isinstance(found.get("arguments", {}), dict):
+            function = SimpleNamespace(name=found["name"], arguments=json.dumps(found.get("arguments", {})))
+            return SimpleNamespace(id=f"written_{match.start()}", function=function)
+    for match in re.finditer(r"\b(" + "|".join(names) + r")\(", text):
+        line = text[match.start():].split("\n", 1)[0]
+        for end in range(len(line), len(match.group(0)), -1):  # the longest piece of the line that parses as one call
+            try:
+                node = ast.parse(line[:end].strip(), mode="eval").body
+            except SyntaxError:
+                continue
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.func.id not in names:
+                break
+            try:
+                args = dict(zip(names[node.func.id], (ast.literal_eval(a) for a in node.args)))
+                args.update({k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg})
+            except (ValueError, SyntaxError, TypeError):
+                break
+            function = SimpleNamespace(name=node.func.id, arguments=json.dumps(args))
+            return SimpleNamespace(id=f"written_{abs(hash(line)) % 10**8}", function=function)
+    return None
 
 
 def _assistant(message, calls) -> dict:
