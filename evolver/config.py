@@ -20,88 +20,129 @@ ENV_PREFIX = "EVOLVER_"
 DOMAINS = ("airline", "retail", "telecom", "mock")
 # Where simulations can run; evolver.evaluation.backends.make_backend builds each (named here, below it).
 BACKENDS = ("local", "ray")
-ROLES = ("agent", "user", "meta")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one setting is declared: everything the parser, evolver.toml, the environment and
+    docs/configuration.md know of it comes from here."""
+
+    help: str  # one line: evolver.toml's comment, the flag's help, the docs' table
+    group: str  # where it is listed: models, evaluation, sandbox, runs, stopping, proposer, gate
+    flags: tuple[str, ...] = ()  # the commands that take it as --name ("eval", "run"); none: file and environment only
+    bounds: tuple[Optional[float], Optional[float]] = (None, None)  # inclusive; None: unbounded
+    choices: tuple[str, ...] = ()
+    positive: bool = False  # seconds, more than 0
+    flag_only: bool = False  # never from the file or the environment (giving up the sandbox must be typed)
+    metavar: Optional[str] = None
+    style: str = "value"  # value; switch (--x/--no-x); flag (--x, true); on_off (--x sets "on", --no-x "off")
+
+
+def setting(default: Any, help: str, group: str, **spec) -> Any:
+    """A Config field with its Spec; a list default is copied per instance."""
+    meta = {"spec": Spec(help=help, group=group, **spec)}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+BOTH = ("eval", "run")
 
 
 @dataclass
 class Config:
-    # Models, one litellm model string per role, or "local" for the embedded
-    # model. Empty: see apply_default_models. The user simulator changes scores,
-    # so it is recorded in every result file.
-    agent_model: str = ""
-    user_model: str = ""
-    meta_model: str = ""
-    # NL-assertion judge used by tau2's evaluator on some tasks; empty = user model.
-    judge_model: str = ""
-    # Any OpenAI-compatible server (vLLM, Ollama, llama.cpp); per-role values win.
-    api_base: str = ""
-    agent_api_base: str = ""
-    user_api_base: str = ""
-    meta_api_base: str = ""
-    # The embedded model (role model "local"): "default" (1.5B) or "small" (0.5B),
-    # or any GGUF file; evolver serves it unless api_base names a running server.
-    local_size: str = "default"
-    local_model: str = ""
-    # tau2's user simulator on the local serving path: present the conversation so that a small
+    # Models: one litellm model string per role, or "local" for the embedded model; empty: see
+    # apply_default_models. The user simulator changes scores, so every result file names it.
+    agent_model: str = setting("", "the agent being evolved: a litellm model string, or \"local\" for the embedded model", "models", flags=BOTH)
+    user_model: str = setting("", "tau2's user simulator (it changes scores; every result names it)", "models", flags=BOTH)
+    meta_model: str = setting("", "the model that proposes patches", "models", flags=BOTH)
+    judge_model: str = setting("", "tau2's NL-assertion judge; empty: the user model", "models", flags=BOTH)
+    api_base: str = setting("", "an OpenAI-compatible server (vLLM, Ollama, llama.cpp) for every role, e.g. http://127.0.0.1:8000/v1",
+                            "models", flags=BOTH, metavar="URL")
+    agent_api_base: str = setting("", "the agent's server only (wins over api_base)", "models", flags=BOTH, metavar="URL")
+    user_api_base: str = setting("", "the user simulator's server only", "models", flags=BOTH, metavar="URL")
+    meta_api_base: str = setting("", "the meta model's server only", "models", flags=BOTH, metavar="URL")
+    # The embedded model; evolver serves it unless api_base names a running server.
+    local_size: str = setting("default", "the embedded model: default (1.5B) or small (0.5B, faster)", "models", flags=BOTH,
+                              choices=("default", "small"))
+    local_model: str = setting("", "a GGUF file to serve for roles set to \"local\" instead", "models", flags=BOTH, metavar="PATH")
+    # tau2's user simulator on the local serving path, presented the conversation so that a small
     # model plays the customer instead of a second assistant (evolver.local.customer).
-    local_user_adapter: bool = True
-    agent_temperature: float = 0.0
-    user_temperature: float = 0.0
+    local_user_adapter: bool = setting(True, "a \"local\" user simulator is shown the conversation so that the small model plays the "
+                                             "customer; false: tau2's request as it is", "models", flags=BOTH, style="switch")
+    agent_temperature: float = setting(0.0, "the agent's sampling temperature", "models")
+    user_temperature: float = setting(0.0, "the user simulator's sampling temperature", "models")
+    llm_retries: int = setting(4, "attempts per LLM call before a provider error counts as an infrastructure error", "models", bounds=(0, 20))
     # Evaluation.
-    domain: str = "mock"
-    split: str = ""
-    trials: int = 1
-    concurrency: int = 4
-    seed: int = 300
-    max_steps: int = 30
-    llm_retries: int = 4
-    worker_timeout: float = 3600.0
-    # The candidate's agent process (evolver.evaluation.sandbox): compute seconds per turn (LLM calls not
-    # counted) and memory on top of what it starts with; past either the simulation fails.
-    agent_timeout: float = 120.0
-    agent_memory_mb: int = 1024
-    # Run candidate code unconfined. Only as the --unsafe-no-sandbox flag, never from a file
-    # or the environment, so that nobody gives up the sandbox without typing it.
-    unsafe_no_sandbox: bool = False
-    # Modules the worker imports first, e.g. to register an extra tau2 domain.
-    plugins: list = field(default_factory=list)
-    # Where simulations run (evolver.evaluation.backends): this machine, or Ray. With ray and no
-    # address, evolver starts a local Ray instance and stops it at exit; "auto" joins a running one.
-    backend: str = "local"
-    ray_address: str = ""
+    domain: str = setting("mock", "tau2 domain: airline, retail, telecom or mock", "evaluation", flags=BOTH)
+    split: str = setting("", "tau2 task split for `evolver eval` (train or test; mock has only base); empty: all tasks", "evaluation", flags=("eval",))
+    trials: int = setting(1, "trials per task for `evolver eval`", "evaluation", flags=("eval",), bounds=(1, 1000))
+    concurrency: int = setting(4, "simulations run at once", "evaluation", flags=BOTH, bounds=(1, 256))
+    seed: int = setting(300, "tau2's seed", "evaluation", flags=BOTH)
+    max_steps: int = setting(30, "step limit per simulation (the agent is told it, for its H4 layer)", "evaluation", flags=BOTH, bounds=(1, 1000))
+    worker_timeout: float = setting(3600.0, "wall-clock limit of one evaluation, seconds", "evaluation", flags=BOTH, positive=True)
+    plugins: list = setting([], "modules the worker imports first, e.g. to register your own tau2 domain", "evaluation")
+    # Where simulations run (evolver.evaluation.backends): this machine, or Ray (with no address, a
+    # local Ray instance evolver starts and stops; "auto" joins a running one).
+    backend: str = setting("local", "where simulations run: local (this machine) or ray", "evaluation", flags=BOTH, choices=BACKENDS)
+    ray_address: str = setting("", "the Ray cluster to join with backend = ray: an address, or auto for a running one; empty: start a local "
+                                   "Ray instance", "evaluation", flags=BOTH, metavar="ADDRESS")
+    # The candidate's agent process (evolver.evaluation.sandbox): past either limit the simulation fails.
+    agent_timeout: float = setting(120.0, "seconds the sandboxed agent may compute on one turn, LLM calls not counted", "sandbox",
+                                   flags=BOTH, positive=True)
+    agent_memory_mb: int = setting(1024, "memory the sandboxed agent process may add to what it starts with, MiB", "sandbox",
+                                   flags=BOTH, bounds=(64, 65536))
+    unsafe_no_sandbox: bool = setting(False, "run candidate code unconfined, with your files, keys and network in reach (scores can then "
+                                             "be forged); only where the sandbox cannot work", "sandbox", flags=BOTH, flag_only=True,
+                                      style="flag")
     # The loop (`evolver run`).
-    iterations: int = 10
-    candidates: int = 1  # proposed from the same parent and evaluated at once per iteration; at most one is kept
-    log_interval: float = 60.0  # seconds: with output to a file, a progress line at least this often
-    analysis_split: str = ""  # default: train, or a seeded split for domains without one
-    gate_split: str = ""  # default: test (the test gate), or the seeded rest
-    analysis_trials: int = 1
-    holdout: str = "auto"  # auto: on when the analysis split has 40 or more tasks; on; off
-    holdout_trials: int = 2
-    stall: int = 5  # stop after this many consecutive candidates not kept (0: never)
-    budget_usd: float = 0.0  # 0: no limit; counts every role
-    budget_tokens: int = 0
-    max_hours: float = 0.0
-    reference_max_hours: float = 24.0  # re-measure the incumbent's gate results when older (0: never)
-    digest_chars: int = 8000
-    meta_context_tokens: int = 32000
-    # The proposer (evolver.evolution.proposers): agent investigates with tools before it proposes,
-    # oneshot answers the failure digest with a patch, command runs an external coding agent.
-    proposer: str = "agent"
-    proposer_turns: int = 16  # meta-LLM calls per proposal (agent)
-    proposer_tokens: int = 120_000  # meta-LLM tokens per proposal (agent)
-    proposer_tries: int = 6  # simulations of the proposal's scratch agent on analysis tasks (agent)
-    proposer_seconds: float = 300.0  # wall clock per proposal (agent, command)
-    proposer_command: str = ""  # with proposer = command: the command line, run in the proposal's workspace
-    proposer_env: list = field(default_factory=list)  # names of environment variables the command gets (its own API key)
-    proposer_read: list = field(default_factory=list)  # folders the command may read besides the system's (where its CLI lives)
-    # The gate (see docs/gate.md).
-    gate_alpha: float = 0.05
-    gate_min_effect: float = 0.0
-    gate_stages: list = field(default_factory=list)  # empty: the gate's tuned default (docs/gate.md)
-    # Experiment tracking (evolver.cli.tracking): off, or mlflow (an optional extra) for the settings,
-    # per-iteration metrics and the report, logged to mlruns/ or MLFLOW_TRACKING_URI.
-    track: str = "off"
+    iterations: int = setting(10, "iterations `evolver run` makes; with --resume, the new total", "runs", flags=("run",), bounds=(1, 10000))
+    candidates: int = setting(1, "candidates proposed from the same parent and evaluated at once per iteration; at most one is kept",
+                              "runs", flags=("run",), bounds=(1, 8))
+    log_interval: float = setting(60.0, "seconds between progress lines when a run's output goes to a file (phase changes always get one)",
+                                  "runs", positive=True)
+    analysis_split: str = setting("", "split whose failures the meta-LLM sees (default: train, or a seeded half)", "runs", flags=("run",))
+    gate_split: str = setting("", "split the gate decides on (default: test, or the other seeded half)", "runs", flags=("run",))
+    analysis_trials: int = setting(1, "trials per analysis task", "runs", bounds=(1, 100))
+    holdout: str = setting("auto", "seal part of the analysis split as a holdout: auto (40+ analysis tasks), on or off", "gate",
+                           flags=("run",), choices=("auto", "on", "off"), style="on_off")
+    holdout_trials: int = setting(2, "trials per holdout task", "gate", bounds=(1, 100))
+    stall: int = setting(5, "stop after this many iterations in a row that kept nothing (0: never)", "stopping", flags=("run",), bounds=(0, None))
+    budget_usd: float = setting(0.0, "stop when all roles together have cost this much (0: no limit)", "stopping", flags=("run",), bounds=(0, None))
+    budget_tokens: int = setting(0, "stop when all roles together have used this many tokens (0: no limit)", "stopping", flags=("run",),
+                                 bounds=(0, None))
+    max_hours: float = setting(0.0, "stop at this wall-clock limit (0: no limit)", "stopping", flags=("run",), bounds=(0, None))
+    reference_max_hours: float = setting(24.0, "measure the incumbent's gate results again when older than this (0: never)", "gate",
+                                         bounds=(0, None))
+    digest_chars: int = setting(8000, "size of the failure digest the meta-LLM reads, characters (oneshot proposer)", "proposer",
+                                bounds=(500, None))
+    meta_context_tokens: int = setting(32000, "the meta model's context window, tokens", "proposer", bounds=(4096, None))
+    # The proposer (evolver.evolution.proposers, docs/proposer.md).
+    proposer: str = setting("agent", "how candidates are proposed: agent (the meta model reads trajectories and code, edits a copy and "
+                                     "tries it, with tools), oneshot (one answer to the failure digest) or command (an external coding "
+                                     "agent)", "proposer", flags=("run",), choices=("agent", "oneshot", "command"))
+    proposer_turns: int = setting(16, "agent proposer: meta-LLM calls per proposal", "proposer", flags=("run",), bounds=(1, 500))
+    proposer_tokens: int = setting(120_000, "agent proposer: meta-LLM tokens per proposal", "proposer", flags=("run",), bounds=(1000, None))
+    proposer_tries: int = setting(6, "agent proposer: simulations of its edited agent on analysis tasks per proposal (counted like any "
+                                     "simulation)", "proposer", flags=("run",), bounds=(0, 1000))
+    proposer_seconds: float = setting(300.0, "agent and command proposers: wall-clock limit per proposal, seconds", "proposer",
+                                      flags=("run",), positive=True)
+    proposer_command: str = setting("", "command proposer: the command line, run confined in a workspace holding agent/, the analysis "
+                                        "trajectories and TASK.md", "proposer", flags=("run",), metavar="CMD")
+    proposer_env: list = setting([], "command proposer: names of the environment variables it gets (e.g. its own API key); nothing else "
+                                     "of yours", "proposer", flags=("run",), metavar="NAMES")
+    proposer_read: list = setting([], "command proposer: folders it may read besides the system's and Python's (where its CLI is "
+                                      "installed)", "proposer", flags=("run",), metavar="DIRS")
+    # The gate (docs/gate.md).
+    gate_alpha: float = setting(0.05, "false-accept probability per decision for a no-effect candidate", "gate", flags=("run",),
+                                bounds=(0, 0.5))
+    gate_min_effect: float = setting(0.0, "smallest mean gain worth keeping, reward units (0.05 = 5 points)", "gate", flags=("run",),
+                                     bounds=(0, 0.99))
+    gate_stages: list = setting([], "cumulative candidate trials per task at each look, e.g. 1,2,3,4,6; empty: the tuned default", "gate",
+                                flags=("run",))
+    # Experiment tracking (evolver.cli.tracking): settings, per-iteration metrics and the report.
+    track: str = setting("off", "experiment tracking of `evolver run`: off, or mlflow (pip install 'evolver[mlflow]'; logs to mlruns/ "
+                                "or MLFLOW_TRACKING_URI)", "runs", flags=("run",), choices=("off", "mlflow"))
 
     def role(self, name: str, local_api_base: Optional[str] = None) -> RoleModel:
         """The resolved model of one role: agent, user, meta or judge. ``local_api_base`` is the
@@ -125,6 +166,11 @@ class Config:
         return any(getattr(self, f"{r}_model") == LOCAL and not (getattr(self, f"{r}_api_base", "") or self.api_base) for r in roles)
 
 
+SPECS: dict[str, Spec] = {f.name: f.metadata["spec"] for f in fields(Config)}
+GROUPS = {"models": "models (litellm model strings)", "evaluation": "evaluation", "sandbox": "sandbox (what candidate code may do)",
+          "runs": "runs", "stopping": "stopping", "proposer": "proposer (how each candidate is proposed; docs/proposer.md)",
+          "gate": "gate (docs/gate.md)"}
+
 LOCAL = "local"
 HOSTED_DEFAULTS = {"agent_model": "gpt-4.1-mini", "user_model": "gpt-4.1-mini", "meta_model": "gpt-4.1"}
 
@@ -147,18 +193,10 @@ def apply_default_models(cfg: Config, environ: Optional[dict] = None, roles: tup
             "it is for trying the loop, real gains need a capable model (--agent-model/--user-model/--meta-model)")
 
 
-# What each setting accepts, checked the same way whether it comes from evolver.toml, an
-# EVOLVER_* variable or a flag: (low, high) bounds, inclusive; None means unbounded.
-BOUNDS: dict[str, tuple[Optional[float], Optional[float]]] = {
-    "trials": (1, 1000), "concurrency": (1, 256), "candidates": (1, 8), "max_steps": (1, 1000), "iterations": (1, 10000),
-    "analysis_trials": (1, 100), "holdout_trials": (1, 100), "llm_retries": (0, 20), "stall": (0, None),
-    "budget_tokens": (0, None), "digest_chars": (500, None), "meta_context_tokens": (4096, None),
-    "agent_memory_mb": (64, 65536), "budget_usd": (0, None), "max_hours": (0, None), "reference_max_hours": (0, None),
-    "gate_min_effect": (0, 0.99), "proposer_turns": (1, 500), "proposer_tokens": (1000, None), "proposer_tries": (0, 1000),
-}
-POSITIVE = ("worker_timeout", "agent_timeout", "log_interval", "proposer_seconds")  # seconds: more than 0
-CHOICES = {"holdout": ("auto", "on", "off"), "local_size": ("default", "small"), "backend": BACKENDS, "track": ("off", "mlflow"),
-           "proposer": ("agent", "oneshot", "command")}
+def spec(name: str) -> Spec:
+    return SPECS[name]
+
+
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -199,13 +237,14 @@ def _convert(raw: Any, kind: type) -> tuple[Any, Optional[str]]:
 
 
 def _out_of_range(name: str, value: Any) -> Optional[str]:
-    if name in CHOICES and value not in CHOICES[name]:
-        return f"is not one of: {', '.join(CHOICES[name])}"
-    if name in POSITIVE and value <= 0:
+    spec = SPECS[name]
+    if spec.choices and value not in spec.choices:
+        return f"is not one of: {', '.join(spec.choices)}"
+    if spec.positive and value <= 0:
         return "must be more than 0 seconds"
     if name == "gate_alpha" and not 0 < value < 0.5:
         return "must be between 0 and 0.5 (a false-accept probability)"
-    low, high = BOUNDS.get(name, (None, None))
+    low, high = spec.bounds
     if (low is not None and value < low) or (high is not None and value > high):
         if high is None:
             return f"must be at least {low:g}"
@@ -227,14 +266,14 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {path} ({getattr(exc, 'strerror', None) or exc}); make it a readable TOML file or remove it") from None
         for key, value in data.items():
-            if key in FLAG_ONLY:
+            if key in known and SPECS[key].flag_only:
                 raise UsageError(f"{path}: '{key}' may only be given as the --{key.replace('_', '-')} flag")
             if key not in known:
                 raise UsageError(f"{path}: unknown key '{key}'; known keys: {', '.join(sorted(known))}")
             setattr(cfg, key, _coerce(key, str(path), value, getattr(cfg, key)))
     for key in known:
         env_value = environ.get(ENV_PREFIX + key.upper())
-        if env_value not in (None, "") and key in FLAG_ONLY:
+        if env_value not in (None, "") and SPECS[key].flag_only:
             raise UsageError(f"{ENV_PREFIX + key.upper()} is not read: '{key}' may only be given as the --{key.replace('_', '-')} flag; unset it")
         if env_value not in (None, ""):
             setattr(cfg, key, _coerce(key, f"environment variable {ENV_PREFIX + key.upper()}", env_value, getattr(cfg, key)))
@@ -244,72 +283,9 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
     return cfg
 
 
-# One line per setting: `evolver init` writes them all into evolver.toml, and a test holds
-# the README to naming every one.
-KEY_HELP: dict[str, str] = {
-    "agent_model": "the agent being evolved: a litellm model string, or \"local\" for the embedded model",
-    "user_model": "tau2's user simulator (it changes scores; every result names it)",
-    "meta_model": "the model that proposes patches",
-    "judge_model": "tau2's NL-assertion judge; empty: the user model",
-    "api_base": "an OpenAI-compatible server (vLLM, Ollama, llama.cpp) for every role",
-    "agent_api_base": "the agent's server only (wins over api_base)",
-    "user_api_base": "the user simulator's server only",
-    "meta_api_base": "the meta model's server only",
-    "local_size": "the embedded model: default (1.5B) or small (0.5B, faster)",
-    "local_model": "a GGUF file to serve for roles set to \"local\" instead",
-    "local_user_adapter": "a \"local\" user simulator is shown the conversation so that the small model plays the customer; false: tau2's request as it is",
-    "agent_temperature": "the agent's sampling temperature",
-    "user_temperature": "the user simulator's sampling temperature",
-    "domain": "tau2 domain: airline, retail, telecom or mock",
-    "split": "tau2 task split for `evolver eval` (train or test; mock has only base); empty: all tasks",
-    "trials": "trials per task for `evolver eval`, 1-1000",
-    "concurrency": "simulations run at once, 1-256",
-    "seed": "tau2's seed",
-    "max_steps": "step limit per simulation (the agent is told it, for its H4 layer)",
-    "llm_retries": "attempts per LLM call before a provider error counts as an infrastructure error",
-    "worker_timeout": "wall-clock limit of one evaluation, seconds",
-    "agent_timeout": "seconds the sandboxed agent may compute on one turn, LLM calls not counted",
-    "agent_memory_mb": "memory the sandboxed agent process may add to what it starts with, MiB",
-    "unsafe_no_sandbox": "flag only (--unsafe-no-sandbox): run candidate code unconfined",
-    "plugins": "modules the worker imports first, e.g. to register your own tau2 domain",
-    "backend": "where simulations run: local (this machine) or ray",
-    "ray_address": "the Ray cluster to join with backend = ray: an address, or auto for a running one; empty: start a local Ray instance",
-    "iterations": "iterations `evolver run` makes",
-    "candidates": "candidates proposed and evaluated at once per iteration, 1-8; at most one is kept",
-    "log_interval": "seconds between progress lines when a run's output goes to a file (phase changes always get one)",
-    "analysis_split": "split whose failures the meta-LLM sees (default: train, or a seeded half)",
-    "gate_split": "split the gate decides on (default: test, or the other seeded half)",
-    "analysis_trials": "trials per analysis task",
-    "holdout": "seal part of the analysis split as a holdout: auto (40+ analysis tasks), on or off",
-    "holdout_trials": "trials per holdout task",
-    "stall": "stop after this many iterations in a row that kept nothing (0: never)",
-    "budget_usd": "stop when all roles together have cost this much (0: no limit)",
-    "budget_tokens": "stop when all roles together have used this many tokens (0: no limit)",
-    "max_hours": "stop at this wall-clock limit (0: no limit)",
-    "reference_max_hours": "measure the incumbent's gate results again when older than this (0: never)",
-    "digest_chars": "size of the failure digest the meta-LLM reads, characters",
-    "meta_context_tokens": "the meta model's context window, tokens",
-    "proposer": "how candidates are proposed: agent (the meta model investigates with tools first), oneshot (one answer to the failure digest) or command (an external coding agent)",
-    "proposer_turns": "agent proposer: meta-LLM calls per proposal",
-    "proposer_tokens": "agent proposer: meta-LLM tokens per proposal",
-    "proposer_tries": "agent proposer: simulations of its edited agent on analysis tasks per proposal (counted like any simulation)",
-    "proposer_seconds": "agent and command proposers: wall-clock limit per proposal, seconds",
-    "proposer_command": "command proposer: the command line, run confined in a workspace holding agent/, the analysis trajectories and TASK.md",
-    "proposer_env": "command proposer: names of the environment variables it gets (e.g. its own API key); nothing else of yours",
-    "proposer_read": "command proposer: folders it may read besides the system's and Python's (where its CLI is installed)",
-    "gate_alpha": "false-accept probability per decision for a no-effect candidate",
-    "gate_min_effect": "smallest mean gain worth keeping, reward units (0.05 = 5 points)",
-    "gate_stages": "cumulative candidate trials per task at each look, e.g. [1, 2, 3, 4, 6]; empty: the tuned default",
-    "track": "experiment tracking of `evolver run`: off, or mlflow (pip install 'evolver[mlflow]'; logs to mlruns/ or MLFLOW_TRACKING_URI)",
-}
-
-
-def setting(name: str, raw: Any, where: str) -> Any:
+def checked(name: str, raw: Any, where: str) -> Any:
     """One setting checked on its own (e.g. --iterations on resume), as load_config checks them all."""
     return _coerce(name, where, raw, getattr(Config(), name))
-
-
-FLAG_ONLY = ("unsafe_no_sandbox",)
 
 
 def eval_request(cfg: Config, checkout: Path, out_dir: Path, *, local_api_base: Optional[str], timeout: Optional[float] = None,

@@ -93,7 +93,7 @@ CASES = [
     ("eval-agent-memory-1", ["eval", "{repo}", "--agent-memory-mb", "1"], "between 64 and 65536", None),
     ("eval-seed-word", ["eval", "{repo}", "--seed", "x"], "not a whole number", None),
     ("eval-num-tasks-0", ["eval", "{repo}", "--num-tasks", "0"], "must be at least 1", None),
-    ("eval-local-size", ["eval", "{repo}", "--local-size", "huge"], "invalid choice", None),
+    ("eval-local-size", ["eval", "{repo}", "--local-size", "huge"], "--local-size huge is not one of: default, small", None),
     ("eval-unknown-flag", ["eval", "{repo}", "--bogus"], "unrecognized arguments", None),
     ("eval-task-ids-empty", ["eval", "{repo}", "--task-ids"], "expected at least one argument", None),
     ("eval-unsafe-value", ["eval", "{repo}", "--unsafe-no-sandbox=1"], "ignored explicit argument", None),

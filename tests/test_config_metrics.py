@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from evolver.config import load_config
@@ -58,25 +60,54 @@ def test_infra_errors_are_missing_not_zero():
 
 
 def test_every_setting_is_documented_in_evolver_toml_and_the_configuration_page():
+    """One declaration per setting: evolver.toml's template and the docs' tables are rendered from it,
+    and the page on disk is what it renders now (run `python -m evolver.cli.settings_text docs/configuration.md`)."""
     import tomllib
     from dataclasses import fields
     from pathlib import Path
 
-    from evolver.cli.scaffold import config_template
-    from evolver.config import FLAG_ONLY, KEY_HELP, Config
+    from evolver.cli.settings_text import BEGIN, END, markdown_tables, toml_template
+    from evolver.config import SPECS, Config
 
     keys = [f.name for f in fields(Config)]
-    assert sorted(KEY_HELP) == sorted(keys)
-    template = config_template()
+    assert sorted(SPECS) == sorted(keys) and all(SPECS[k].help for k in keys)
+    template = toml_template()
     assert tomllib.loads(template)  # valid TOML
     for key in keys:
-        if key not in FLAG_ONLY:
-            assert f"{key} = " in template, key
+        assert (f"{key} = " in template) is not SPECS[key].flag_only, key
     root = Path(__file__).resolve().parent.parent
     page = (root / "docs" / "configuration.md").read_text()
-    missing = [k for k in keys if f"`{k}`" not in page]
-    assert missing == [], f"docs/configuration.md does not name: {missing}"
+    assert page.split(BEGIN + "\n", 1)[1].split(END, 1)[0] == markdown_tables(), "docs/configuration.md's tables are stale"
+    assert all(f"| `{k}` |" in page for k in keys)
     assert "(docs/configuration.md)" in (root / "README.md").read_text(), "the README does not link to docs/configuration.md"
+
+
+def test_every_flag_comes_from_a_setting_and_sets_it():
+    """The parser's setting flags are the declarations': each one given on the command line reaches the
+    configuration, checked; a command only has the flags its settings declare."""
+    from evolver.cli.commands import _overrides, build_parser
+    from evolver.config import SPECS, Config, load_config
+
+    parser = build_parser()
+    for command in ("eval", "run"):
+        for name, spec in SPECS.items():
+            flag = "--" + name.replace("_", "-")
+            if command not in spec.flags:
+                with pytest.raises(SystemExit):
+                    parser.parse_args([command, flag, "1"])
+                continue
+            default = getattr(Config(), name)
+            low = spec.bounds[0]
+            high = spec.bounds[1]
+            number = (low + high) / 2 if low is not None and high is not None and high - low < 2 else (low or 0) + 2
+            raw = spec.choices[-1] if spec.choices else {str: "x", list: "a,b"}.get(type(default), f"{number:g}")
+            if spec.style == "switch" and default is True:
+                flag = "--no-" + flag[2:]
+            argv = [command, flag] if spec.style in ("switch", "flag", "on_off") else [command, flag, raw]
+            given = {k: v for k, v in _overrides(parser.parse_args(argv)).items() if v is not None}
+            assert list(given) == [name], (command, name, given)
+            cfg = load_config(Path("/nonexistent"), given, environ={})
+            assert getattr(cfg, name) != default, (command, name)
 
 
 @pytest.mark.parametrize("source", ["file", "env", "flag"])

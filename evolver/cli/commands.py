@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, apply_default_models, eval_request, listing_request, load_config, setting
+from evolver.config import DOMAINS, GROUPS, SPECS, Config, apply_default_models, checked, eval_request, listing_request, load_config
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
@@ -63,45 +63,47 @@ def _positive(kind):
     return parse
 
 
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("models (litellm model strings)")
-    g.add_argument("--agent-model", help="model of the agent being evolved")
-    g.add_argument("--user-model", help="model of tau2's user simulator (it changes scores)")
-    g.add_argument("--meta-model", help="model that proposes patches")
-    g.add_argument("--judge-model", help="tau2's NL-assertion judge (default: the user model)")
-    g.add_argument("--local-size", choices=["default", "small"], help="embedded model for roles set to 'local': default (1.5B) or small (0.5B, faster)")
-    g.add_argument("--local-model", metavar="PATH", help="serve this GGUF file for roles set to 'local'")
-    g.add_argument("--local-user-adapter", action=argparse.BooleanOptionalAction, default=None,
-                   help="a 'local' user simulator is shown the conversation so that the small model plays the customer (default on)")
-    g.add_argument("--api-base", help="OpenAI-compatible server for every role, e.g. http://127.0.0.1:8000/v1")
-    for role in ("agent", "user", "meta"):
-        g.add_argument(f"--{role}-api-base", help=f"server for the {role} role only (wins over --api-base)")
+# The order in which each command's --help lists the groups of settings (evolver.config.GROUPS).
+GROUP_ORDER = {"eval": ("evaluation", "sandbox", "models"), "run": ("runs", "stopping", "proposer", "gate", "evaluation", "sandbox", "models")}
 
 
-def _add_eval_flags(p: argparse.ArgumentParser, for_run: bool = False) -> None:
-    g = p.add_argument_group("evaluation")
-    g.add_argument("--domain", help=f"tau2 domain: {', '.join(DOMAINS)} (default mock)")
-    if for_run:
-        g.add_argument("--analysis-split", help="split whose failures the meta-LLM sees (default: train, or a seeded half)")
-        g.add_argument("--gate-split", help="split the gate decides on (default: test, or the other seeded half)")
-    else:
-        g.add_argument("--split", help="tau2 task split: train or test (mock has only base); default: all tasks")
-        g.add_argument("--task-ids", nargs="+", metavar="ID", help="task ids, comma- or space-separated (default: all tasks of the split)")
-        g.add_argument("--num-tasks", type=_positive(int), help="use only the first N selected tasks")
-        g.add_argument("--trials", help="trials per task, 1-1000 (default 1)")
-    g.add_argument("--concurrency", help="simulations run at once, 1-256 (default 4)")
-    g.add_argument("--seed", help="tau2 seed (default 300)")
-    g.add_argument("--max-steps", help="step limit per simulation, 1-1000 (default 30)")
-    g.add_argument("--worker-timeout", help="wall-clock limit of the worker, seconds (default 3600)")
-    g.add_argument("--backend", help="where simulations run: local (this machine, default) or ray")
-    g.add_argument("--ray-address", metavar="ADDRESS", help="with --backend ray: the cluster to join, or auto for a running one; "
-                                                           "default: start a local Ray instance and stop it at exit")
-    g = p.add_argument_group("sandbox (what candidate code may do: see the README's 'How honest is it')")
-    g.add_argument("--agent-timeout", help="seconds the agent may compute on one turn, LLM calls not counted; past it the simulation fails (default 120)")
-    g.add_argument("--agent-memory-mb", help="memory the agent process may use on top of its start, MiB; past it allocations fail (default 1024)")
-    g.add_argument("--unsafe-no-sandbox", action="store_true", default=None,
-                   help="run candidate code unconfined, with your files, keys and network in reach (scores can then be forged); "
-                        "only where the sandbox cannot work, and never on code you would not run yourself")
+def _add_setting_flags(p: argparse.ArgumentParser, command: str, extra: dict[str, list] | None = None) -> None:
+    """A flag for every setting the command takes, from its one declaration (evolver.config.Config);
+    ``extra`` adds a command's own arguments to a group. Values stay text here: evolver.config checks
+    flags, evolver.toml and EVOLVER_* variables the same way."""
+    extra = extra or {}
+    for group in GROUP_ORDER[command]:
+        g = p.add_argument_group(GROUPS[group])
+        for name, spec in SPECS.items():
+            if spec.group != group or command not in spec.flags:
+                continue
+            flag = "--" + name.replace("_", "-")
+            if spec.style == "switch":
+                g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=_flag_help(name, spec))
+            elif spec.style == "flag":
+                g.add_argument(flag, action="store_true", default=None, help=spec.help)
+            elif spec.style == "on_off":  # --holdout / --no-holdout; auto when neither is given
+                g.add_argument(flag, dest=name, action="store_const", const="on", help=spec.help)
+                g.add_argument("--no-" + flag[2:], dest=name, action="store_const", const="off", help=f"no {name.replace('_', ' ')} (default: auto)")
+            else:
+                kind = type(getattr(Config(), name))
+                metavar = spec.metavar or ("{" + ",".join(spec.choices) + "}" if spec.choices else {int: "N", float: "X", list: "A,B"}.get(kind, "TEXT"))
+                g.add_argument(flag, metavar=metavar, help=_flag_help(name, spec))
+        for args, kwargs in extra.get(group, []):
+            g.add_argument(*args, **kwargs)
+
+
+def _flag_help(name: str, spec) -> str:
+    """The setting's line, its range and its default, as --help shows them."""
+    default = getattr(Config(), name)
+    low, high = spec.bounds
+    parts = [spec.help]
+    if low is not None and high is not None and not spec.choices and name != "gate_alpha":
+        parts.append(f"{low:g}-{high:g}")
+    if default not in ("", [], None):
+        shown = "on" if default is True else "off" if default is False else f"{default:g}" if isinstance(default, float) else default
+        parts.append(f"default {shown}")
+    return "; ".join(parts)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,43 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate the agent in a checkout on tau2", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", nargs="?", default=".", help="repository holding agent/agent.py (default: current)")
     p.add_argument("--ref", help="evaluate this git commit or branch (e.g. evolver/RUN/best) instead of the working tree")
-    _add_eval_flags(p)
-    _add_model_flags(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (progress goes to stderr)")
+    _add_setting_flags(p, "eval", {"evaluation": [
+        (("--task-ids",), {"nargs": "+", "metavar": "ID", "help": "task ids, comma- or space-separated (default: all tasks of the split)"}),
+        (("--num-tasks",), {"type": _positive(int), "metavar": "N", "help": "use only the first N selected tasks"}),
+    ]})
 
     p = sub.add_parser("run", help="evolve the agent: baseline, then propose -> validate -> gate -> keep or reject", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", nargs="?", default=".", help="git repository holding agent/agent.py (default: current)")
-    p.add_argument("--iterations", help="iterations to make (default 10); with --resume, the new total")
-    p.add_argument("--candidates", help="candidates proposed from the same parent and evaluated at once per iteration, 1-8 (default 1); "
-                                        "at most one is kept")
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (its configuration is kept)")
     p.add_argument("--dry-run", action="store_true", help="print the splits and the most the run can cost, then exit")
     p.add_argument("--allow-dirty", action="store_true", help="run from HEAD although agent/ has uncommitted changes")
-    g = p.add_argument_group("stopping")
-    g.add_argument("--stall", help="stop after N consecutive candidates not kept (default 5; 0 never)")
-    g.add_argument("--budget-usd", help="stop when all roles together have cost this much (0: no limit)")
-    g.add_argument("--budget-tokens", help="stop when all roles together have used this many tokens (0: no limit)")
-    g.add_argument("--max-hours", help="stop at this wall-clock limit (0: no limit)")
-    p.add_argument("--track", help="experiment tracking: off (default) or mlflow (pip install 'evolver[mlflow]'; logs to mlruns/ or MLFLOW_TRACKING_URI)")
-    g = p.add_argument_group("proposer (how each candidate is proposed)")
-    g.add_argument("--proposer", help="agent (default: the meta model reads trajectories and code, edits a copy and tries it with tools), "
-                                      "oneshot (one answer to the failure digest) or command (an external coding agent, --proposer-command)")
-    g.add_argument("--proposer-turns", help="agent: meta-LLM calls per proposal (default 16)")
-    g.add_argument("--proposer-tokens", help="agent: meta-LLM tokens per proposal (default 120000)")
-    g.add_argument("--proposer-tries", help="agent: simulations of its edited agent on analysis tasks per proposal (default 6)")
-    g.add_argument("--proposer-seconds", help="agent, command: wall-clock limit per proposal (default 300)")
-    g.add_argument("--proposer-command", metavar="CMD", help="command: the command line, run confined in a workspace with agent/, the analysis "
-                                                             "trajectories and TASK.md (e.g. \"codex exec --full-auto 'follow TASK.md'\")")
-    g.add_argument("--proposer-env", metavar="NAMES", help="command: environment variables it gets, comma-separated (e.g. OPENAI_API_KEY); nothing else of yours")
-    g.add_argument("--proposer-read", metavar="DIRS", help="command: folders it may read besides the system's and Python's, comma-separated")
-    g = p.add_argument_group("gate (see docs/gate.md)")
-    g.add_argument("--holdout", dest="holdout", action="store_const", const="on", help="seal part of the analysis split as a holdout")
-    g.add_argument("--no-holdout", dest="holdout", action="store_const", const="off", help="no holdout (default: on when the analysis split has 40+ tasks)")
-    g.add_argument("--gate-alpha", help="false-accept probability per decision for a no-effect candidate (default 0.05)")
-    g.add_argument("--gate-min-effect", help="smallest mean gain worth keeping, reward units (0.05 = 5 points)")
-    g.add_argument("--gate-stages", help="cumulative candidate trials per task at each look (default 1,2,3,4,6)")
-    _add_eval_flags(p, for_run=True)
-    _add_model_flags(p)
+    _add_setting_flags(p, "run")
 
     p = sub.add_parser("history", help="the candidates of a run: scores, verdicts, costs")
     p.add_argument("run", nargs="?", help="run id (default: the newest)")
@@ -196,11 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    keys = ["agent_model", "user_model", "meta_model", "judge_model", "local_size", "local_model", "local_user_adapter", "api_base", "agent_api_base", "user_api_base", "meta_api_base",
-            "domain", "split", "trials", "concurrency", "seed", "max_steps", "worker_timeout", "backend", "ray_address", "agent_timeout", "agent_memory_mb", "unsafe_no_sandbox",
-            "analysis_split", "gate_split", "iterations", "candidates", "stall", "budget_usd", "budget_tokens", "max_hours", "holdout", "gate_alpha", "gate_min_effect", "gate_stages",
-            "track", "proposer", "proposer_turns", "proposer_tokens", "proposer_tries", "proposer_seconds", "proposer_command", "proposer_env", "proposer_read"]
-    return {k: getattr(args, k, None) for k in keys}
+    """The settings given as flags (None: not given)."""
+    return {name: getattr(args, name, None) for name in SPECS}
 
 
 def out_console() -> Console:
@@ -339,7 +313,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if given:  # the run's recorded settings win: say so rather than ignore the flag
                 raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join('--' + k.replace('_', '-') for k in given)} (only --iterations may change)")
             stack.enter_context(run.lock())  # before anything is read or written: one driver per run
-            iterations = None if args.iterations is None else setting("iterations", args.iterations, "--iterations")
+            iterations = None if args.iterations is None else checked("iterations", args.iterations, "--iterations")
             loop = resume_run(run, iterations, console)
             loop.backend = stack.enter_context(make_backend(loop.cfg.backend, loop.cfg.ray_address))
         else:

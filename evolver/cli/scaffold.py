@@ -2,48 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import MISSING
 from importlib import resources
 from pathlib import Path
 
+from evolver.cli.settings_text import toml_template
 from evolver.errors import UsageError
-
-# Written uncommented: what a new user most often changes.
-ACTIVE = ("domain", "trials", "concurrency", "seed", "max_steps")
-
-
-def config_template() -> str:
-    """evolver.toml with every key, its default and what it does (config.KEY_HELP)."""
-    from dataclasses import fields
-
-    from evolver.config import FLAG_ONLY, KEY_HELP, Config
-
-    lines = [
-        "# evolver configuration: every key, with its default. EVOLVER_<KEY> environment variables",
-        "# override these values, and command-line flags (--key-name) override both.",
-        "# Models: one litellm model string per role, or \"local\" for the embedded model. Unset:",
-        "# OpenAI's gpt-4.1-mini / gpt-4.1 when OPENAI_API_KEY is set, else \"local\".",
-        "",
-    ]
-    for f in fields(Config):
-        if f.name in FLAG_ONLY:
-            continue
-        default = f.default if f.default_factory is MISSING else f.default_factory()
-        value = tomli_value(default)
-        line = f"{f.name} = {value}" if f.name in ACTIVE else f"# {f.name} = {value}"
-        lines.append(f"{line:<36} # {KEY_HELP[f.name]}")
-    return "\n".join(lines) + "\n"
-
-
-def tomli_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(tomli_value(v) for v in value) + "]"
-    return repr(value)
-
 
 def _template_files() -> dict[str, str]:
     """The baseline agent, its layer switches and skills: once pristine under
@@ -58,7 +21,7 @@ def _template_files() -> dict[str, str]:
         "agent/templates/harness.toml": harness,
         "agent/agent.py": agent,
         "agent/harness.toml": harness,
-        "evolver.toml": config_template(),
+        "evolver.toml": toml_template(),
     }
     for rel, text in skills.items():
         files[f"agent/templates/{rel}"] = text
