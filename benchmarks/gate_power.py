@@ -61,7 +61,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from evolver.evolution.gate import (  # noqa: E402
     GateConfig, RewardTable, Stage, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
 )
-from evolver.evolution.gate.permutation import Block  # noqa: E402
+from evolver.evolution.gate.compare import CompareConfig, decide_compare, spending  # noqa: E402
+from evolver.evolution.gate.permutation import Block, exact_p_value  # noqa: E402
 from evolver.evolution.gate.policy import look  # noqa: E402
 
 REFERENCE_TRIALS = 6
@@ -320,6 +321,81 @@ def print_table(results: list[dict]) -> None:
               f"{r['+10']:>7.3f}{r['+15']:>7.3f}{r['sims']:>7.0f}{fixed}")
 
 
+# --- the two-sided comparison of `evolver compare` (gate/compare.py): is B better, worse, or no evidence?
+
+COMPARE_EFFECTS = (0.0, 0.05, -0.05, 0.10, -0.10, 0.15, -0.15)
+COMPARE_FIXED = range(1, 11)  # trials per arm per task of the two-sided fixed-size test (compare's last look is 6)
+
+
+def compare_cell(job: tuple) -> dict:
+    """One shape and true effect: how often compare says better and worse, its simulations (both arms), and
+    the two-sided fixed-size exact test's rejections at each whole size (trials per arm per task)."""
+    shape, effect, decisions, seed, args = job
+    rng = random.Random(f"compare {seed} {shape} {effect}")
+    config = CompareConfig(permutations=PERMUTATIONS)
+    drift = drift_of(shape)  # here between looks: every window moves both arms by the drift
+    out = {"better": 0, "worse": 0, "sims": 0, "fixed_reject": {n: 0 for n in COMPARE_FIXED}}
+    for _ in range(decisions):
+        world = World(rng, shape.replace("look ", ""), args)
+        base = world.rates
+        a: dict = {t: [] for t in world.reference}
+        b: dict = {t: [] for t in world.reference}
+        previous = 0
+        for look, n in enumerate(config.stages):
+            now = shift_rates(base, drift * look) if drift else base
+            window_a = world.draw(now, n - previous)
+            window_b = world.draw(shift_rates(now, effect) if effect else now, n - previous)
+            for t in a:
+                a[t] += window_a[t]
+                b[t] += window_b[t]
+            previous = n
+            verdict = decide_compare(a, b, config, look=look)
+            if verdict.decision != "continue":
+                break
+        out["better"] += verdict.decision == "better"
+        out["worse"] += verdict.decision == "worse"
+        out["sims"] += verdict.n_a_sims + verdict.n_b_sims
+        if abs(effect) not in (0.0, 0.10):
+            continue  # the fixed test is sized at +/-10 points and checked on the no-op
+        whole_a, whole_b = world.draw(base, max(COMPARE_FIXED)), world.draw(shift_rates(base, effect) if effect else base, max(COMPARE_FIXED))
+        for n in COMPARE_FIXED:  # one window, no drift: generous to the fixed test
+            pairs = [([r for r in whole_b[t][:n] if r is not None], [r for r in whole_a[t][:n] if r is not None]) for t in whole_a]
+            pairs = [(vb, va) for vb, va in pairs if vb and va]
+            up, down = exact_p_value(pairs), exact_p_value([(va, vb) for vb, va in pairs])
+            out["fixed_reject"][n] += min(1.0, 2 * min(up, down)) <= config.alpha
+    return out
+
+
+def run_compare(args, shared: dict) -> None:
+    shapes = ("uniform", "bimodal", "coin flips", "30% fixed", "10% errors", "look drift +2", "look drift +5", "look drift +10")
+    jobs = [(shape, e, args.decisions * (NULL_SHARE if e == 0 else 1), args.seed, shared) for shape in shapes for e in COMPARE_EFFECTS]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        cells = dict(zip(((j[0], j[1]) for j in jobs), pool.map(compare_cell, jobs, chunksize=1)))
+    config = CompareConfig(permutations=PERMUTATIONS)
+    print(f"evolver compare, two-sided: {shared['tasks']} tasks, stages {config.stages} trials per task per arm, futility |z| "
+          f"{config.futility}, alpha {config.alpha} spent {tuple(round(x, 4) for x in spending(config))}; {args.decisions} decisions "
+          f"per cell, {NULL_SHARE * args.decisions} for no effect; seed {args.seed}; {PERMUTATIONS} relabellings")
+    print("'look drift +d': both arms move d points at every look (the fixed test gets one window, no drift)\n")
+    print("| shape | no-op called better or worse | -15 worse | -10 worse | -5 worse | +5 better | +10 better | +15 better "
+          "| sims (no-op) | sims (+/-10) | fixed-size test's sims at the same power (+/-10) | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for shape in shapes:
+        count = {e: args.decisions * (NULL_SHARE if e == 0 else 1) for e in COMPARE_EFFECTS}
+        right = {e: cells[(shape, e)]["better" if e > 0 else "worse"] / count[e] for e in COMPARE_EFFECTS if e}
+        null = cells[(shape, 0.0)]
+        wrong = (null["better"] + null["worse"]) / count[0.0]
+        sims = {e: cells[(shape, e)]["sims"] / count[e] for e in COMPARE_EFFECTS}
+        power10 = (right[0.10] + right[-0.10]) / 2
+        fixed_power = {n: (cells[(shape, 0.10)]["fixed_reject"][n] + cells[(shape, -0.10)]["fixed_reject"][n]) / (2 * args.decisions)
+                       for n in COMPARE_FIXED}
+        size = interpolated_size(fixed_power, power10)
+        fixed = 2 * size * shared["tasks"]
+        sims10 = (sims[0.10] + sims[-0.10]) / 2
+        ratio = f"{sims10 / fixed:.2f}" if math.isfinite(fixed) else "-"
+        print(f"| {shape} | {wrong:.3f} | {right[-0.15]:.3f} | {right[-0.10]:.3f} | {right[-0.05]:.3f} | {right[0.05]:.3f} | {right[0.10]:.3f} "
+              f"| {right[0.15]:.3f} | {sims[0.0]:.0f} | {sims10:.0f} | {fixed:.0f} | {ratio} |")
+
+
 def load_rates(path: str) -> list[float]:
     """Per-task pass rates from an `evolver eval` result.json (infrastructure errors left out)."""
     table: dict[str, list[float | None]] = {}
@@ -335,7 +411,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=40, help="gate tasks (ignored with --from-result)")
     parser.add_argument("--from-result", help="an `evolver eval` result.json: one more shape, its per-task rates")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--compare", action="store_true", help="the two-sided comparison of `evolver compare` instead of the gate")
     args = parser.parse_args()
+    if args.compare:
+        started = time.perf_counter()
+        run_compare(args, {"tasks": args.tasks, "rates": None})
+        print(f"({time.perf_counter() - started:.0f} s)")
+        return
 
     started = time.perf_counter()
     rates = load_rates(args.from_result) if args.from_result else None

@@ -140,6 +140,8 @@ class Config:
                                      bounds=(0, 0.99))
     gate_stages: list = setting([], "cumulative candidate trials per task at each look, e.g. 1,2,3,4,6; empty: the tuned default", "gate",
                                 flags=("run",))
+    transfer_models: list = setting([], "at the end of the run, compare its base and best under each of these agent models "
+                                        "(`evolver transfer`)", "runs", flags=("run",), metavar="M1,M2")
     # Experiment tracking (evolver.cli.tracking): settings, per-iteration metrics and the report.
     track: str = setting("off", "experiment tracking of `evolver run`: off, or mlflow (pip install 'evolver[mlflow]'; logs to mlruns/ "
                                 "or MLFLOW_TRACKING_URI)", "runs", flags=("run",), choices=("off", "mlflow"))

@@ -1,4 +1,4 @@
-"""Command line: `evolver init | eval | run | history | show | report | rollback | status | runs | tasks | daemon`."""
+"""Command line: `evolver init | eval | compare | run | transfer | history | show | report | rollback | status | runs | tasks | daemon`."""
 
 from __future__ import annotations
 
@@ -38,6 +38,32 @@ and log are in EVOLVER_RUNTIME_DIR, else $XDG_RUNTIME_DIR/evolver, else
 """
 
 
+COMPARE_HELP = """\
+Is agent B better than agent A, worse, or is there no evidence either way? Both run on the same
+tasks with the same seeds, side by side in the same window, at 1, 2, 3, 4 and 6 trials per task;
+each look may stop early when the answer is clear either way (a share of alpha spent per look),
+so a no-op is called better or worse at most 5% of the time (docs/gate.md, "Comparing two agents").
+It prints the effect of B over A with its interval and p-value, the tasks that flipped each way with
+their pass rates, and the simulations and cost spent; runs/<compare-id>/ keeps both evaluations.
+
+  evolver compare main my-branch                          two refs of this repository
+  evolver compare ../other-checkout .                     two folders
+  evolver compare --run RUN base best --agent-model M     a run's base and best under another model
+"""
+
+
+TRANSFER_HELP = """\
+Does the harness a run kept carry to another model? Compares the run's base with its best (with
+--each, every kept step with the one before) as `evolver compare` does, under the models, domain
+and split you give; everything else is the run's own settings, and the tasks are its gate tasks
+unless --domain or --split says otherwise. Each pair gets a verdict: helps, hurts or no evidence.
+The result is kept in the run (runs/RUN/transfers/) and shown by `evolver history` and the report.
+
+  evolver transfer RUN --agent-model openai/gpt-4.1-mini
+  evolver transfer RUN --agent-model local --local-size small --each
+"""
+
+
 EVAL_ROLES = ("agent", "user")
 EXIT_NOTHING_MEASURED = 4  # eval: every simulation was an infrastructure error
 EXIT_PAUSED = 3  # run: paused because the meta-LLM stayed down; resume it
@@ -67,15 +93,15 @@ def _positive(kind):
 GROUP_ORDER = {"eval": ("evaluation", "sandbox", "models"), "run": ("runs", "stopping", "proposer", "gate", "evaluation", "sandbox", "models")}
 
 
-def _add_setting_flags(p: argparse.ArgumentParser, command: str, extra: dict[str, list] | None = None) -> None:
+def _add_setting_flags(p: argparse.ArgumentParser, command: str, extra: dict[str, list] | None = None, without: tuple[str, ...] = ()) -> None:
     """A flag for every setting the command takes, from its one declaration (evolver.config.Config);
-    ``extra`` adds a command's own arguments to a group. Values stay text here: evolver.config checks
-    flags, evolver.toml and EVOLVER_* variables the same way."""
+    ``extra`` adds a command's own arguments to a group, ``without`` leaves settings out. Values stay
+    text here: evolver.config checks flags, evolver.toml and EVOLVER_* variables the same way."""
     extra = extra or {}
     for group in GROUP_ORDER[command]:
         g = p.add_argument_group(GROUPS[group])
         for name, spec in SPECS.items():
-            if spec.group != group or command not in spec.flags:
+            if spec.group != group or command not in spec.flags or name in without:
                 continue
             flag = "--" + name.replace("_", "-")
             if spec.style == "switch":
@@ -130,6 +156,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the splits and the most the run can cost, then exit")
     p.add_argument("--allow-dirty", action="store_true", help="run from HEAD although agent/ has uncommitted changes")
     _add_setting_flags(p, "run")
+
+    p = sub.add_parser("compare", help="is B better than A, worse, or no evidence? both on the same tasks and seeds, side by side, staged",
+                       description=COMPARE_HELP, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", help="agent A: a git commit or branch, a folder holding agent/agent.py, or with --run a candidate (3, 3b, base, best)")
+    p.add_argument("b", help="agent B, named the same ways")
+    p.add_argument("--repo", default=".", help="the git repository (default: current); the comparison lands in its runs/")
+    p.add_argument("--run", metavar="RUN", help="A and B name candidates of this run: base, best, 3, 3b")
+    p.add_argument("--better", action="store_true", help="one-sided: is B better? (the gate's question); default: two-sided, better or worse")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout (progress goes to stderr)")
+    _add_setting_flags(p, "eval", {"evaluation": [
+        (("--task-ids",), {"nargs": "+", "metavar": "ID", "help": "task ids, comma- or space-separated (default: all tasks of the split)"}),
+        (("--num-tasks",), {"type": _positive(int), "metavar": "N", "help": "use only the first N selected tasks"}),
+    ]}, without=("trials",))
+
+    p = sub.add_parser("transfer", help="does a run's kept harness help under another model? its base against its best, compared",
+                       description=TRANSFER_HELP, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", help="the run whose base and best are compared")
+    p.add_argument("--repo", default=".", help="repository (default: current)")
+    p.add_argument("--each", action="store_true", help="compare every kept step with the one before, not only base with best")
+    p.add_argument("--json", action="store_true", help="print the transfer as JSON on stdout (progress goes to stderr)")
+    _add_setting_flags(p, "eval", without=("trials",))
 
     p = sub.add_parser("history", help="the candidates of a run: scores, verdicts, costs")
     p.add_argument("run", nargs="?", help="run id (default: the newest)")
@@ -269,6 +316,103 @@ def _discard(out: Path) -> None:
     shutil.rmtree(out, ignore_errors=True)
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from evolver.cli.compare import compare_arms, lines, resolve
+    from evolver.cli.console import progress_bar
+    from evolver.evaluation.backends import make_backend
+    from evolver.evaluation.sandbox import require_sandbox
+    from evolver.evolution.gate.compare import CompareConfig
+    from evolver.llm import check_api_base
+    from evolver.local.backend import serve_local
+    from evolver.store.lineage import Lineage, exclude_runs_dir
+    from evolver.store.runstate import find_run
+
+    repo = Path(args.repo).resolve()
+    cfg = load_config(repo, _overrides(args))
+    console = Console(stderr=True, soft_wrap=True)
+    note = apply_default_models(cfg, roles=EVAL_ROLES)
+    if cfg.domain not in DOMAINS and not cfg.plugins:
+        raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
+    require_sandbox(cfg)
+    for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
+        check_api_base(base)
+    run = find_run(repo, args.run) if args.run else None
+    task_ids = [t.strip() for arg in args.task_ids for t in arg.split(",") if t.strip()] if args.task_ids else None
+    compare_id = new_run_id("compare")
+    out = repo / "runs" / compare_id
+    lineage = Lineage(repo, compare_id)
+    arms = []
+    try:
+        arms = [resolve(spec, repo, name, out, lineage, run) for name, spec in (("a", args.a), ("b", args.b))]
+        exclude_runs_dir(repo)
+        with make_backend(cfg.backend, cfg.ray_address) as backend:
+            backend.list_tasks(listing_request(cfg, arms[0].checkout, out / "tasks", task_ids=task_ids, num_tasks=args.num_tasks))
+            if note:
+                console.print(note)
+            config = CompareConfig(sided="better" if args.better else "two")
+            with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
+                record = compare_arms(cfg, backend, local_api_base, *arms, out, compare_id, tasks=task_ids, num_tasks=args.num_tasks,
+                                      config=config, on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
+                                      on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
+    except UsageError:
+        _discard(out)
+        raise
+    finally:
+        for arm in arms:
+            if arm.commit:
+                lineage.remove_worktree(arm.checkout)
+    if args.json:
+        print(json.dumps({**record, "comparison_file": str(out / "comparison.json")}, indent=2))
+    else:
+        for line in lines(record):
+            out_console().print(line, highlight=False)
+        out_console().print(f"comparison: {out / 'comparison.json'}")
+    return EXIT_NOTHING_MEASURED if record["decision"] == "undecided" else 0
+
+
+def cmd_transfer(args: argparse.Namespace) -> int:
+    from evolver.cli.compare import transfer, transfer_rows
+    from evolver.cli.console import progress_bar, transfer_table
+    from evolver.evaluation.backends import make_backend
+    from evolver.evaluation.sandbox import require_sandbox
+    from evolver.llm import check_api_base
+    from evolver.local.backend import serve_local
+    from evolver.store.lineage import Lineage
+    from evolver.store.runstate import find_run
+
+    repo = Path(args.repo).resolve()
+    run = find_run(repo, args.run)
+    manifest = run.manifest()
+    cfg = Config(**manifest.config)  # the run's own settings, with what is given here on top
+    given = {k: v for k, v in _overrides(args).items() if v is not None}
+    for key, value in given.items():
+        setattr(cfg, key, checked(key, value, "--" + key.replace("_", "-")))
+    if cfg.domain not in DOMAINS and not cfg.plugins:
+        raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
+    require_sandbox(cfg)
+    for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
+        check_api_base(base)
+    tasks = None if {"domain", "split"} & given.keys() else list(manifest.gate_tasks)
+    transfer_id = new_run_id("transfer")
+    console = Console(stderr=True, soft_wrap=True)
+    lineage = Lineage(repo, run.run_id)
+    try:
+        with make_backend(cfg.backend, cfg.ray_address) as backend:
+            backend.list_tasks(listing_request(cfg, repo, run.transfer_dir(transfer_id) / "tasks", task_ids=tasks))
+            with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
+                record = transfer(run, cfg, backend, local_api_base, each=args.each, tasks=tasks, transfer_id=transfer_id, lineage=lineage,
+                                  on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
+                                  on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
+    except UsageError:
+        _discard(run.transfer_dir(transfer_id))
+        raise
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        out_console().print(transfer_table(transfer_rows([record])))
+    return 0
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from evolver.cli.scaffold import init_repo
 
@@ -295,8 +439,29 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _transfer_at_end(run, cfg: Config, backend, console: Console) -> None:
+    """`--transfer-models`: the finished run's base against its best under each model, on its gate tasks."""
+    import dataclasses
+
+    from evolver.cli.compare import transfer
+    from evolver.local.backend import serve_local
+    from evolver.store.lineage import Lineage
+
+    if run.state().incumbent == 0:
+        console.print("transfer: the run kept nothing, so there is nothing to transfer")
+        return
+    for model in cfg.transfer_models:
+        other = dataclasses.replace(cfg, agent_model=model)
+        console.print(f"transfer: base against best with the agent model {model}")
+        with serve_local(other, console, EVAL_ROLES) as local_api_base:
+            transfer(run, other, backend, local_api_base, each=False, tasks=list(run.manifest().gate_tasks), transfer_id=new_run_id("transfer"),
+                     lineage=Lineage(run.repo, run.run_id), on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}",
+                                                                                               highlight=False))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from evolver.cli.console import history_table
+    from evolver.cli.compare import transfer_rows
+    from evolver.cli.console import history_table, transfer_table
     from evolver.cli.history import history_rows
     from evolver.cli.start import new_run, resume_run
     from evolver.evaluation.backends import make_backend
@@ -334,8 +499,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"run {run.run_id}: {run.path}")
         with serve_local(loop.cfg, console) as local_api_base:
             loop.drive(local_api_base)
+        state = run.state()
+        if state.status == "finished" and loop.cfg.transfer_models:
+            _transfer_at_end(run, loop.cfg, loop.backend, console)
     out_console().print(history_table(run.run_id, history_rows(run)))
-    state = run.state()
+    if run.transfers():
+        out_console().print(transfer_table(transfer_rows(run.transfers())))
     if state.status == "paused":
         return EXIT_PAUSED
     alpha = run.manifest().gate["alpha"]
@@ -347,16 +516,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from evolver.cli.console import history_table
+    from evolver.cli.compare import transfer_rows
+    from evolver.cli.console import history_table, transfer_table
     from evolver.cli.history import history_rows
     from evolver.store.runstate import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     rows = history_rows(run)
+    transfers = transfer_rows(run.transfers())
     if args.json:
-        print(json.dumps({"run_id": run.run_id, "candidates": rows}, indent=2))
+        print(json.dumps({"run_id": run.run_id, "candidates": rows, "transfers": transfers}, indent=2))
     else:
         out_console().print(history_table(run.run_id, rows))
+        if transfers:
+            out_console().print(transfer_table(transfers))
     return 0
 
 
@@ -464,15 +637,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
-        print("evolver: error: a command is needed (init, eval, run, history, show, report, rollback, status, runs, tasks, daemon); see `evolver --help`", file=sys.stderr)
+        print("evolver: error: a command is needed (init, eval, compare, run, transfer, history, show, report, rollback, status, runs, tasks, daemon); see `evolver --help`", file=sys.stderr)
         return 2
     # SIGTERM stops a command as Ctrl-C does: the run records "interrupted", workers and the
     # embedded model's server are stopped on the way out instead of being left behind.
     signal.signal(signal.SIGTERM, _interrupt)
-    handler = {"eval": cmd_eval, "init": cmd_init, "tasks": cmd_tasks, "run": cmd_run, "history": cmd_history,
+    handler = {"eval": cmd_eval, "compare": cmd_compare, "transfer": cmd_transfer, "init": cmd_init, "tasks": cmd_tasks, "run": cmd_run, "history": cmd_history,
                "show": cmd_show, "report": cmd_report, "rollback": cmd_rollback, "status": cmd_status, "runs": cmd_runs, "daemon": cmd_daemon}[args.command]
     try:
-        if args.command in ("eval", "run"):
+        if args.command in ("eval", "run", "compare", "transfer"):
             from evolver.evaluation import zygote_client
 
             zygote_client.check_settings()

@@ -251,6 +251,20 @@ def investigation_lines(stats: dict) -> list[str]:
     return lines
 
 
+def transfer_table(rows: list[dict]) -> Table:
+    """Does the kept harness carry to other models: a row per compared pair (evolver.cli.compare.transfer_rows)."""
+    table = Table(title="transfers", title_justify="left")
+    for col in ("agent model", "user model", "domain", "pair", "A", "B", "effect (interval)", "verdict"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        colour = {"helps": "green", "hurts": "red"}.get(r["verdict"], "yellow")
+        effect = "-" if r["effect"] is None else f"{100 * r['effect']:+.1f}" + (
+            f" ({100 * r['ci'][0]:+.1f} to {100 * r['ci'][1]:+.1f})" if r["ci"] else "")
+        table.add_row(r["agent_model"], r["user_model"], r["domain"], r["pair"], _score(r["a"]), _score(r["b"]), effect,
+                      f"[{colour}]{r['verdict']}[/{colour}]")
+    return table
+
+
 def history_table(run_id: str, rows: list[dict]) -> Table:
     table = Table(title=f"evolver history {run_id}", title_justify="left")
     for col in ("cand", "branch", "parent", "title", "analysis", "gate (inc -> cand)", "delta", "verdict", "reason", "cost"):
@@ -321,6 +335,9 @@ def status_table(info: dict) -> Table:
         table.add_row(f"{role}", f"{u.prompt_tokens:,} in / {u.completion_tokens:,} out tokens, {cost_text([u])}")
     table.add_row("cost", info["cost_text"])
     table.add_row("models", ", ".join(f"{role} {model}" for role, model in info["models"].items()))
+    for t in info.get("transfers", []):
+        table.add_row("transfer", f"{t['agent_model']} ({t['domain']}): {t['pair']} {t['verdict']}"
+                                  + ("" if t["effect"] is None else f", {100 * t['effect']:+.1f} points"))
     table.add_row("tasks", info["split_note"])
     return table
 

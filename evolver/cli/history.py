@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from evolver.cli.compare import transfer_rows
 from evolver.config import Config
 from evolver.data import RoleUsage, cost_text, read_sim_records
 from evolver.errors import UsageError
@@ -80,6 +81,7 @@ def status(run: RunDir) -> dict:
         "cost_text": cost_text(usage.values()),
         "simulations_done": done,
         "infra_errors": {role: tally.model_dump() for role, tally in infra.items()},  # by the side that failed
+        "transfers": transfer_rows(run.transfers()),
         "simulations_planned_at_most": planned,
         "seconds_per_simulation": seconds_per_sim,
         # An upper bound: every remaining iteration is assumed to run every candidate's full gate.

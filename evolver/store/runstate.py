@@ -183,6 +183,21 @@ class RunDir:
         and did (digest.md or transcript.json, interrupted-N.json of sessions a kill cut off), its scratch copy."""
         return self.path / "proposals" / slug
 
+    def transfer_dir(self, transfer_id: str) -> Path:
+        """One `evolver transfer` of the run: its comparisons' evaluations, and transfer.json."""
+        return self.path / "transfers" / transfer_id
+
+    def transfers(self) -> list[dict]:
+        """Every finished transfer of the run (transfer.json), oldest first."""
+        files = sorted((self.path / "transfers").glob("*/transfer.json")) if (self.path / "transfers").exists() else []
+        out = []
+        for path in files:
+            try:
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                raise UsageError(f"{path} is unreadable or corrupt; remove it, or run the transfer again") from None
+        return out
+
     def latest_result(self, name: str) -> Optional[EvalResult]:
         """An evaluation's largest finished result (result-{trials}.json); None before it has one."""
         files = sorted(self.eval_dir(name).glob("result-*.json"), key=lambda p: int(p.stem.split("-")[1]))

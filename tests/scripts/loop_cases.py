@@ -41,9 +41,19 @@ def meta(messages):
     return Reply(PROPOSALS[min(attempts, len(PROPOSALS) - 1)])
 
 
+def contrary(messages):
+    """An agent model the rule misleads: it garbles odd-numbered titles only when told to keep them exact."""
+    system = str(messages[0].get("content") or "")
+    request = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    number = re.search(r"(\d+)'", request)
+    return mock_agent(messages, careless=EXACT in system and number is not None and int(number.group(1)) % 2 == 1)
+
+
 def script(name, messages, tools):
     if name == "agent":
         return agent(messages)
+    if name == "contrary":
+        return contrary(messages)
     if name == "meta":
         return meta(messages)
     return mock_script(name, messages, tools)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import partial
-from statistics import NormalDist, fmean
+from statistics import fmean
 from typing import Callable, Literal, Mapping, Sequence
 
-from evolver.evolution.gate.permutation import Block, RewardTable, concurrent_blocks, exact_p_value, staged_p_value, z_score
+from evolver.evolution.gate.permutation import Block, RewardTable, concurrent_blocks, exact_p_value, p_text, staged_p_value, t_quantile, z_score
 
 Decision = Literal["accept", "reject", "continue"]
 
@@ -265,12 +265,12 @@ def look(
     """One look at one candidate: futility before the final stage; the final test, at level alpha, at it.
     layout says which trials the final test may exchange (permutation.concurrent_blocks for decide_set)."""
     final = stage == len(config.stages) - 1
-    pairs = _paired(incumbent, candidate)
+    pairs = paired(incumbent, candidate)
     deltas = [fmean(c) - fmean(i) for c, i in pairs.values()]
     n = len(deltas)
     effect = fmean(deltas) if deltas else 0.0
     stderr = math.sqrt(sum((d - effect) ** 2 for d in deltas) / (n - 1) / n) if n >= 2 else None
-    ci_low = None if stderr is None else effect - _t_quantile(1 - alpha, n - 1) * stderr
+    ci_low = None if stderr is None else effect - t_quantile(1 - alpha, n - 1) * stderr
     suite, broken = _regressions(incumbent, candidate, config) if final else (0, [])
     if final and n >= 2:
         p_value, stopped = _final_test(pairs, layout(incumbent, candidate, config.stages), config, alpha)
@@ -305,7 +305,7 @@ def look(
     if effect <= 0:
         return verdict("reject", f"Rejected: no improvement ({summary}).")
     if p_value > alpha:
-        return verdict("reject", f"Rejected: {summary} is within noise ({_p(p_value)} > {alpha:.3g}).")
+        return verdict("reject", f"Rejected: {summary} is within noise ({p_text(p_value)} > {alpha:.3g}).")
     # min_effect is a floor on the estimate, not the null hypothesis: a no-op is still kept with
     # probability <= alpha, and a candidate whose true gain is min_effect about half the time.
     if effect < config.min_effect:
@@ -313,10 +313,10 @@ def look(
     # The decision is the permutation test's; the t-approximation's bound is shown only when it agrees
     # (with few tasks it can dip below zero for an effect the exact test confirms).
     bound = f", lower bound {_points(ci_low)}" if ci_low is not None and ci_low > 0 else ""
-    return verdict("accept", f"Accepted: {summary}, {_p(p_value)} (permutation test){bound}.")
+    return verdict("accept", f"Accepted: {summary}, {p_text(p_value)} (permutation test){bound}.")
 
 
-def _paired(incumbent: RewardTable, candidate: RewardTable) -> dict[str, tuple[list[float], list[float]]]:
+def paired(incumbent: RewardTable, candidate: RewardTable) -> dict[str, tuple[list[float], list[float]]]:
     """Valid (candidate, incumbent) trials of each task present on both sides, sorted by task."""
     pairs = {}
     for task in sorted(candidate.keys() & incumbent.keys()):
@@ -360,15 +360,5 @@ def _final_test(
     return staged_p_value(blocks, config.futility, config.permutations, alpha)
 
 
-def _t_quantile(q: float, df: int) -> float:
-    """Student t quantile by the Cornish-Fisher expansion (within 0.5% for df >= 5)."""
-    z = NormalDist().inv_cdf(q)
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
 def _points(value: float) -> str:
     return f"{100 * value:+.1f} points"
-
-
-def _p(p_value: float) -> str:
-    return "p<0.001" if p_value < 0.001 else f"p={p_value:.3f}"

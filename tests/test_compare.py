@@ -1,0 +1,136 @@
+"""`evolver compare` and `evolver transfer` through the command line, scripted models, real tau2 and git;
+and the two-sided staged test itself on tables."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from evolver.evolution.gate.compare import CompareConfig, decide_compare, spending
+from tests.conftest import SCRIPTED_MODELS, git, run_cli
+from tests.scripts.loop_cases import EXACT
+from tests.test_loop import make_target
+
+ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
+MODELS = SCRIPTED_MODELS[:6]  # agent, user, judge
+ON_TEST = ["--split", "test", "--concurrency", "8"]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """main: the loop tests' agent, which garbles odd-numbered titles; branch exact: told to keep them."""
+    path = make_target(tmp_path_factory.mktemp("compare") / "target")
+    git(path, "checkout", "-q", "-b", "exact")
+    agent = path / "agent" / "agent.py"
+    agent.write_text(agent.read_text().replace('AGENT_INSTRUCTION = """\n', f'AGENT_INSTRUCTION = """\n{EXACT}\n', 1))
+    git(path, "commit", "-qam", "keep the exact title")
+    git(path, "checkout", "-q", "main")
+    return path
+
+
+def compare(repo: Path, *args: str) -> tuple:
+    proc = run_cli(["compare", *args, "--repo", str(repo), "--json", *MODELS, *ON_TEST], env=ENV, timeout=900)
+    record = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
+    return proc, record
+
+
+def test_a_better_agent_is_called_better_early_and_the_reverse_worse(repo):
+    proc, record = compare(repo, "main", "exact")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert record["decision"] == "better" and record["effect"] > 0.3 and record["ci"][0] > 0
+    assert len(record["looks"]) < 5  # clear early: not every stage ran
+    assert record["worse_on"] == [] and len(record["better_on"]) == 20  # the 20 odd-numbered titles of the 40 test tasks
+    assert all(f["a"] == 0.0 and f["b"] == 1.0 for f in record["better_on"])
+    on_disk = json.loads(Path(record["comparison_file"]).read_text())
+    assert on_disk["decision"] == "better" and on_disk["simulations"] == record["simulations"]
+    assert record["simulations"]["a"] == record["simulations"]["b"] == 40 * record["looks"][-1]["trials"]
+    assert (Path(record["comparison_file"]).parent / "a" / "sims.jsonl").exists()
+    proc, reverse = compare(repo, "exact", "main")
+    assert proc.returncode == 0 and reverse["decision"] == "worse" and reverse["effect"] == pytest.approx(-record["effect"])
+    assert git(repo, "status", "--porcelain").strip() == "" and "exact" in git(repo, "branch", "--list")  # nothing touched
+
+
+def test_the_same_agent_twice_is_no_evidence_and_stops_early(repo):
+    proc, record = compare(repo, "main", str(repo))  # a ref and a folder holding the same agent
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert record["decision"] == "no evidence" and record["effect"] == 0.0
+    assert len(record["looks"]) == 2  # the futility look after 2 trials per task
+    text = run_cli(["compare", "main", "exact", "--repo", str(repo), *MODELS, *ON_TEST, "--better"], env=ENV, timeout=900)
+    assert text.returncode == 0 and "better" in text.stdout and "B better on 20 task(s)" in text.stdout and "spent" in text.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["main", "no-such-branch"], "'no-such-branch' is neither a folder nor a git ref"),
+    (["main", "exact", "--run", "run-nope"], "unknown run id 'run-nope'"),
+    (["main", "exact", "--domain", "nope"], "unknown domain 'nope'"),
+    (["main", "exact", "--task-ids", "gen_99"], "unknown task id"),
+])
+def test_bad_input_gets_one_line_and_nothing_is_left(repo, args, message):
+    before = sorted(p.name for p in (repo / "runs").iterdir())
+    proc = run_cli(["compare", *args, "--repo", str(repo), *MODELS, "--split", "test"], env=ENV)
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert sorted(p.name for p in (repo / "runs").iterdir()) == before
+
+
+def test_spending_adds_up_to_alpha_and_is_small_early():
+    for sided in ("two", "better"):
+        shares = spending(CompareConfig(sided=sided))
+        assert sum(shares) == pytest.approx(0.05) and shares[0] < 1e-4 < shares[1] < shares[-1]
+
+
+def test_a_no_op_is_rarely_called_anything_and_a_drift_between_looks_moves_nothing():
+    """Both arms drift together between windows: the within-window relabelling sees no effect."""
+    rng = random.Random(7)
+    config = CompareConfig(permutations=1000)
+    called = 0
+    for _ in range(40):
+        rates = [rng.random() for _ in range(30)]
+        a: dict = {f"t{i}": [] for i in range(30)}
+        b: dict = {f"t{i}": [] for i in range(30)}
+        previous = 0
+        for look, n in enumerate(config.stages):
+            for i, p in enumerate(rates):
+                moved = min(1.0, p + 0.1 * look)  # the whole system gets better between windows
+                a[f"t{i}"] += [float(rng.random() < moved) for _ in range(n - previous)]
+                b[f"t{i}"] += [float(rng.random() < moved) for _ in range(n - previous)]
+            previous = n
+            verdict = decide_compare(a, b, config, look=look)
+            if verdict.decision != "continue":
+                break
+        called += verdict.decision in ("better", "worse")
+    assert called <= 5  # alpha 0.05 over 40 no-ops: 2 expected; 6 or more would be p < 0.05
+
+
+@pytest.fixture(scope="module")
+def kept_run(tmp_path_factory):
+    """A finished run that kept one candidate: the rule that fixes the loop tests' agent."""
+    repo = make_target(tmp_path_factory.mktemp("transfer") / "target")
+    env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
+    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS,
+                    "--transfer-models", "scripted/contrary"], env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "transfers" in proc.stdout and "hurts" in proc.stdout  # --transfer-models ran at the end
+    [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
+    assert json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"][0]["verdict"] == "accepted"
+    return repo, run_id
+
+
+def test_transfer_says_helps_for_one_model_and_hurts_for_another(kept_run):
+    repo, run_id = kept_run
+    helps = run_cli(["transfer", run_id, "--repo", str(repo), "--json", "--agent-model", "scripted/agent", "--concurrency", "8"],
+                    env=ENV, timeout=900)
+    assert helps.returncode == 0, helps.stderr[-2000:]
+    [pair] = json.loads(helps.stdout)["pairs"]
+    assert (pair["a"], pair["b"], pair["verdict"]) == ("base", "best", "helps") and pair["effect"] > 0.3
+    hurts = run_cli(["transfer", run_id, "--repo", str(repo), "--agent-model", "scripted/contrary", "--concurrency", "8"], env=ENV, timeout=900)
+    assert hurts.returncode == 0, hurts.stderr[-2000:]
+    assert "hurts" in hurts.stdout and "scripted/contrary" in hurts.stdout
+    history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["transfers"]
+    assert [(t["agent_model"], t["verdict"]) for t in history] == [("scripted/contrary", "hurts"), ("scripted/agent", "helps"),
+                                                                    ("scripted/contrary", "hurts")]
+    status = run_cli(["status", run_id, "--repo", str(repo)])
+    assert "transfer" in status.stdout and "hurts" in status.stdout
+    assert "transfers" in run_cli(["history", run_id, "--repo", str(repo)]).stdout
