@@ -104,6 +104,8 @@ class Config:
     analysis_split: str = setting("", "split whose failures the meta-LLM sees (default: train, or a seeded half)", "runs", flags=("run",))
     gate_split: str = setting("", "split the gate decides on (default: test, or the other seeded half)", "runs", flags=("run",))
     analysis_trials: int = setting(1, "trials per analysis task", "runs", bounds=(1, 100))
+    exclude_tasks: list = setting([], "task ids left out of a run's analysis, gate and holdout sets (see `evolver tasks --triage RUN`)",
+                                  "runs", flags=("run",), metavar="IDS")
     holdout: str = setting("auto", "seal part of the analysis split as a holdout: auto (40+ analysis tasks), on or off", "gate",
                            flags=("run",), choices=("auto", "on", "off"), style="on_off")
     holdout_trials: int = setting(2, "trials per holdout task", "gate", bounds=(1, 100))

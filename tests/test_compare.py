@@ -134,3 +134,30 @@ def test_transfer_says_helps_for_one_model_and_hurts_for_another(kept_run):
     status = run_cli(["status", run_id, "--repo", str(repo)])
     assert "transfer" in status.stdout and "hurts" in status.stdout
     assert "transfers" in run_cli(["history", run_id, "--repo", str(repo)]).stdout
+
+
+def test_triage_flags_an_impossible_task_and_a_customer_who_leaves(tmp_path):
+    repo = tmp_path / "target"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    assert run_cli(["init", str(repo)]).returncode == 0
+    (repo / "evolver.toml").write_text((repo / "evolver.toml").read_text().replace(
+        'domain = "mock"', 'domain = "evolver_triage"\nplugins = ["tests.scripts.triage_domain"]'))
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    env = {"EVOLVER_SCRIPT": "tests.scripts.triage_domain:script"}
+    proc = run_cli(["eval", str(repo), "--json", *MODELS, "--trials", "3", "--concurrency", "8"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    eval_id = json.loads(proc.stdout)["run_id"]
+    flagged = {t["task"]: t["flags"] for t in json.loads(run_cli(["tasks", "--triage", eval_id, "--repo", str(repo), "--json"]).stdout)}
+    assert flagged["tri_impossible"] == ["never passed"]
+    assert flagged["tri_quitter"] == ["never passed", "the customer's doing"]
+    assert all(flagged[f"tri_{n}"] == ["never varies"] for n in range(6))  # the scripted agent always passes them
+    text = run_cli(["tasks", "--triage", eval_id, "--repo", str(repo)]).stdout
+    assert "tri_quitter: never passed (0 of 3 simulations passed); the customer's doing (3 of 3 failures: the customer stopped after" in text
+    dry = run_cli(["run", str(repo), "--dry-run", "--exclude-tasks", "tri_impossible,tri_quitter", *SCRIPTED_MODELS], env=env)
+    assert dry.returncode == 0 and "2 task(s) excluded" in dry.stderr, dry.stderr
+    bad = run_cli(["run", str(repo), "--dry-run", "--exclude-tasks", "tri_nope", *SCRIPTED_MODELS], env=env)
+    assert bad.returncode == 2 and "exclude_tasks names task(s) evolver_triage does not have: tri_nope" in bad.stderr
+    missing = run_cli(["tasks", "--triage", "run-nope", "--repo", str(repo)])
+    assert missing.returncode == 2 and "no run, comparison or evaluation 'run-nope'" in missing.stderr

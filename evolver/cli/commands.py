@@ -213,9 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description=DAEMON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=["status", "stop"], help="status: list running daemons; stop: let them exit once their current evaluations end")
 
-    p = sub.add_parser("tasks", help="list the task ids of a domain and split")
-    p.add_argument("domain", choices=DOMAINS)
+    p = sub.add_parser("tasks", help="list the task ids of a domain and split; --triage RUN: the tasks that are only noise")
+    p.add_argument("domain", nargs="?", choices=DOMAINS, help="list this domain's task ids")
     p.add_argument("--split", help="train, test or base")
+    p.add_argument("--triage", metavar="RUN", help="flag the tasks of a run, comparison or evaluation that never passed, fail by the "
+                                                   "customer's doing, or never vary (exclude them with exclude_tasks)")
+    p.add_argument("--repo", default=".", help="with --triage: the repository (default: current)")
+    p.add_argument("--json", action="store_true", help="with --triage: every task's counts and flags as JSON")
     return parser
 
 
@@ -424,6 +428,10 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    if args.triage:
+        return _triage(args)
+    if not args.domain:
+        raise UsageError(f"name a domain ({', '.join(DOMAINS)}), or --triage RUN")
     from evolver.llm import prepare_environment
 
     prepare_environment()
@@ -436,6 +444,25 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         raise UsageError(f"domain '{args.domain}' has no split '{args.split}'; its splits: {', '.join(sorted(splits)) or 'none'}")
     for task in load_tasks(args.domain, args.split):
         print(task.id)
+    return 0
+
+
+def _triage(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from evolver.evolution.triage import triage
+    from evolver.store.runstate import measured
+
+    tasks = triage(measured(Path(args.repo).resolve(), args.triage))
+    if args.json:
+        print(json.dumps([{**dataclasses.asdict(t), "pass_rate": t.pass_rate} for t in tasks], indent=2))
+        return 0
+    flagged = [t for t in tasks if t.flags]
+    print(f"{len(flagged)} of {len(tasks)} task(s) flagged in {args.triage}")
+    for t in flagged:
+        print(f"{t.task}: {'; '.join(f'{flag} ({why})' for flag, why in zip(t.flags, t.why))}")
+    if flagged:
+        print(f"exclude them from a run: exclude_tasks = [{', '.join(repr(t.task) for t in flagged)}] in evolver.toml, or --exclude-tasks")
     return 0
 
 

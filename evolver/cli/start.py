@@ -54,6 +54,12 @@ def choose_splits(cfg: Config, all_tasks: list[str], splits: dict[str, list[str]
         half = len(shuffled) // 2
         analysis, gate = sorted(shuffled[:half]), sorted(shuffled[half:])
         note = f"{cfg.domain} has no train/test split: seed {cfg.seed} split its {len(all_tasks)} tasks into {len(analysis)} analysis and {len(gate)} gate tasks"
+    if cfg.exclude_tasks:
+        unknown = sorted(set(cfg.exclude_tasks) - set(all_tasks))
+        if unknown:
+            raise UsageError(f"exclude_tasks names task(s) {cfg.domain} does not have: {', '.join(unknown)}; see `evolver tasks {cfg.domain}`")
+        analysis, gate = [t for t in analysis if t not in cfg.exclude_tasks], [t for t in gate if t not in cfg.exclude_tasks]
+        note += f"; {len(cfg.exclude_tasks)} task(s) excluded"
     overlap = set(analysis) & set(gate)
     if overlap:
         raise UsageError(f"the analysis and gate sets share {len(overlap)} task(s); choose disjoint splits")

@@ -149,7 +149,8 @@ def describe(label: str, record: SimRecord, messages: list[dict]) -> Failure:
     return Failure(label=label, record=record, checks=checks, goal=goal, actions=actions, transcript=transcript)
 
 
-def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, full_examples: int = 2, focus: tuple[int, int] = (0, 1)) -> str:
+def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, full_examples: int = 2, focus: tuple[int, int] = (0, 1),
+                 notes: tuple[str, ...] = ()) -> str:
     """A markdown digest of the failures in `result` (an analysis-set evaluation).
 
     ``focus`` (i, k): the digest for candidate i of k proposed at once. Every candidate sees all
@@ -165,6 +166,7 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
     head = [
         f"# Failure digest: {len(failures)} of {len(scored)} analysis simulations failed",
         f"Tasks are labelled T1..T{len(labels)}; data values are shown as <Vn> placeholders.",
+        *([f"Tasks that may be only noise (triage): {'; '.join(notes)}"] if notes else []),
         "",
     ]
     if not failures:

@@ -39,6 +39,12 @@ class Evidence:
     analysis: EvalResult
     analysis_dir: Path
     earlier: list[EarlierCandidate] = field(default_factory=list)
+    triaged: list = field(default_factory=list)  # evolver.evolution.triage.TaskTriage of the run's analysis evaluations
+
+    def triage_notes(self) -> list[str]:
+        """The analysis tasks triage flags, by label: fixing them may be impossible or not the agent's job."""
+        return [f"{self.labels[t.task]}: {'; '.join(f'{flag} ({why})' for flag, why in zip(t.flags, t.why))}"
+                for t in self.triaged if t.flags and t.task in self.labels]
 
     def __post_init__(self):
         self.labels = {task: f"T{i + 1}" for i, task in enumerate(self.analysis.task_ids)}
@@ -79,6 +85,9 @@ class Evidence:
         lines = [line for line in lines if str(contains).lower() in line.lower()]
         passed = sum(1 for r in self.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) >= 1.0)
         head = f"{len(lines)} failed simulation(s){' matching ' + repr(_short(contains)) if contains else ''}; {passed} passed"
+        notes = self.triage_notes()
+        if notes and page == 1:
+            head += "\ntasks that may be only noise (triage):\n" + "\n".join(notes)
         return paged(head, lines, page)
 
     def trajectory(self, label: str, trial: int = 0, page: int = 1) -> str:

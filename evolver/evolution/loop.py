@@ -32,9 +32,10 @@ from evolver.evolution.noop import inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits
 from evolver.evolution.plan import max_simulations, proposer_budget
 from evolver.evolution.proposers import Proposer, Request
+from evolver.evolution.triage import triage
 from evolver.llm import ProviderError
 from evolver.store.lineage import Lineage, commit_message
-from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, slug
+from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, measured, slug
 
 SMOKE_TIMEOUT = 600.0
 # How far a candidate got, best first: an iteration is as far as its furthest candidate.
@@ -170,7 +171,9 @@ class Loop:
 
         request = Request(
             label=cand.label, focus=(record.candidates.index(cand), len(record.candidates)), parent=parent_tree,
-            evidence=Evidence(analysis, self.run.eval_dir(f"analysis-g{record.generation}"), self.earlier_candidates(record)),
+            evidence=Evidence(analysis, self.run.eval_dir(f"analysis-g{record.generation}"), self.earlier_candidates(record),
+                              triage({name: records for name, records in measured(self.run.repo, self.run.run_id).items()
+                                      if name.startswith("evals/analysis-")})),
             learnings=self.learnings(), guide=self.guide, identifiers=self.identifiers, meta=self.cfg.role("meta", self.local_api_base),
             llm_retries=self.cfg.llm_retries, context_tokens=self.cfg.meta_context_tokens, budget=proposer_budget(self.cfg),
             workdir=workdir, prompts_dir=self.prompts_dir, digest_chars=self.cfg.digest_chars, try_agent=try_agent,

@@ -303,6 +303,20 @@ def _read(model, path: Path):
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+def measured(repo: Path, name: str) -> dict[str, list]:
+    """Every evaluation a run, a comparison or an evaluation (runs/<name>/) holds, by name: its simulation records."""
+    from evolver.data import read_sim_records
+
+    folder = Path(repo) / "runs" / name
+    if not RUN_ID.fullmatch(name) or not folder.is_dir():
+        known = sorted(p.name for p in (Path(repo) / "runs").iterdir() if p.is_dir()) if (Path(repo) / "runs").is_dir() else []
+        raise UsageError(f"no run, comparison or evaluation '{name}' in {Path(repo) / 'runs'}"
+                         + (f"; known: {', '.join(known[-5:])}" if known else ""))
+    files = sorted(folder.glob("evals/*/sims.jsonl")) + sorted(folder.glob("*/sims.jsonl")) + sorted(folder.glob("sims.jsonl"))
+    files += sorted(folder.glob("transfers/*/*/*/sims.jsonl"))
+    return {str(f.parent.relative_to(folder)) or ".": read_sim_records(f) for f in files}
+
+
 def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
     """A run by id, or the newest one when run_id is None."""
     runs = Path(repo) / "runs"

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from evolver import __version__
+from evolver.cli.compare import transfer_rows
 from evolver.cli.history import history_rows, latest_rewards, show, status
 from evolver.data import RoleUsage
-from evolver.store.runstate import RunDir, slug
+from evolver.evolution.triage import triage
+from evolver.store.runstate import RunDir, measured, slug
 
 ROLE_ORDER = ("agent", "user", "judge", "meta")
 OUTSIDE_ITERATIONS = "baseline, references, holdout"  # what the run measured outside any iteration's own candidates
@@ -72,6 +74,7 @@ class Candidate:
     diff: str
     flips: list[dict]  # gate tasks whose pass rate changed against the incumbent: task, incumbent, candidate
     findings: list[str]  # the static scan's
+    investigation: dict = field(default_factory=dict)  # what its proposer did (proposers.Outcome.stats), with the transcript's path
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,8 @@ class RunFacts:
     holdout: Optional[dict]  # base, best, tasks, trials; None when none was measured
     decisions: int
     alpha: float
+    transfers: list[dict] = field(default_factory=list)  # evolver.cli.compare.transfer_rows
+    triage: list[dict] = field(default_factory=list)  # the flagged tasks (evolver.evolution.triage): task, flags, why
     generated: float = field(default_factory=time.time)
     evolver_version: str = __version__
 
@@ -170,6 +175,7 @@ def collect(run: RunDir) -> RunFacts:
                 gate_incumbent=record.gate_incumbent, gate_candidate=cand.gate_candidate,
                 effect=last.get("effect"), ci_low=last.get("ci_low"), p_value=last.get("p_value"), looks=len(cand.verdicts),
                 analysis=rows[cand.label]["analysis"], diff=info["diff"], flips=info["flips"], findings=list(cand.findings),
+                investigation=dict(cand.investigation),
             ))
     holdout_file = run.path / "holdout.json"
     holdout = None
@@ -191,6 +197,8 @@ def collect(run: RunDir) -> RunFacts:
         best_moves=[{"iteration": b.iteration, "label": label_of(b.iteration), "reason": b.reason, "at": b.at} for b in state.best_history],
         costs=_costs(records, state), grid=_grid(run, manifest.gate_tasks, candidates), holdout=holdout,
         decisions=state.decisions, alpha=float(manifest.gate.get("alpha", 0.05)),
+        transfers=transfer_rows(run.transfers()),
+        triage=[{"task": t.task, "flags": t.flags, "why": t.why} for t in triage(measured(run.repo, run.run_id)) if t.flags],
     )
 
 

@@ -77,6 +77,12 @@ candidates per iteration the gate tests each at &alpha;/K). {_never_gated(facts)
 <section id="holdout"><h2>Holdout</h2>
 {_holdout(facts)}
 </section>
+<section id="transfers"><h2>Transfers</h2>
+{_transfers(facts)}
+</section>
+<section id="triage"><h2>Task triage</h2>
+{_triage(facts)}
+</section>
 <section id="settings"><h2>Settings</h2>
 {_settings(facts)}
 </section>
@@ -167,9 +173,38 @@ def _candidate_detail(c: Candidate) -> str:
         up = sum(x["candidate"] > x["incumbent"] for x in c.flips)
         items = "".join(f"<li>{escape(x['task'])}: {x['incumbent']:.2f} → {x['candidate']:.2f}</li>" for x in c.flips)
         parts.append(f"<details><summary>gate tasks that flipped: {up} up, {len(c.flips) - up} down</summary><ul>{items}</ul></details>")
+    if c.investigation:
+        stats = c.investigation
+        done = ", ".join(f"{escape(k)} ×{v}" for k, v in sorted(stats.get("tools", {}).items()))
+        where = stats.get("transcript") or stats.get("digest") or stats.get("log") or ""
+        parts.append(f'<details class="investigation"><summary>how it was proposed: {stats.get("turns", stats.get("answers", 1))} turn(s), '
+                     f'{stats.get("tokens", 0):,} tokens, {stats.get("seconds", 0):g} s</summary><p>{done or "one answer"}; '
+                     f'the whole record beside this file: <code>{escape(_relative(where))}</code></p></details>')  # a path, not a link: the page loads nothing
     if c.findings:
         parts.append("<details><summary>static scan</summary><ul>" + "".join(f"<li><code>{escape(x)}</code></li>" for x in c.findings) + "</ul></details>")
     return " ".join(parts) or '<span class="note">nothing more recorded</span>'
+
+
+def _transfers(f: RunFacts) -> str:
+    if not f.transfers:
+        return '<p class="note">No transfer measured: <code>evolver transfer RUN --agent-model M</code> compares base and best under another model.</p>'
+    head = "<tr><th>agent model</th><th>user model</th><th>domain</th><th>pair</th><th>A</th><th>B</th><th>effect (interval)</th><th>verdict</th></tr>"
+    rows = []
+    for t in f.transfers:
+        effect = "" if t["effect"] is None else f"{100 * t['effect']:+.1f}" + (f" ({100 * t['ci'][0]:+.1f} to {100 * t['ci'][1]:+.1f})" if t["ci"] else "")
+        rows.append(f'<tr class="transfer"><td>{escape(t["agent_model"])}</td><td>{escape(t["user_model"])}</td><td>{escape(t["domain"])}</td>'
+                    f'<td>{escape(t["pair"])}</td><td class="num">{_score(t["a"])}</td><td class="num">{_score(t["b"])}</td>'
+                    f'<td class="num">{effect}</td><td>{escape(t["verdict"])}</td></tr>')
+    return f'<table id="transfers-table">{head}{"".join(rows)}</table>'
+
+
+def _triage(f: RunFacts) -> str:
+    if not f.triage:
+        return '<p class="note">No task flagged: every task measured enough passed sometimes, varied, and failed by the agent\'s doing.</p>'
+    items = "".join(f'<li><code>{escape(t["task"])}</code>: {escape("; ".join(f"{a} ({b})" for a, b in zip(t["flags"], t["why"])))}</li>'
+                    for t in f.triage)
+    return (f'<ul id="triage-list">{items}</ul><p class="note">Tasks that cost simulations and cannot show an effect; '
+            "<code>exclude_tasks</code> leaves them out of a run.</p>")
 
 
 def _holdout(f: RunFacts) -> str:
@@ -190,6 +225,12 @@ def _settings(f: RunFacts) -> str:
     return (table("run-table", facts) + "<h3>Models</h3>" + table("models-table", f.models)
             + "<h3>Gate</h3>" + table("gate-table", f.gate) + "<h3>Configuration</h3>" + table("settings-table", f.settings)
             + "<h3>Versions</h3>" + table("versions-table", f.versions))
+
+
+def _relative(path: str) -> str:
+    """A file of the run as the report (runs/RUN/report.html) links it: relative to the run's folder."""
+    marker = "/runs/"
+    return path.split(marker, 1)[1].split("/", 1)[1] if marker in path else path
 
 
 def _diff_html(diff: str) -> str:
