@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, GROUPS, SPECS, Config, apply_default_models, checked, eval_request, listing_request, load_config
+from evolver.config import DOMAINS, GROUPS, SPECS, Config, apply_default_models, checked, eval_request, flag_of, listing_request, load_config
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
@@ -82,6 +82,8 @@ def _add_setting_flags(p: argparse.ArgumentParser, command: str, extra: dict[str
                 g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=_flag_help(name, spec))
             elif spec.style == "flag":
                 g.add_argument(flag, action="store_true", default=None, help=spec.help)
+            elif spec.style == "table":  # --agent-arg max_tokens=2048 --agent-arg top_p=0.9
+                g.add_argument(flag_of(name), dest=name, action="append", metavar=spec.metavar, help=spec.help + "; repeat it per argument")
             elif spec.style == "on_off":  # --holdout / --no-holdout; auto when neither is given
                 g.add_argument(flag, dest=name, action="store_const", const="on", help=spec.help)
                 g.add_argument("--no-" + flag[2:], dest=name, action="store_const", const="off", help=f"no {name.replace('_', ' ')} (default: auto)")
@@ -100,6 +102,8 @@ def _flag_help(name: str, spec) -> str:
     parts = [spec.help]
     if low is not None and high is not None and not spec.choices and name != "gate_alpha":
         parts.append(f"{low:g}-{high:g}")
+    if spec.choices and spec.metavar:  # choices the metavar does not show
+        parts.append("one of " + ", ".join(c for c in spec.choices if c))
     if default not in ("", [], None):
         shown = "on" if default is True else "off" if default is False else f"{default:g}" if isinstance(default, float) else default
         parts.append(f"default {shown}")
