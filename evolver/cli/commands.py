@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("init", help="set up a repository: agent/ from the template, evolver.toml, runs/ ignored")
     p.add_argument("dir", nargs="?", default=".", help="target directory (default: current)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
+    p.add_argument("--from", dest="source", metavar="SOURCE",
+                   help="bring an auto-harness checkout (its agent, experiment_config.yaml and learnings), or a Life-Harness "
+                        "evaluation command line (in quotes; its settings and harness switches); prints what maps and what does not")
 
     p = sub.add_parser("eval", help="evaluate the agent in a checkout on tau2", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", nargs="?", default=".", help="repository holding agent/agent.py (default: current)")
@@ -276,8 +279,18 @@ def _discard(out: Path) -> None:
 def cmd_init(args: argparse.Namespace) -> int:
     from evolver.cli.scaffold import init_repo
 
-    written = init_repo(Path(args.dir), force=args.force)
-    print(f"initialised {Path(args.dir).resolve()}: " + ", ".join(written))
+    migration = None
+    if args.source is not None:
+        from evolver.cli.migrate import read_source
+
+        migration = read_source(args.source)  # bad input fails here, before anything is written
+    written = init_repo(Path(args.dir), force=args.force, migration=migration)
+    print(f"initialised {Path(args.dir).resolve()}" + (f" from {migration.source}" if migration else "") + ": " + ", ".join(written))
+    if migration:
+        print("mapped:")
+        print("\n".join(f"  {line}" for line in migration.mapped))
+        print("left out (no equivalent in evolver, or not needed):")
+        print("\n".join(f"  {line}" for line in migration.left_out) or "  nothing")
     print("next: commit these files (git add -A && git commit), then `evolver eval`; with no OPENAI_API_KEY and no "
           "--agent-model it runs on the embedded local model")
     return 0

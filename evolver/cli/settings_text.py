@@ -25,8 +25,10 @@ def _default(f):
     return f.default if f.default_factory is MISSING else f.default_factory()
 
 
-def toml_template() -> str:
-    """evolver.toml with every key a file may set, its default and what it does."""
+def toml_template(values: dict | None = None) -> str:
+    """evolver.toml with every key a file may set, its default and what it does; ``values`` (from
+    `evolver init --from`) are written uncommented in place of their defaults, tables at the end."""
+    values = values or {}
     lines = [
         "# evolver configuration: every key, with its default. EVOLVER_<KEY> environment variables",
         "# override these values, and command-line flags (--key-name) override both.",
@@ -34,13 +36,17 @@ def toml_template() -> str:
         "# OpenAI's gpt-4.1-mini / gpt-4.1 when OPENAI_API_KEY is set, else \"local\".",
         "",
     ]
+    tables = []
     for f in fields(Config):
         if SPECS[f.name].flag_only:
             continue
-        value = tomli_value(_default(f))
-        line = f"{f.name} = {value}" if f.name in ACTIVE else f"# {f.name} = {value}"
+        if isinstance(values.get(f.name), dict) and values[f.name]:  # a table must follow every plain key
+            tables += ["", f"[{f.name}]  # {SPECS[f.name].help}"] + [f"{_key(k)} = {tomli_value(v)}" for k, v in values[f.name].items()]
+            continue
+        value = tomli_value(values.get(f.name, _default(f)))
+        line = f"{f.name} = {value}" if f.name in ACTIVE or f.name in values else f"# {f.name} = {value}"
         lines.append(f"{line:<36} # {SPECS[f.name].help}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + tables) + "\n"
 
 
 def tomli_value(value) -> str:
