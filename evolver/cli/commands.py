@@ -328,7 +328,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             run = find_run(repo, args.resume)
             given = sorted(k for k, v in _overrides(args).items() if v is not None and k != "iterations")
             if given:  # the run's recorded settings win: say so rather than ignore the flag
-                raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join('--' + k.replace('_', '-') for k in given)} (only --iterations may change)")
+                raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in given)} (only --iterations may change)")
             stack.enter_context(run.lock())  # before anything is read or written: one driver per run
             iterations = None if args.iterations is None else checked("iterations", args.iterations, "--iterations")
             loop = resume_run(run, iterations, console)
