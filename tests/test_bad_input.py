@@ -133,7 +133,7 @@ CASES = [
     ("flag-agent-arg-form", ["eval", "{repo}", "--agent-arg", "max_tokens"], "is not KEY=VALUE", None),
     ("flag-agent-arg-temperature", ["eval", "{repo}", "--agent-arg", "temperature=1"], "set agent_temperature instead", None),
     ("flag-meta-arg-model", ["run", "{repo}", "--meta-arg", "model=gpt-4o"], "'model' is not taken here: the model is meta_model", None),
-    ("flag-extra-body-messages", ["eval", "{repo}", "--user-arg", 'extra_body={"messages": []}'], "may not set messages", None),
+    ("flag-extra-body-messages", ["eval", "{repo}", "--user-arg", 'extra_body={{"messages": []}}'], "may not set messages", None),
     ("flag-reasoning-effort", ["eval", "{repo}", "--agent-reasoning-effort", "extreme"], "is not one of: none", None),
     ("run-learnings-file-missing", ["run", "{repo}", "--learnings-file", "no-such-learnings.md"], "learnings_file", None),
     ("resume-with-agent-arg", ["run", "{repo}", "--resume", "{run}", "--agent-arg", "seed=1"], "drop --agent-arg", None),
