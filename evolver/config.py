@@ -1,7 +1,8 @@
 """Configuration: `evolver.toml` in the repo, then EVOLVER_* environment variables, then CLI flags.
 
 Every key can be set in all three places; later sources win. The file is flat
-TOML (see `evolver init` for a commented example).
+TOML (see `evolver init` for a commented example), but for the per-role tables of
+model arguments ([agent_args] and the like), which merge key by key.
 """
 
 from __future__ import annotations
