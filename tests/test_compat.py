@@ -180,6 +180,16 @@ def test_life_harness_layers_need_its_master_switch_and_a_script_file_works(tmp_
     assert proc.returncode == 2 and "holds 2 eval_harness.py command lines" in proc.stderr and not (tmp_path / "u").exists()
 
 
+def test_files_of_agent_beside_agent_py_are_said_to_stay_behind(tmp_path):
+    source = tmp_path / "auto-harness"
+    shutil.copytree(FIXTURE, source)
+    (source / "agent" / "helpers").mkdir()
+    (source / "agent" / "helpers" / "__init__.py").write_text("import subprocess\n")  # BIRD-Interact's helpers start processes
+    proc = run_cli(["init", str(tmp_path / "target"), "--from", str(source)])
+    assert proc.returncode == 0 and "agent/helpers: not brought, only agent/agent.py is" in proc.stdout, proc.stdout + proc.stderr
+    assert not (tmp_path / "target" / "agent" / "helpers").exists()
+
+
 @pytest.mark.parametrize("change, fragment", [
     (("experiment_config.yaml", 'benchmark: "terminal-bench"\nagent_model: "gpt-5.4"\n'), "set up for benchmark 'terminal-bench'"),
     (("experiment_config.yaml", "benchmark: tau-bench\ndomain: banking\n"), "domain 'banking' is not a tau2 domain"),

@@ -160,6 +160,9 @@ def from_auto_harness(root: Path) -> Migration:
                       ("PROGRAM.md", "the coding agent's instructions: evolver's meta model follows Harness.md")):
         if (root / name).exists():
             m.left_out.append(f"{name}: {why}")
+    others = sorted(p.name for p in (root / "agent").iterdir() if p.name not in ("agent.py", "templates", "__init__.py", "__pycache__"))
+    if others:
+        m.left_out.append(f"agent/{', agent/'.join(others)}: not brought, only agent/agent.py is")
     if re.search(r"^\s*(from|import)\s+agent\.", m.agent, re.M):
         m.left_out.append("agent/agent.py imports other modules of agent/: copy them into agent/ by hand (only agent.py is brought)")
     m.left_out.append("harness layers: the auto-harness agent has none; evolver's H2-H5 layers live in its own template (Harness.md)")
