@@ -1,11 +1,13 @@
 """Configuration: `evolver.toml` in the repo, then EVOLVER_* environment variables, then CLI flags.
 
 Every key can be set in all three places; later sources win. The file is flat
-TOML (see `evolver init` for a commented example).
+TOML (see `evolver init` for a commented example), but for the per-role tables of
+model arguments ([agent_args] and the like), which merge key by key.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -35,18 +37,27 @@ class Spec:
     positive: bool = False  # seconds, more than 0
     flag_only: bool = False  # never from the file or the environment (giving up the sandbox must be typed)
     metavar: Optional[str] = None
-    style: str = "value"  # value; switch (--x/--no-x); flag (--x, true); on_off (--x sets "on", --no-x "off")
+    style: str = "value"  # value; switch (--x/--no-x); flag (--x, true); on_off (--x sets "on", --no-x "off"); table (--x-arg KEY=VALUE, repeated)
 
 
 def setting(default: Any, help: str, group: str, **spec) -> Any:
-    """A Config field with its Spec; a list default is copied per instance."""
+    """A Config field with its Spec; a list or table default is copied per instance."""
     meta = {"spec": Spec(help=help, group=group, **spec)}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
+def flag_of(name: str) -> str:
+    """A setting's flag: --key-name; a table of model arguments takes one KEY=VALUE per --role-arg."""
+    if SPECS[name].style == "table":
+        return "--" + name.removesuffix("_args").replace("_", "-") + "-arg"
+    return "--" + name.replace("_", "-")
+
+
 BOTH = ("eval", "run")
+# litellm's reasoning_effort values ("default" aside: leaving the setting empty is that).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
 @dataclass
@@ -72,6 +83,21 @@ class Config:
                                              "customer; false: tau2's request as it is", "models", flags=BOTH, style="switch")
     agent_temperature: float = setting(0.0, "the agent's sampling temperature", "models")
     user_temperature: float = setting(0.0, "the user simulator's sampling temperature", "models")
+    # Per role: a reasoning model's effort, and further litellm arguments (LLM_ARGS below). The trusted
+    # side passes them with every call of that role; a candidate's agent never sets them.
+    agent_reasoning_effort: str = setting("", "the agent's reasoning effort (litellm's reasoning_effort); empty: the model's own default. "
+                                              "The agent's code may read it as AGENT_REASONING_EFFORT", "models", flags=BOTH,
+                                          choices=("",) + REASONING_EFFORTS, metavar="EFFORT")
+    user_reasoning_effort: str = setting("", "the user simulator's reasoning effort; empty: the model's own default", "models", flags=BOTH,
+                                         choices=("",) + REASONING_EFFORTS, metavar="EFFORT")
+    meta_reasoning_effort: str = setting("", "the meta model's reasoning effort; empty: the model's own default", "models", flags=BOTH,
+                                         choices=("",) + REASONING_EFFORTS, metavar="EFFORT")
+    agent_args: dict = setting({}, "more litellm arguments for every agent call, e.g. max_tokens, top_p, seed, extra_body (the list: "
+                                   "docs/configuration.md)", "models", flags=BOTH, style="table", metavar="KEY=VALUE")
+    user_args: dict = setting({}, "more litellm arguments for every user-simulator call", "models", flags=BOTH, style="table", metavar="KEY=VALUE")
+    meta_args: dict = setting({}, "more litellm arguments for every meta-model call", "models", flags=BOTH, style="table", metavar="KEY=VALUE")
+    judge_args: dict = setting({}, "more litellm arguments for every judge call; with no judge_model, the user's apply first", "models",
+                               flags=BOTH, style="table", metavar="KEY=VALUE")
     llm_retries: int = setting(4, "attempts per LLM call before a provider error counts as an infrastructure error", "models", bounds=(0, 20))
     # Evaluation.
     domain: str = setting("mock", "tau2 domain: airline, retail, telecom or mock", "evaluation", flags=BOTH)
@@ -106,6 +132,9 @@ class Config:
     analysis_trials: int = setting(1, "trials per analysis task", "runs", bounds=(1, 100))
     exclude_tasks: list = setting([], "task ids left out of a run's analysis, gate and holdout sets (see `evolver tasks --triage RUN`)",
                                   "runs", flags=("run",), metavar="IDS")
+    learnings_file: str = setting("", "a file of findings from earlier work (e.g. auto-harness's workspace/learnings.md), relative to the "
+                                      "repository: a new run copies it and its proposer reads it before the run's own learnings", "runs",
+                                  flags=("run",), metavar="PATH")
     holdout: str = setting("auto", "seal part of the analysis split as a holdout: auto (40+ analysis tasks), on or off", "gate",
                            flags=("run",), choices=("auto", "on", "off"), style="on_off")
     holdout_trials: int = setting(2, "trials per holdout task", "gate", bounds=(1, 100))
@@ -158,11 +187,20 @@ class Config:
             model, api_base = getattr(self, f"{name}_model"), getattr(self, f"{name}_api_base")
             temperature = getattr(self, f"{name}_temperature", 0.0)
         api_base = api_base or self.api_base or None
+        args = {"temperature": temperature, **self.model_args(name)}
         if model == LOCAL:  # the local serving path, labelled by role for its counters
             # The user's adapter setting travels with its model, so request.json and result.json name it.
             adapter = {USER_ADAPTER: self.local_user_adapter} if name == "user" else {}
-            return RoleModel(model=f"local/{name}", api_base=api_base or local_api_base or None, llm_args={"temperature": temperature, **adapter})
-        return RoleModel(model=model, api_base=api_base, llm_args={"temperature": temperature})
+            return RoleModel(model=f"local/{name}", api_base=api_base or local_api_base or None, llm_args={**args, **adapter})
+        return RoleModel(model=model, api_base=api_base, llm_args=args)
+
+    def model_args(self, name: str) -> dict:
+        """A role's reasoning effort and its table of litellm arguments. The judge has no model of its
+        own when judge_model is empty: it is the user simulator's model, and takes the user's first."""
+        if name == "judge":
+            return {**({} if self.judge_model else self.model_args("user")), **self.judge_args}
+        effort = getattr(self, f"{name}_reasoning_effort")
+        return {**({"reasoning_effort": effort} if effort else {}), **getattr(self, f"{name}_args")}
 
     def uses_local_server(self, roles: tuple[str, ...] = ("agent", "user", "meta")) -> bool:
         """Whether evolver must serve the embedded model: one of ``roles`` is "local" without a server of its own."""
@@ -204,9 +242,142 @@ def spec(name: str) -> Spec:
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
+def _whole(low: Optional[int]):
+    def check(value):
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "is not a whole number"
+        return f"must be at least {low}" if low is not None and value < low else None
+    return check
+
+
+def _number(low: float, high: float, above: bool = False):
+    def check(value):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value or value in (float("inf"), float("-inf")):
+            return "is not a finite number"
+        if (value <= low if above else value < low) or value > high:
+            return f"must be more than {low:g}" if above else f"must be between {low:g} and {high:g}"
+        return None
+    return check
+
+
+def _one_of(choices: tuple[str, ...]):
+    return lambda value: None if value in choices else f"is not one of: {', '.join(choices)}"
+
+
+def _boolean(value):
+    return None if isinstance(value, bool) else "is not true or false"
+
+
+def _stops(value):
+    texts = [value] if isinstance(value, str) else value
+    ok = isinstance(texts, list) and 1 <= len(texts) <= 4 and all(isinstance(t, str) and t for t in texts)
+    return None if ok else "is not a text or a list of 1 to 4 texts"
+
+
+# Keys a request body must hold as evolver builds them: extra_body may not replace them.
+BODY_KEYS = ("model", "messages", "tools", "tool_choice", "stream", "n", "api_key")
+
+
+def _body(value):
+    if not isinstance(value, dict):
+        return "is not a table"
+    taken = sorted(set(value) & set(BODY_KEYS))
+    return f"may not set {', '.join(taken)} (evolver builds the request's {', '.join(taken)} itself)" if taken else None
+
+
+def _table(value):
+    return None if isinstance(value, dict) else "is not a table"
+
+
+# The litellm arguments a role's table (agent_args, user_args, meta_args, judge_args) may hold: what
+# hosted and self-hosted models need beside the model string. Name -> (check, what it accepts).
+LLM_ARGS: dict[str, tuple[Any, str]] = {
+    "max_tokens": (_whole(1), "a whole number, 1 or more"),
+    "max_completion_tokens": (_whole(1), "a whole number, 1 or more (reasoning tokens included)"),
+    "temperature": (_number(0, 2), "a number, 0-2"),
+    "top_p": (_number(0, 1), "a number, 0-1"),
+    "seed": (_whole(None), "a whole number"),
+    "presence_penalty": (_number(-2, 2), "a number, -2-2"),
+    "frequency_penalty": (_number(-2, 2), "a number, -2-2"),
+    "reasoning_effort": (_one_of(REASONING_EFFORTS), ", ".join(REASONING_EFFORTS)),
+    "verbosity": (_one_of(("low", "medium", "high")), "low, medium, high"),
+    "stop": (_stops, "a text, or a list of 1 to 4 texts"),
+    "timeout": (_number(0, 86400, above=True), "seconds per request, more than 0"),
+    "parallel_tool_calls": (_boolean, "true, false"),
+    "drop_params": (_boolean, "true, false: litellm drops what the model does not take (a reasoning model's temperature)"),
+    "extra_body": (_body, "a table of the provider's own options, sent in the request body (not model, messages, tools)"),
+    "thinking": (_table, "a table, e.g. {type = \"enabled\", budget_tokens = 2048} (Anthropic)"),
+}
+# Arguments that have a place of their own, or that evolver must set itself: refused in a table, with where they go.
+REFUSED_ARGS: dict[str, str] = {
+    "model": "the model is {role}_model",
+    "api_base": "the server is api_base or {role}_api_base",
+    "base_url": "the server is api_base or {role}_api_base",
+    "api_key": "keys stay in the provider's environment variable (OPENAI_API_KEY, ...), never in a setting",
+    "extra_headers": "headers can carry credentials; give the key through the provider's environment variable",
+    "num_retries": "retries are llm_retries",
+    "messages": "evolver builds each request's messages itself",
+    "tools": "evolver builds each request's tools itself",
+    "tool_choice": "evolver builds each request's tool_choice itself",
+    "stream": "evolver reads whole answers",
+    "n": "evolver reads one answer per call",
+    USER_ADAPTER: "the embedded user's adapter is local_user_adapter",
+}
+# Arguments that have a setting of their own for some roles: role -> setting.
+OWN_SETTINGS = {"temperature": {"agent": "agent_temperature", "user": "user_temperature"},
+                "reasoning_effort": {r: f"{r}_reasoning_effort" for r in ("agent", "user", "meta")}}
+
+
+def _arg_value(text: str) -> Any:
+    """A --role-arg value: JSON (2048, 0.5, true, {"enable_thinking": false}), a TOML value
+    ({enable_thinking = false}), or else the text as it is (medium)."""
+    for parse in (json.loads, lambda t: tomllib.loads(f"v = {t}")["v"]):
+        try:
+            return parse(text)
+        except (ValueError, tomllib.TOMLDecodeError):
+            continue
+    return text
+
+
+def _llm_args(name: str, where: str, raw: Any) -> dict:
+    """A role's table of litellm arguments from a file (a TOML table), a variable (a JSON object or a
+    TOML inline table) or flags (KEY=VALUE each); every key and value checked, one line on the first fault."""
+    role = name.removesuffix("_args")
+    subject = where if where.startswith("--") else f"{where}: {name}"
+    if isinstance(raw, list):  # flags
+        table = {}
+        for item in raw:
+            key, sep, text = str(item).partition("=")
+            if not sep or not key.strip():
+                raise UsageError(f"{where} {item} is not KEY=VALUE (e.g. {where} max_tokens=2048); fix it")
+            table[key.strip()] = _arg_value(text.strip())
+    elif isinstance(raw, str):  # a variable
+        table = _arg_value(raw.strip())
+        if not isinstance(table, dict):
+            raise UsageError(f"{subject} = {raw!r} is not a table: write {{max_tokens = 2048}} or {{\"max_tokens\": 2048}}; fix it")
+    elif isinstance(raw, dict):
+        table = raw
+    else:
+        raise UsageError(f"{subject} = {raw!r} is not a table of model arguments ([{name}] with one key per line); fix it")
+    for key, value in table.items():
+        if key in OWN_SETTINGS and role in OWN_SETTINGS[key]:
+            raise UsageError(f"{subject}: '{key}' has a setting of its own: set {OWN_SETTINGS[key][role]} instead")
+        if key in REFUSED_ARGS:
+            raise UsageError(f"{subject}: '{key}' is not taken here: {REFUSED_ARGS[key].format(role=role)}; fix it")
+        if key not in LLM_ARGS:
+            hint = f" (a [{name}] table holds every key below it: put it at the end of the file)" if key in SPECS else ""
+            raise UsageError(f"{subject}: unknown model argument '{key}'{hint}; known: {', '.join(sorted(LLM_ARGS))}; fix it")
+        problem = LLM_ARGS[key][0](value)
+        if problem:
+            raise UsageError(f"{subject}: {key} = {json.dumps(value)} {problem}; fix it")
+    return dict(table)
+
+
 def _coerce(name: str, where: str, raw: Any, default: Any) -> Any:
     """The value of one setting from ``where`` (a file, a variable or a flag), strictly typed and in range."""
     kind = type(default)
+    if kind is dict:
+        return _llm_args(name, where, raw)
     value, problem = _convert(raw, kind)
     if problem is None:
         problem = _out_of_range(name, value)
@@ -243,7 +414,7 @@ def _convert(raw: Any, kind: type) -> tuple[Any, Optional[str]]:
 def _out_of_range(name: str, value: Any) -> Optional[str]:
     spec = SPECS[name]
     if spec.choices and value not in spec.choices:
-        return f"is not one of: {', '.join(spec.choices)}"
+        return f"is not one of: {', '.join(c for c in spec.choices if c)}" + (", or empty" if "" in spec.choices else "")
     if spec.positive and value <= 0:
         return "must be more than 0 seconds"
     if name == "gate_alpha" and not 0 < value < 0.5:
@@ -274,17 +445,23 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
                 raise UsageError(f"{path}: '{key}' may only be given as the --{key.replace('_', '-')} flag")
             if key not in known:
                 raise UsageError(f"{path}: unknown key '{key}'; known keys: {', '.join(sorted(known))}")
-            setattr(cfg, key, _coerce(key, str(path), value, getattr(cfg, key)))
+            _set(cfg, key, _coerce(key, str(path), value, getattr(cfg, key)))
     for key in known:
         env_value = environ.get(ENV_PREFIX + key.upper())
         if env_value not in (None, "") and SPECS[key].flag_only:
             raise UsageError(f"{ENV_PREFIX + key.upper()} is not read: '{key}' may only be given as the --{key.replace('_', '-')} flag; unset it")
         if env_value not in (None, ""):
-            setattr(cfg, key, _coerce(key, f"environment variable {ENV_PREFIX + key.upper()}", env_value, getattr(cfg, key)))
+            _set(cfg, key, _coerce(key, f"environment variable {ENV_PREFIX + key.upper()}", env_value, getattr(cfg, key)))
     for key, value in (overrides or {}).items():
         if value is not None:
-            setattr(cfg, key, _coerce(key, "--" + key.replace("_", "-"), value, getattr(cfg, key)))
+            _set(cfg, key, _coerce(key, flag_of(key), value, getattr(cfg, key)))
     return cfg
+
+
+def _set(cfg: Config, key: str, value: Any) -> None:
+    """A later source wins; for a table of model arguments, key by key (a flag adds to the file's table)."""
+    current = getattr(cfg, key)
+    setattr(cfg, key, {**current, **value} if isinstance(current, dict) else value)
 
 
 def checked(name: str, raw: Any, where: str) -> Any:

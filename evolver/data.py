@@ -23,6 +23,10 @@ USER_ADAPTER = "user_adapter"
 USER_HISTORY = "user_history"
 # The litellm provider prefix of the local serving path (evolver.local.serving).
 LOCAL_PROVIDER = "local"
+# The environment variables a candidate's agent process gets (evolver.evaluation.agent_host), and the
+# only ones the static scan lets its code read: the agent model's name and reasoning effort, never a key.
+# auto-harness's agents read them; the model the trusted side calls stays the configured one.
+AGENT_ENV = ("AGENT_MODEL", "AGENT_REASONING_EFFORT")
 
 
 class RoleModel(BaseModel):
@@ -37,6 +41,11 @@ class RoleModel(BaseModel):
         if self.api_base:
             args["api_base"] = self.api_base
         return args
+
+    def agent_names(self) -> dict[str, str]:
+        """What an agent process is told of this model (AGENT_ENV): its name and reasoning effort, no key, no address."""
+        effort = self.llm_args.get("reasoning_effort")
+        return {"AGENT_MODEL": self.model, **({"AGENT_REASONING_EFFORT": str(effort)} if effort else {})}
 
 
 class EvalRequest(BaseModel):

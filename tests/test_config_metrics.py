@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -86,12 +88,12 @@ def test_every_flag_comes_from_a_setting_and_sets_it():
     """The parser's setting flags are the declarations': each one given on the command line reaches the
     configuration, checked; a command only has the flags its settings declare."""
     from evolver.cli.commands import _overrides, build_parser
-    from evolver.config import SPECS, Config, load_config
+    from evolver.config import SPECS, Config, flag_of, load_config
 
     parser = build_parser()
     for command in ("eval", "run"):
         for name, spec in SPECS.items():
-            flag = "--" + name.replace("_", "-")
+            flag = flag_of(name)
             if command not in spec.flags:
                 with pytest.raises(SystemExit):
                     parser.parse_args([command, flag, "1"])
@@ -100,7 +102,7 @@ def test_every_flag_comes_from_a_setting_and_sets_it():
             low = spec.bounds[0]
             high = spec.bounds[1]
             number = (low + high) / 2 if low is not None and high is not None and high - low < 2 else (low or 0) + 2
-            raw = spec.choices[-1] if spec.choices else {str: "x", list: "a,b"}.get(type(default), f"{number:g}")
+            raw = spec.choices[-1] if spec.choices else {str: "x", list: "a,b", dict: "seed=7"}.get(type(default), f"{number:g}")
             if spec.style == "switch" and default is True:
                 flag = "--no-" + flag[2:]
             argv = [command, flag] if spec.style in ("switch", "flag", "on_off") else [command, flag, raw]
@@ -148,3 +150,98 @@ def test_the_user_role_adapter_switch_from_file_environment_and_flag(tmp_path):
     # Only a local user carries it: API models and the other local roles get no such option.
     cfg = load_config(tmp_path, {"user_model": "gpt-4.1-mini", "agent_model": "local", "judge_model": "local"}, environ={})
     assert [cfg.role(r).llm_args for r in ("user", "agent", "judge")] == [{"temperature": 0.0}] * 3
+
+
+# ---- model arguments per role -------------------------------------------------------------------
+
+
+def test_model_arguments_per_role_from_file_environment_and_flags_merge_key_by_key(tmp_path):
+    from evolver.cli.commands import _overrides, build_parser
+
+    (tmp_path / "evolver.toml").write_text('agent_reasoning_effort = "medium"\nmeta_reasoning_effort = "high"\n\n'
+                                           '[agent_args]\nmax_tokens = 1024\ndrop_params = true\n\n'
+                                           '[user_args]\nextra_body = {enable_thinking = false}\n')
+    flags = _overrides(build_parser().parse_args(["run", "--agent-arg", "max_tokens=4096", "--agent-arg", "stop=[\"END\"]",
+                                                   "--judge-arg", 'extra_body={"reasoning": {"enabled": false}}']))
+    cfg = load_config(tmp_path, flags, environ={"EVOLVER_AGENT_ARGS": "{seed = 7, top_p = 0.5}", "EVOLVER_USER_REASONING_EFFORT": "low"})
+    assert cfg.role("agent").llm_args == {"temperature": 0.0, "reasoning_effort": "medium", "max_tokens": 4096, "drop_params": True,
+                                          "seed": 7, "top_p": 0.5, "stop": ["END"]}
+    assert cfg.role("user").llm_args == {"temperature": 0.0, "reasoning_effort": "low", "extra_body": {"enable_thinking": False}}
+    assert cfg.role("meta").llm_args == {"temperature": 0.0, "reasoning_effort": "high"}
+    # No judge model: the judge is the user's model and takes the user's arguments first, then its own.
+    assert cfg.role("judge").llm_args == {"temperature": 0.0, "reasoning_effort": "low", "extra_body": {"reasoning": {"enabled": False}}}
+    cfg.judge_model = "openai/judge"
+    assert cfg.role("judge").llm_args == {"temperature": 0.0, "extra_body": {"reasoning": {"enabled": False}}}
+    # A local role carries them too, beside the user's adapter switch.
+    cfg.user_model = "local"
+    assert cfg.role("user", "http://127.0.0.1:1/v1").llm_args["extra_body"] == {"enable_thinking": False}
+    # Nothing set: exactly what every role sent before these settings existed.
+    assert [load_config(tmp_path / "none", {}, environ={}).role(r).llm_args for r in ("agent", "user", "meta", "judge")] == [{"temperature": 0.0}] * 4
+
+
+@pytest.mark.parametrize("source", ["file", "env", "flag"])
+@pytest.mark.parametrize("key, item, fragment", [
+    ("agent_args", ("api_key", '"sk-x"'), "'api_key' is not taken here: keys stay in the provider's environment variable"),
+    ("user_args", ("api_base", '"http://127.0.0.1:9/v1"'), "'api_base' is not taken here: the server is api_base or user_api_base"),
+    ("meta_args", ("model", '"gpt-4o"'), "'model' is not taken here: the model is meta_model"),
+    ("judge_args", ("extra_headers", '{Authorization = "Bearer x"}'), "headers can carry credentials"),
+    ("agent_args", ("temperature", "0.5"), "'temperature' has a setting of its own: set agent_temperature instead"),
+    ("meta_args", ("reasoning_effort", '"low"'), "set meta_reasoning_effort instead"),
+    ("agent_args", ("num_retries", "3"), "retries are llm_retries"),
+    ("agent_args", ("colour", '"red"'), "unknown model argument 'colour'; known: drop_params, extra_body"),
+    ("agent_args", ("max_tokens", "0"), "max_tokens = 0 must be at least 1"),
+    ("agent_args", ("max_tokens", '"many"'), 'max_tokens = "many" is not a whole number'),
+    ("user_args", ("top_p", "1.5"), "top_p = 1.5 must be between 0 and 1"),
+    ("judge_args", ("reasoning_effort", '"huge"'), "is not one of: none, minimal"),
+    ("agent_args", ("stop", "[]"), "is not a text or a list of 1 to 4 texts"),
+    ("agent_args", ("extra_body", '{model = "gpt-4o"}'), "may not set model"),
+    ("agent_args", ("extra_body", "5"), "extra_body = 5 is not a table"),
+])
+def test_every_bad_model_argument_is_one_line_naming_where_it_came_from(tmp_path, source, key, item, fragment):
+    name, value = item
+    if source == "file":
+        (tmp_path / "evolver.toml").write_text(f"[{key}]\n{name} = {value}\n")
+    env = {f"EVOLVER_{key.upper()}": f"{{{name} = {value}}}"} if source == "env" else {}
+    flags = {key: [f"{name}={value}"]} if source == "flag" else {}
+    with pytest.raises(UsageError, match=re.escape(fragment)) as info:
+        load_config(tmp_path, flags, environ=env)
+    message = str(info.value)
+    assert "\n" not in message
+    assert {"file": "evolver.toml", "env": f"EVOLVER_{key.upper()}", "flag": "--" + key.removesuffix("_args") + "-arg"}[source] in message
+    if name == "api_key":
+        assert "sk-x" not in message.replace("'sk-x'", "")  # a key is never echoed back but as the value refused
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    ("max_tokens", "is not KEY=VALUE"), ("=4", "is not KEY=VALUE"),
+])
+def test_a_malformed_model_argument_flag(tmp_path, raw, fragment):
+    with pytest.raises(UsageError, match=fragment):
+        load_config(tmp_path, {"agent_args": [raw]}, environ={})
+
+
+def test_a_table_header_that_swallows_later_keys_is_explained(tmp_path):
+    (tmp_path / "evolver.toml").write_text("[agent_args]\nmax_tokens = 5\ndomain = \"retail\"\n")
+    with pytest.raises(UsageError, match=re.escape("unknown model argument 'domain' (a [agent_args] table holds every key below it")):
+        load_config(tmp_path, {}, environ={})
+    with pytest.raises(UsageError, match="is not a table"):
+        load_config(tmp_path / "elsewhere", {}, environ={"EVOLVER_AGENT_ARGS": "max_tokens=5"})
+
+
+def test_a_run_recorded_before_model_arguments_resumes_without_them():
+    """run.json of schema 2 has none of the new keys: it opens as schema 3 with every role sending what it sent."""
+    import dataclasses
+
+    from evolver.config import Config
+    from evolver.store.runstate import MANIFEST_SCHEMA, Manifest
+
+    config = {k: v for k, v in dataclasses.asdict(Config()).items()
+              if not k.endswith(("_args", "_reasoning_effort")) and k != "learnings_file"}
+    config.update(agent_model="openai/a", user_model="openai/u", meta_model="openai/m")
+    old = {"schema": 2, "run_id": "run-x", "created": 0.0, "repo": "/r", "base_commit": "c", "base_branch": "main", "config": config,
+           "versions": {}, "models": {}, "analysis_tasks": [], "gate_tasks": [], "holdout_tasks": [], "split_note": "", "gate": {}}
+    manifest = Manifest.model_validate(old)
+    assert MANIFEST_SCHEMA == 3 and manifest.schema_version == 3
+    cfg = Config(**manifest.config)
+    assert [cfg.role(r).llm_args for r in ("agent", "user", "meta", "judge")] == [{"temperature": 0.0}] * 4
+    assert cfg.learnings_file == "" and json.loads(manifest.model_dump_json())["schema"] == 3

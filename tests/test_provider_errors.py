@@ -181,6 +181,37 @@ def test_a_failing_customer_provider_is_an_infrastructure_error_never_the_agents
     assert "user: 2, first:" in proc.stderr and "nothing was measured" in proc.stderr
 
 
+def test_each_roles_model_arguments_reach_its_provider_and_are_recorded(repo):
+    """Per-role reasoning effort and litellm arguments, from evolver.toml and flags, reach the provider in
+    the request body of that role only; result.json records them; no key reaches a body."""
+    toml = repo / "evolver.toml"
+    toml.write_text(toml.read_text() + '\nuser_reasoning_effort = "low"\n\n[agent_args]\nmax_tokens = 321\nseed = 11\n'
+                                       'extra_body = {enable_thinking = false, chat_template_kwargs = {thinking = false}}\n')
+    with FakeOpenAI() as fake:
+        proc, summary, result = fake_eval(repo, fake, "--agent-reasoning-effort", "high", "--agent-arg", "top_p=0.5",
+                                          "--user-arg", "max_tokens=123", "--user-arg", 'stop=["###NEVER###"]', "--judge-arg", "max_tokens=77")
+        agent, user = fake.bodies_of("agent"), fake.bodies_of("user")
+        bodies = list(fake.bodies)
+    assert proc.returncode == 0, proc.stderr
+    assert_real_simulations(summary, result)
+    assert agent and user
+    for body in agent:  # extra_body's options are merged into the body, as OpenAI's client sends them
+        assert {k: body.get(k) for k in ("reasoning_effort", "max_tokens", "seed", "top_p", "temperature", "enable_thinking")} == \
+            {"reasoning_effort": "high", "max_tokens": 321, "seed": 11, "top_p": 0.5, "temperature": 0.0, "enable_thinking": False}, body
+        assert body["chat_template_kwargs"] == {"thinking": False} and "stop" not in body
+    for body in user:
+        assert {k: body.get(k) for k in ("reasoning_effort", "max_tokens", "stop")} == {"reasoning_effort": "low", "max_tokens": 123, "stop": ["###NEVER###"]}, body
+        assert "top_p" not in body and "enable_thinking" not in body  # (tau2 seeds the user simulator itself)
+    assert not any("api_key" in body for body in bodies)
+    models = result["models"]
+    assert models["agent"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "high", "max_tokens": 321, "seed": 11,
+                                           "extra_body": {"enable_thinking": False, "chat_template_kwargs": {"thinking": False}}, "top_p": 0.5}
+    assert models["user"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "low", "max_tokens": 123, "stop": ["###NEVER###"]}
+    assert models["judge"]["llm_args"] == {"temperature": 0.0, "max_tokens": 77}  # a judge model of its own: none of the user's
+    request = json.loads((Path(summary["result_file"]).parent / "request.json").read_text())
+    assert request["agent"]["llm_args"] == models["agent"]["llm_args"]
+
+
 def test_a_rate_limited_customer_is_waited_for_and_nothing_is_lost(repo):
     with FakeOpenAI({"user": Fault(rate_limited=3)}) as fake:
         proc, summary, result = fake_eval(repo, fake)
@@ -220,10 +251,17 @@ def test_run_through_an_openai_compatible_server(repo, monkeypatch):
     with FakeOpenAI() as fake:
         # The careless agent fails some tasks, so there is something to improve (a perfect baseline ends the run at once).
         proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", *MODELS, "--agent-model", "openai/wrong",
-                        "--meta-model", "openai/meta", "--api-base", fake.api_base], timeout=600)
+                        "--meta-model", "openai/meta", "--api-base", fake.api_base,
+                        "--meta-reasoning-effort", "low", "--meta-arg", "max_tokens=4321", "--agent-arg", "max_tokens=222"], timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert fake.requests["meta"] >= 1 and fake.requests["wrong"] > 0 and fake.requests["user"] > 0, (fake.requests, proc.stdout + proc.stderr)
+        # The run's roles carry their arguments too: the meta model's win over the proposer's own max_tokens.
+        assert all(b.get("reasoning_effort") == "low" and b.get("max_tokens") == 4321 for b in fake.bodies_of("meta")), fake.bodies_of("meta")
+        assert all(b.get("max_tokens") == 222 and "reasoning_effort" not in b for b in fake.bodies_of("wrong"))
     [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
+    manifest = json.loads((repo / "runs" / run_id / "run.json").read_text())
+    assert manifest["schema"] == 3 and manifest["config"]["meta_args"] == {"max_tokens": 4321}
+    assert manifest["models"]["meta"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "low", "max_tokens": 4321}
     history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)
     assert history["candidates"][0]["verdict"] in ("accepted", "rejected"), history  # it reached the gate
     status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)

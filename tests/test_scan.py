@@ -71,6 +71,17 @@ HOSTILE = [
     ("mmap", "import mmap", False, "native-code", 1),
     ("os-environ", "import os\nKEY = os.environ['OPENAI_API_KEY']", False, "environment", 2),
     ("os-getenv", "import os\nx = os.getenv('HOME')", True, "environment", 2),
+    # Only AGENT_MODEL and AGENT_REASONING_EFFORT, each by its name written out, and only read.
+    ("getenv-other-name", "import os\nKEY = os.environ.get('OPENAI_API_KEY', '')", False, "environment", 2),
+    ("getenv-name-in-a-variable", "import os\nNAME = 'AGENT_MODEL'\nx = os.environ.get(NAME)", False, "environment", 3),
+    ("getenv-built-name", "import os\nx = os.getenv('AGENT_' + 'MODEL')", False, "environment", 2),
+    ("getenv-starred-name", "import os\nx = os.getenv(*['AGENT_MODEL'])", False, "environment", 2),
+    ("getenv-default-reads-a-key", "import os\nx = os.environ.get('AGENT_MODEL', os.environ.get('OPENAI_API_KEY'))", False, "environment", 2),
+    ("environ-set-agent-model", "import os\nos.environ['AGENT_MODEL'] = 'gpt-4o'", False, "environment", 2),
+    ("environ-listing", "import os\nnames = list(os.environ)", False, "environment", 2),
+    ("environ-copy", "import os\nx = os.environ.copy()", False, "environment", 2),
+    ("model-from-agent-model", "import os\nreply = generate(model=os.environ.get('AGENT_MODEL'), messages=[])", True, "model-settings", 2),
+    ("model-fallback-first", "reply = generate(model=AGENT_MODEL or self.llm, messages=[])", True, "model-settings", 1),
     ("from-os-import-environ", "from os import environ", False, "environment", 1),
     ("open-absolute", "SECRET = open('/etc/passwd').read()", False, "filesystem", 1),
     ("dotdot-tasks", "x = (HERE / '..' / '..' / 'tasks.json').read_text()", True, "filesystem", 1),
@@ -175,6 +186,11 @@ BENIGN = [
     ("model-copy-and-dict", 'copy = reply.model_copy(update={"content": "x"})\nshape = {"model": 1, "name": "n"}', True),
     ("regex", 'ID = re.compile(r"^[a-z]+_\\d+$")', False),
     ("read-llm-args", "budget = self.llm_args.get('max_tokens')\nname = str(self.llm)", True),
+    # auto-harness's idioms: the two names evolver gives the agent process, and the model as self.llm first.
+    ("agent-model-env", "import os\nAGENT_MODEL = os.environ.get('AGENT_MODEL', '')\nEFFORT = os.getenv('AGENT_REASONING_EFFORT')\n"
+                        "NAME = os.environ['AGENT_MODEL']", False),
+    ("model-self-llm-or", "import os\neffort = os.environ.get('AGENT_REASONING_EFFORT', '')\nkw = {'reasoning_effort': effort} if effort else {}\n"
+                          "kw.update(self.llm_args)\nreply = generate(model=self.llm or AGENT_MODEL, tools=self.tools, messages=[], **kw)", True),
 ]
 
 
@@ -343,3 +359,11 @@ def test_any_text_gives_findings_never_an_exception(mock_ids):
         for path in ("agent/agent.py", "agent/skills/x.md"):
             assert all(f.rule in RULES for f in scan_text(path, text, mock_ids))
     assert scan_text("agent/agent.py", "(" * 1000)[0].rule == "unreadable"
+
+
+def test_the_auto_harness_shaped_fixture_passes_the_scan(mock_ids):
+    """auto-harness's tau-bench template shape (tests/fixtures/auto_harness) is a valid parent for candidates as it is."""
+    text = (ROOT / "tests" / "fixtures" / "auto_harness" / "agent" / "agent.py").read_text()
+    assert "os.environ.get(\"AGENT_MODEL\"" in text and "from tau2.agent.base_agent import" in text and "model=self.llm or AGENT_MODEL" in text
+    assert scan_text("agent/agent.py", text, mock_ids) == []
+    assert scan_text("agent/agent.py", text, domain_identifiers("retail")) == []

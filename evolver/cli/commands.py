@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, GROUPS, SPECS, Config, apply_default_models, checked, eval_request, listing_request, load_config
+from evolver.config import DOMAINS, GROUPS, SPECS, Config, apply_default_models, checked, eval_request, flag_of, listing_request, load_config
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
@@ -108,6 +108,8 @@ def _add_setting_flags(p: argparse.ArgumentParser, command: str, extra: dict[str
                 g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=_flag_help(name, spec))
             elif spec.style == "flag":
                 g.add_argument(flag, action="store_true", default=None, help=spec.help)
+            elif spec.style == "table":  # --agent-arg max_tokens=2048 --agent-arg top_p=0.9
+                g.add_argument(flag_of(name), dest=name, action="append", metavar=spec.metavar, help=spec.help + "; repeat it per argument")
             elif spec.style == "on_off":  # --holdout / --no-holdout; auto when neither is given
                 g.add_argument(flag, dest=name, action="store_const", const="on", help=spec.help)
                 g.add_argument("--no-" + flag[2:], dest=name, action="store_const", const="off", help=f"no {name.replace('_', ' ')} (default: auto)")
@@ -126,6 +128,8 @@ def _flag_help(name: str, spec) -> str:
     parts = [spec.help]
     if low is not None and high is not None and not spec.choices and name != "gate_alpha":
         parts.append(f"{low:g}-{high:g}")
+    if spec.choices and spec.metavar:  # choices the metavar does not show
+        parts.append("one of " + ", ".join(c for c in spec.choices if c))
     if default not in ("", [], None):
         shown = "on" if default is True else "off" if default is False else f"{default:g}" if isinstance(default, float) else default
         parts.append(f"default {shown}")
@@ -140,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("init", help="set up a repository: agent/ from the template, evolver.toml, runs/ ignored")
     p.add_argument("dir", nargs="?", default=".", help="target directory (default: current)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
+    p.add_argument("--from", dest="source", metavar="SOURCE",
+                   help="bring an auto-harness checkout (its agent, experiment_config.yaml and learnings), or a Life-Harness "
+                        "evaluation command line (in quotes; its settings and harness switches); prints what maps and what does not")
 
     p = sub.add_parser("eval", help="evaluate the agent in a checkout on tau2", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", nargs="?", default=".", help="repository holding agent/agent.py (default: current)")
@@ -420,8 +427,18 @@ def cmd_transfer(args: argparse.Namespace) -> int:
 def cmd_init(args: argparse.Namespace) -> int:
     from evolver.cli.scaffold import init_repo
 
-    written = init_repo(Path(args.dir), force=args.force)
-    print(f"initialised {Path(args.dir).resolve()}: " + ", ".join(written))
+    migration = None
+    if args.source is not None:
+        from evolver.cli.migrate import read_source
+
+        migration = read_source(args.source)  # bad input fails here, before anything is written
+    written = init_repo(Path(args.dir), force=args.force, migration=migration)
+    print(f"initialised {Path(args.dir).resolve()}" + (f" from {migration.source}" if migration else "") + ": " + ", ".join(written))
+    if migration:
+        print("mapped:")
+        print("\n".join(f"  {line}" for line in migration.mapped))
+        print("left out (no equivalent in evolver, or not needed):")
+        print("\n".join(f"  {line}" for line in migration.left_out) or "  nothing")
     print("next: commit these files (git add -A && git commit), then `evolver eval`; with no OPENAI_API_KEY and no "
           "--agent-model it runs on the embedded local model")
     return 0
@@ -503,7 +520,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             run = find_run(repo, args.resume)
             given = sorted(k for k, v in _overrides(args).items() if v is not None and k != "iterations")
             if given:  # the run's recorded settings win: say so rather than ignore the flag
-                raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join('--' + k.replace('_', '-') for k in given)} (only --iterations may change)")
+                raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in given)} (only --iterations may change)")
             stack.enter_context(run.lock())  # before anything is read or written: one driver per run
             iterations = None if args.iterations is None else checked("iterations", args.iterations, "--iterations")
             loop = resume_run(run, iterations, console)

@@ -117,6 +117,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     missing = missing_api_key(cfg.role("meta"))  # agent and user keys are checked by the worker
     if missing:
         raise UsageError(f"the meta model '{cfg.meta_model}' needs {missing} in the environment; set it, or choose another model with --meta-model")
+    learnings = read_learnings(repo, cfg.learnings_file)
     run = RunDir(repo, run_id)
     probe = listing_request(cfg, repo, run.path / "evals" / "tasks", split=None)
     try:
@@ -148,6 +149,8 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         )
         run.save_manifest(manifest)
         write_json_atomic(run.identifiers_file, listing.identifiers)
+        if learnings:
+            run.prior_learnings_file.write_text(learnings)
         state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
         run.save_state(state)
         lineage.set_branch(lineage.best_branch, base_commit)
@@ -161,6 +164,18 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     loop = _loop(run, manifest, state, cfg, lineage, console)
     loop.backend = backend
     return loop
+
+
+def read_learnings(repo: Path, name: str) -> str:
+    """The learnings_file's text ("" when none is set); a file that is not there or not text is bad input."""
+    if not name:
+        return ""
+    path = repo / name
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"learnings_file {path} cannot be read ({getattr(exc, 'strerror', None) or exc}); "
+                         "give a text file in the repository, or leave learnings_file empty") from None
 
 
 def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:

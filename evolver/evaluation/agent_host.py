@@ -18,7 +18,11 @@ serves the trusted evaluator (evolver.evaluation.proxy_agent) over its channel:
   any failure         {"op": "error", "error": str}, then exit
 
 The model, endpoint, key and sampling settings are not here: an LLM request
-carries only messages and tools, and the trusted side answers it.
+carries only messages and tools, and the trusted side answers it. The
+environment holds the agent model's name and reasoning effort
+(AGENT_MODEL, AGENT_REASONING_EFFORT: names, as auto-harness's agents read
+them), never a key; whatever the candidate does with them, the trusted side
+calls its own configured model with its own arguments.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ def serve(fd: int, spec: dict) -> int:
     scratch = Path(spec["scratch"])
     os.environ.clear()  # no secret was ever in this process (the zygote is keyless); no setting leaks either
     os.environ.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    os.environ.update(agent_names(spec.get("names")))
     os.chdir(scratch)
     sys.dont_write_bytecode = True
     try:
@@ -85,9 +90,20 @@ def _confine(spec: dict) -> dict:
     return sandbox.confine([Path(spec["source"])], Path(spec["scratch"]), sandbox.Limits(**spec.get("limits", {})))
 
 
+def agent_names(names) -> dict[str, str]:
+    """Of what the evaluator sent, only AGENT_ENV's names, as text: nothing else enters the environment."""
+    from evolver.data import AGENT_ENV
+
+    names = names if isinstance(names, dict) else {}
+    return {k: v for k, v in names.items() if k in AGENT_ENV and isinstance(v, str) and v}
+
+
 def _import_candidate(source: Path):
     from tau2.agent.llm_agent import LLMAgent
 
+    from evolver.evaluation import tau2_compat
+
+    tau2_compat.install()  # tau2.agent.base_agent and other moved names, for agents written for another tau2
     sys.path.insert(0, str(source))
     import agent.agent as module  # the candidate's agent package, from its read-only copy
 
@@ -147,6 +163,7 @@ def prepare() -> None:
     """Warm, in the zygote, what every agent process needs before it runs candidate code."""
     _remote_tool_class()
     _complete_litellm_models()
+    from evolver.evaluation import tau2_compat  # noqa: F401 - imported here, installed only in an agent process
     _answer_builtin_default_factories()
 
 

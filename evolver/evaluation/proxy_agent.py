@@ -63,6 +63,7 @@ class Settings:
     completion: Callable  # litellm completion with retries (evolver.llm.retrying)
     factory: object  # zygote_client.WorkerConnection
     max_steps: Optional[int] = None  # tau2's step limit, told to the agent (its H4 layer counts down from it)
+    names: dict = field(default_factory=dict)  # AGENT_MODEL and AGENT_REASONING_EFFORT for the agent's environment (RoleModel.agent_names)
 
 
 @dataclass
@@ -105,7 +106,7 @@ class AgentProcess:
         self.s, self.context = s, None
         self.scratch = Path(tempfile.mkdtemp(prefix="sim-", dir=s.scratch_root))
         ours, theirs = socket.socketpair()
-        spec = {"source": str(s.source), "scratch": str(self.scratch), "sandbox": s.sandbox, "limits": s.limits}
+        spec = {"source": str(s.source), "scratch": str(self.scratch), "sandbox": s.sandbox, "limits": s.limits, "names": s.names}
         try:
             self.pid = s.factory.spawn_agent(spec, theirs.fileno())
         finally:

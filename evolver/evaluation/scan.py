@@ -13,7 +13,13 @@ What is accepted, so a refusal can be explained:
 - files: open(), Path() and directory listings only with a path built from
   HERE or __file__ (agent/), never climbing above agent/.
 - the model: generate(model=self.llm, ..., **self.llm_args) exactly as tau2
-  passes them in; no sampling keyword of the agent's own.
+  passes them in (or `model=self.llm or FALLBACK`, auto-harness's form: evolver
+  always sets self.llm, so the fallback never runs); no sampling keyword of the
+  agent's own.
+- the environment: only AGENT_MODEL and AGENT_REASONING_EFFORT, each read by its
+  name written out (os.environ.get, os.getenv, os.environ[...]): the names the
+  agent process is given (evolver.data.AGENT_ENV). The model the trusted side
+  calls stays the configured one whatever the agent does with them.
 """
 
 from __future__ import annotations
@@ -29,13 +35,15 @@ from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator
 
+from evolver.data import AGENT_ENV
+
 RULES: dict[str, str] = {
     "tau2-internals": "candidate code may use only tau2.agent, tau2.data_model.message and tau2.utils.llm_utils",
     "evolver-internals": "candidate code may use only evolver.toolcalls from evolver",
     "process": "candidate code may not start processes or send signals",
     "network": "candidate code may not open network connections",
     "native-code": "candidate code may not load native code or map memory",
-    "environment": "candidate code may not read environment variables (keys live there)",
+    "environment": f"candidate code may not read environment variables (keys live there) but {' and '.join(AGENT_ENV)}, by name",
     "filesystem": "candidate code may touch only files under agent/, through paths built from HERE or __file__",
     "interpreter": "candidate code may not tamper with the interpreter, run code from strings or inspect frames",
     "model-settings": "the model and its sampling settings come from evolver's configuration, not from the agent",
@@ -111,6 +119,7 @@ ANCHORS = ("HERE", "__file__")
 
 MODEL_KEYWORDS = set("api_base base_url api_key temperature top_p top_k seed custom_llm_provider".split())
 LLM_ATTRS = ("llm", "llm_args")
+ENV_READERS = ("os.environ.get", "os.getenv")  # with one of AGENT_ENV's names written out: allowed
 DICT_MUTATORS = set("update pop popitem setdefault clear __setitem__ __delitem__".split())
 REFLECTIVE = ("getattr", "setattr", "delattr")
 REFLECTED_MODULES = ("os", "sys", "posix", "io", "builtins", "importlib", "pathlib", "shutil")
@@ -332,12 +341,24 @@ def _is_self_llm(node: ast.AST) -> bool:
     return _chain(node) == ["self", "llm"]
 
 
+def _is_model_from_tau2(node: ast.AST) -> bool:
+    """model=self.llm, or self.llm or FALLBACK (auto-harness's form: self.llm is always set, the fallback never runs)."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        return _is_self_llm(node.values[0])
+    return _is_self_llm(node)
+
+
+def _agent_env_name(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value in AGENT_ENV
+
+
 class _Visitor(ast.NodeVisitor):
     """Collects (line, rule, detail) for every refused construct."""
 
     def __init__(self, identifiers: frozenset[str], aliases: dict[str, str]):
         self.identifiers, self.aliases = identifiers, aliases
         self.found: list[tuple[int, str, str]] = []
+        self.env_reads: set[int] = set()  # ids of the os.environ / os.getenv nodes of an allowed read
 
     def add(self, line: int, rule: str, detail: str) -> None:
         self.found.append((line, rule, detail))
@@ -375,7 +396,16 @@ class _Visitor(ast.NodeVisitor):
         if node.id in FORBIDDEN_NAMES and node.id not in self.aliases:
             self.add(node.lineno, FORBIDDEN_NAMES[node.id], node.id)
 
+    def allow_env_read(self, reader: ast.AST) -> None:
+        """os.environ.get / os.getenv / os.environ of a read of one of AGENT_ENV's names: not refused."""
+        for n in ast.walk(reader):
+            if isinstance(n, ast.Attribute):
+                self.env_reads.add(id(n))
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        if id(node) in self.env_reads:
+            self.generic_visit(node)
+            return
         if found := self.refused_name(node):
             self.add(node.lineno, *found)
         elif node.attr in FORBIDDEN_ATTRS:
@@ -392,6 +422,8 @@ class _Visitor(ast.NodeVisitor):
         return _refusal(self.resolve(node)) if chain and chain[0] in self.aliases else None
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        if isinstance(node.ctx, ast.Load) and self.resolve(node.value) == "os.environ" and _agent_env_name(node.slice):
+            self.allow_env_read(node.value)
         if isinstance(node.ctx, (ast.Store, ast.Del)) and _is_llm_args(node.value):
             self.add(node.lineno, "model-settings", "assignment into llm_args")
         self.generic_visit(node)
@@ -407,6 +439,8 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         name = self.resolve(node.func)
+        if name in ENV_READERS and node.args and _agent_env_name(node.args[0]) and not any(isinstance(a, ast.Starred) for a in node.args):
+            self.allow_env_read(node.func)
         if name in PATH_TAKERS:
             self.check_path_argument(node, name)
         if name in REFLECTIVE:
@@ -418,7 +452,7 @@ class _Visitor(ast.NodeVisitor):
         if isinstance(node.func, ast.Attribute) and node.func.attr in DICT_MUTATORS and _is_llm_args(node.func.value):
             self.add(node.lineno, "model-settings", f"llm_args.{node.func.attr}()")
         for kw in node.keywords:
-            if kw.arg in MODEL_KEYWORDS or (kw.arg == "model" and not _is_self_llm(kw.value)):
+            if kw.arg in MODEL_KEYWORDS or (kw.arg == "model" and not _is_model_from_tau2(kw.value)):
                 self.add(kw.value.lineno, "model-settings", f"{kw.arg}=")
         self.generic_visit(node)
 

@@ -461,6 +461,7 @@ def run(req: EvalRequest) -> None:
             role=req.agent, source=stage_candidate(Path(req.checkout), staging), scratch_root=staging,
             sandbox=req.sandbox, limits={"memory_mb": req.agent_memory_mb}, turn_timeout=req.agent_timeout,
             completion=retrying(litellm.completion, req.llm_retries, "agent"), factory=WorkerConnection.from_environment(), max_steps=req.max_steps,
+            names=req.agent.agent_names(),
         )
         checked = check_candidate(proxy_agent.settings)
         try:

@@ -491,7 +491,7 @@ class Loop:
         return self.cfg.seed + 1000 * generation
 
     def learnings(self) -> list[str]:
-        lines = []
+        lines = [prior_learnings(self.run.prior_learnings_file)] if self.run.prior_learnings_file.exists() else []
         for r in self.run.iterations():
             if r.status not in FINAL_STATUSES:
                 continue
@@ -540,6 +540,18 @@ class Loop:
     def save_state(self) -> None:
         snapshot = self.state.model_copy(update={"elapsed": self.elapsed(), "updated_at": time.time()})
         self.run.save_state(snapshot)
+
+
+PRIOR_LEARNINGS_CHARS = 4000  # of the learnings brought from earlier work: the end, where an appended file keeps its latest
+
+
+def prior_learnings(path: Path) -> str:
+    """The learnings a run brought from earlier work (learnings_file, e.g. auto-harness's workspace/learnings.md)
+    as the first entry of its learnings: one entry, however many lines the file has."""
+    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    if len(text) > PRIOR_LEARNINGS_CHARS:
+        text = "[... the beginning is cut]\n" + text[-PRIOR_LEARNINGS_CHARS:]
+    return f"- Before this run (findings from earlier work, not tested here):\n{text}"
 
 
 def _best(iteration: int, commit: str, reason: str):

@@ -26,7 +26,7 @@ IterationStatus = Literal[
 FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "undecided")
 
 
-MANIFEST_SCHEMA = 2
+MANIFEST_SCHEMA = 3
 
 
 class NewerSchema(ValueError):
@@ -41,8 +41,17 @@ def _manifest_v1_to_v2(data: dict) -> dict:
     return {**data, "config": {"local_user_adapter": False, "proposer": "oneshot", **config}, "schema": 2}
 
 
+def _manifest_v2_to_v3(data: dict) -> dict:
+    """v2 predates per-role model arguments (reasoning efforts, the agent_args ... judge_args tables)
+    and the learnings file: a v2 run sent no such argument and read no earlier learnings, and goes on so.
+    (An evolver that knows only v2 refuses a v3 run rather than meet settings it cannot take.)"""
+    none = {f"{role}_reasoning_effort": "" for role in ("agent", "user", "meta")}
+    none.update({f"{role}_args": {} for role in ("agent", "user", "meta", "judge")}, learnings_file="")
+    return {**data, "config": {**none, **data.get("config", {})}, "schema": 3}
+
+
 # Named steps from each older schema to the next; a run is opened through all it needs.
-MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2}
+MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2, 2: _manifest_v2_to_v3}
 
 
 class Manifest(BaseModel):
@@ -177,6 +186,11 @@ class RunDir:
     def identifiers_file(self) -> Path:
         """Task-data identifiers of the run's domain, for the static scan (never shown to the meta-LLM)."""
         return self.path / "scan-identifiers.json"
+
+    @property
+    def prior_learnings_file(self) -> Path:
+        """The learnings_file's text as the run started (what its proposer reads before the run's own learnings)."""
+        return self.path / "prior-learnings.md"
 
     def proposal_dir(self, slug: str) -> Path:
         """One candidate's proposal ("003", or "003b" in an iteration of several): what the meta-LLM saw

@@ -4,8 +4,9 @@ Each request is answered by the scripted script (evolver.scripted, EVOLVER_SCRIP
 model name it names, so `--agent-model openai/agent --api-base URL` plays the same roles as
 `scripted/agent`, through litellm's real OpenAI route. Per model, a fault can be set instead:
 an HTTP status (400, 401, 500, ...), a number of 429s before it answers, a context limit past
-which it answers 400 as OpenAI does for an overflowing context, or a dropped connection. It
-listens only on loopback and stops by itself: at close(), or after `lifetime` seconds.
+which it answers 400 as OpenAI does for an overflowing context, or a dropped connection. Every
+request body is kept (`bodies`), so a test can see what reached the provider. It listens only on
+loopback and stops by itself: at close(), or after `lifetime` seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class FakeOpenAI:
     def __init__(self, faults: Optional[dict[str, Fault]] = None, lifetime: float = 900.0):
         self.faults = dict(faults or {})
         self.requests: Counter = Counter()  # model -> requests received
+        self.bodies: list[dict] = []  # every request body, as received
         self.lock = threading.Lock()
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -55,9 +57,14 @@ class FakeOpenAI:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def bodies_of(self, model: str) -> list[dict]:
+        with self.lock:
+            return [b for b in self.bodies if b.get("model") == model]
+
     def answer(self, body: dict) -> tuple[int, dict]:
         model = body.get("model", "")
         with self.lock:
+            self.bodies.append(body)
             self.requests[model] += 1
             seen = self.requests[model]
         fault = self.faults.get(model, Fault())

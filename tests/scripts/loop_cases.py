@@ -149,3 +149,12 @@ def investigator_script(name, messages, tools):
 def busy_meta(name, messages, tools):
     """A meta-LLM that keeps looking and never submits: the proposer's budget has to stop it."""
     return Reply(tool_calls=[("list_files", {})]) if name == "meta" else script(name, messages, tools)
+
+
+def learned_fix_script(name, messages, tools):
+    """The meta-LLM proposes the fix only when the learnings brought from earlier work (learnings_file, e.g.
+    auto-harness's workspace/learnings.md) are in its prompt: a candidate then shows they reached it."""
+    if name != "meta":
+        return script(name, messages, tools)
+    seen = "confirm the exchange price difference" in "".join(str(m.get("content") or "") for m in messages)
+    return Reply(PROPOSALS[3] if seen else "No patch: nothing was learnt before this run.")

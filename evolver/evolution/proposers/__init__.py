@@ -86,7 +86,10 @@ def meta_call(role: RoleModel, messages: list[dict], retries: int, **extra) -> t
     register_providers([role.model])
     import litellm
 
-    response = retrying(litellm.completion, retries, "meta")(model=role.model, messages=messages, **{**role.litellm_args(), **extra})
+    # The configured arguments (meta_args, the reasoning effort) win over a proposer's defaults (its max_tokens,
+    # timeout), except the temperature and seed a proposer varies from turn to turn so as not to repeat itself.
+    configured = {k: v for k, v in role.llm_args.items() if k not in ("temperature", "seed")}
+    response = retrying(litellm.completion, retries, "meta")(model=role.model, messages=messages, **{**role.litellm_args(), **extra, **configured})
     usage = getattr(response, "usage", None)
     try:
         cost = float(litellm.completion_cost(completion_response=response) or 0.0)
