@@ -35,11 +35,11 @@ class NoiseFloor:
 
 @dataclass(frozen=True)
 class Estimate:
-    usd_per_simulation: Optional[float]  # None: a model without a known price took part
-    simulations: int  # the most the rest of the run can take
-    usd: Optional[float]
-    hours: float
+    forecast: object  # evolver.evolution.plan.Forecast of the rest of the run, priced by the baseline's simulations
     seconds_per_simulation: float  # the baseline's analysis evaluation: wall time / simulations
+    concurrency: int
+    budget_usd: float = 0.0
+    budget_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,32 @@ def retrying(fn: Callable, attempts: int, role: str) -> Callable:
     return call
 
 
+def price_of(model: str) -> tuple[float, float] | None:
+    """Dollars per prompt token and per completion token of a litellm model, or None when litellm knows
+    no price for it (a local or self-hosted model): its cost is then unknown, never $0."""
+    import litellm
+
+    litellm.suppress_debug_info = True  # its lookups print a provider list to the terminal
+    if model.startswith("local/"):  # the embedded model, or a server of yours: evolver knows no price
+        return None
+    if model.startswith("scripted/"):
+        from evolver.scripted import register_price
+
+        register_price(model.split("/", 1)[1])
+    for name in (model, model.split("/", 1)[-1]):  # a custom provider's model is priced by its bare name
+        entry = litellm.model_cost.get(name) or {}
+        prompt, completion = entry.get("input_cost_per_token") or 0.0, entry.get("output_cost_per_token") or 0.0
+        if not (prompt or completion):
+            try:
+                prompt, completion = (c / 1_000_000 for c in litellm.cost_per_token(model=name, prompt_tokens=1_000_000,
+                                                                                     completion_tokens=1_000_000))
+            except Exception:  # litellm raises for a model it has no entry for
+                continue
+        if prompt or completion:
+            return prompt, completion
+    return None
+
+
 def missing_api_key(role: RoleModel) -> str | None:
     """Name the environment variable a role's provider needs and lacks, or None."""
     if role.api_base or role.model.startswith(("scripted/", "local/")):

@@ -68,6 +68,14 @@ def register() -> None:
     litellm.custom_provider_map.append({"provider": PROVIDER, "custom_handler": ScriptedLLM()})
 
 
+def register_price(name: str) -> None:
+    """Give the scripted model ``name`` EVOLVER_SCRIPTED_PRICE's price with litellm (the worker does it
+    at the first call; a forecast, before any)."""
+    import litellm
+
+    _price(litellm, name)
+
+
 def _price(litellm, name: str) -> None:
     """litellm prices a response by its bare model name; register the scripted one's, once."""
     price = float(os.environ.get("EVOLVER_SCRIPTED_PRICE", "0") or 0)

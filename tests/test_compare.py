@@ -161,3 +161,26 @@ def test_triage_flags_an_impossible_task_and_a_customer_who_leaves(tmp_path):
     assert bad.returncode == 2 and "exclude_tasks names task(s) evolver_triage does not have: tri_nope" in bad.stderr
     missing = run_cli(["tasks", "--triage", "run-nope", "--repo", str(repo)])
     assert missing.returncode == 2 and "no run, comparison or evaluation 'run-nope'" in missing.stderr
+
+
+def test_the_dry_run_forecast_is_within_a_quarter_of_what_the_run_spends(tmp_path):
+    """--dry-run --pilot measures a few simulations and prices the run per role; the same run then spends
+    within 25% of the expected dollars. (The one-shot proposer: its meta-LLM's prompt is known up front; the
+    investigating one's is assumed to use half its token budget, which a scripted meta-agent does not.)"""
+    import re
+
+    repo = make_target(tmp_path / "target")
+    env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:fix_first_script", "EVOLVER_SCRIPTED_PRICE": "0.002"}
+    args = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", "--proposer", "oneshot", "--budget-usd", "100",
+            *SCRIPTED_MODELS]
+    dry = run_cli(["run", str(repo), "--dry-run", "--pilot", "4", *args], env=env, timeout=600)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    expected = float(re.search(r"the expected run fits \(expected \$([0-9.]+)", dry.stderr).group(1))
+    assert re.search(r"agent: about [0-9,]+ tokens \(\$[0-9.]+\)", dry.stderr) and "meta: about" in dry.stderr
+    assert not list((repo / "runs").glob("run-*"))  # a dry run leaves nothing, its pilot included
+    proc = run_cli(["run", str(repo), *args], env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
+    spent = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)["cost"]
+    assert abs(expected - spent) <= 0.25 * spent, (expected, spent)
+    assert "estimate of the rest of the run, priced by the baseline's simulations" in proc.stderr

@@ -225,7 +225,8 @@ def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     assert "analysis on tau2's train split, gate on its test split" in proc.stderr
     # baseline 7 + 240, then 4 x (1 smoke + 2 x 40 x 12 (the candidate and the incumbent beside it, the gate
     # sized to at most twice its 6 trials) + 240 (a new incumbent's reference) + 7), then 2 x 1 holdout task x 2 trials
-    assert "at most 5,083 simulations" in proc.stderr
+    # expected: baseline 7 + 240, then 4 x (1 smoke + 2 x 40 x 6 x 0.56, the share of its gate a candidate spends on average), then the holdout
+    assert "about 1,331 simulations expected, at most 5,083;" in proc.stderr
     assert "1 analysis tasks sealed as a holdout" in proc.stderr
     assert sorted(p.name for p in (repo / "runs").iterdir()) == before
 
@@ -241,9 +242,10 @@ def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embed
     proc = run_cli(args, env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert ("concurrency 8 -> 1" in proc.stderr) is capped
-    expected = "with 1 at once, up to 42.6 h" if capped else "with 8 at once, up to 5.3 h"
-    # the bound of the dry run above plus the investigating proposer's 6 try simulations per iteration
-    assert f"at most {5_083 + 4 * 6:,} simulations; at about 30 s each {expected}" in proc.stderr
+    expected = "at 30.00 s of wall clock each (1 at once), about 11.3 h, up to 42.6 h" if capped else \
+        "at 3.75 s of wall clock each (8 at once), about 1.4 h, up to 5.3 h"
+    # the bounds of the dry run above plus the investigating proposer's 6 try simulations per iteration
+    assert f"about {1_331 + 4 * 6:,} simulations expected, at most {5_083 + 4 * 6:,}; {expected}" in proc.stderr
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
 
 

@@ -160,7 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="evolve the agent: baseline, then propose -> validate -> gate -> keep or reject", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", nargs="?", default=".", help="git repository holding agent/agent.py (default: current)")
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (its configuration is kept)")
-    p.add_argument("--dry-run", action="store_true", help="print the splits and the most the run can cost, then exit")
+    p.add_argument("--dry-run", action="store_true", help="print the splits and what the run is expected to cost and can cost at most, then exit")
+    p.add_argument("--pilot", type=_positive(int), metavar="N", help="with --dry-run: measure N simulations of the agent first, "
+                                                                     "so the forecast has tokens and dollars per role")
     p.add_argument("--allow-dirty", action="store_true", help="run from HEAD although agent/ has uncommitted changes")
     _add_setting_flags(p, "run")
 
@@ -483,6 +485,27 @@ def _triage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pilot(cfg: Config, backend, console: Console, repo: Path, n: int):
+    """A dry run's pilot: n simulations of the agent as it is, one trial each, in a folder that is then removed;
+    usage per simulation by role, wall seconds per simulation, and how many it measured."""
+    def measure(tasks: list[str]):
+        import tempfile
+
+        from evolver.data import RoleUsage
+        from evolver.evaluation.metrics import rewards_by_task
+        from evolver.local.backend import serve_local
+
+        with tempfile.TemporaryDirectory(prefix="evolver-pilot-") as tmp, serve_local(cfg, console, EVAL_ROLES) as local_api_base:
+            req = eval_request(cfg, repo, Path(tmp), local_api_base=local_api_base, task_ids=tasks[:n], trials=1, split=None)
+            result = backend.evaluate(req, "pilot", timeout=cfg.worker_timeout)
+        sims = max(1, result.summary.num_simulations - result.summary.infra_errors)
+        per = {role: RoleUsage(prompt_tokens=round(u.prompt_tokens / sims), completion_tokens=round(u.completion_tokens / sims), cost=u.cost / sims)
+               for role, u in result.summary.usage.items()}
+        return per, result.summary.duration / sims, sims, rewards_by_task(result.simulations)
+
+    return measure
+
+
 def _transfer_at_end(run, cfg: Config, backend, console: Console) -> None:
     """`--transfer-models`: the finished run's base against its best under each model, on its gate tasks."""
     import dataclasses
@@ -533,7 +556,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             require_sandbox(cfg)
             cap_concurrency(cfg, console)  # before the estimate, which divides by it
             backend = stack.enter_context(make_backend(cfg.backend, cfg.ray_address))
-            loop = new_run(repo, cfg, new_run_id("run"), backend, allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console)
+            if args.pilot and not args.dry_run:
+                raise UsageError("--pilot measures for a --dry-run's forecast; add --dry-run (a run measures its baseline anyway)")
+            pilot = _pilot(cfg, backend, console, repo, args.pilot) if args.pilot else None
+            loop = new_run(repo, cfg, new_run_id("run"), backend, allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console,
+                           pilot=pilot)
             if note:
                 console.print(note)
             if loop is None:

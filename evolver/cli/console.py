@@ -203,10 +203,8 @@ def _lines(event: ev.Event, terminal: bool) -> list[str]:
             lines.append(f"[yellow]warning:[/yellow] the minimum effect ({event.min_effect_points:.1f} points) is below the noise floor; smaller gains will usually be rejected")
         return lines
     if isinstance(event, ev.Estimate):
-        money = "an unknown price per simulation" if event.usd is None else f"${event.usd_per_simulation:.4f} per simulation"
-        total = "" if event.usd is None else f"about ${event.usd:.2f} and "
-        return [f"estimate from the baseline: {money}; the remaining run takes at most {event.simulations:,} simulations, "
-                f"{total}{event.hours:.1f} h at the baseline's measured {event.seconds_per_simulation:.1f} s per simulation"]
+        return forecast_lines(event.forecast, event.seconds_per_simulation, event.concurrency, event.budget_usd, event.budget_tokens,
+                              "estimate of the rest of the run, priced by the baseline's simulations")
     if isinstance(event, ev.Decided):
         colour = {"accepted": "green", "rejected": "red"}.get(event.status, "yellow")
         return [f"iteration {event.label}: [{colour}]{event.status}[/{colour}] {event.title or ''} - {event.reason}"]
@@ -220,6 +218,33 @@ def _lines(event: ev.Event, terminal: bool) -> list[str]:
             "interrupted": [f"[yellow]interrupted[/yellow]: resume with `evolver run --resume {event.run_id}`"],
         }[event.how]
     return []
+
+
+def forecast_lines(fc, seconds: float, concurrency: int, budget_usd: float, budget_tokens: int, title: str,
+                   priced: bool = True) -> list[str]:
+    """A forecast (evolver.evolution.plan.Forecast) for people, ``seconds`` of wall clock per simulation at
+    ``concurrency`` simulations at once: simulations and hours expected and at most,
+    then per role tokens and dollars (unknown where a model has no known price), then the budgets."""
+    hours = (fc.simulations * seconds / 3600, fc.simulations_most * seconds / 3600)
+    lines = [f"{title}: about {fc.simulations:,} simulations expected, at most {fc.simulations_most:,}; "
+             f"at {seconds:.2f} s of wall clock each ({concurrency} at once), about {hours[0]:.1f} h, up to {hours[1]:.1f} h"]
+    if not priced:
+        lines.append("tokens and dollars of the simulations: measured on the baseline once it has run, or now with --pilot N")
+    for role, (tokens, most, usd, usd_most) in fc.roles.items():
+        if priced or role == "meta":
+            lines.append(f"  {role}: about {tokens:,} tokens ({_dollars(usd)}), at most {most:,} ({_dollars(usd_most)})")
+    total, total_most = fc.dollars(), fc.dollars(most=True)
+    if budget_usd:
+        verdict = "unknown" if total is None else "fits" if total <= budget_usd else "does not fit"
+        lines.append(f"budget ${budget_usd:.2f}: the expected run {verdict} (expected {_dollars(total)}, at most {_dollars(total_most)})")
+    if budget_tokens:
+        lines.append(f"token budget {budget_tokens:,}: the expected run {'fits' if fc.tokens() <= budget_tokens else 'does not fit'} "
+                     f"(expected {fc.tokens():,}, at most {fc.tokens(most=True):,})")
+    return lines
+
+
+def _dollars(usd) -> str:
+    return "unknown" if usd is None else f"${usd:.2f}"
 
 
 def _fmt(x) -> str:

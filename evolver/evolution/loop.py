@@ -30,10 +30,10 @@ from evolver.evolution import gate as gatelib
 from evolver.evolution.evidence import EarlierCandidate, Evidence, flipped
 from evolver.evolution.noop import inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits
-from evolver.evolution.plan import max_simulations, proposer_budget
+from evolver.evolution.plan import forecast, meta_prompt_tokens, proposer_budget
 from evolver.evolution.proposers import Proposer, Request
 from evolver.evolution.triage import triage
-from evolver.llm import ProviderError
+from evolver.llm import ProviderError, price_of
 from evolver.store.lineage import Lineage, commit_message
 from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, measured, slug
 
@@ -121,20 +121,23 @@ class Loop:
         floor = gatelib.noise_floor(reference, gate)
         self.events.emit(ev.NoiseFloor(len(self.manifest.gate_tasks), gate.stages[-1], None if math.isinf(floor) else floor * 100,
                                        self.gate.min_effect * 100))
-        self.estimate(analysis)
+        self.estimate(analysis, reference)
 
-    def estimate(self, analysis: EvalResult) -> None:
-        """What the rest of the run can cost at most, priced by the baseline's own simulations."""
+    def estimate(self, analysis: EvalResult, reference: dict) -> None:
+        """What the rest of the run is expected to take and can take at most, priced by the baseline's own simulations."""
         sims = analysis.summary.num_simulations + len(self.manifest.gate_tasks) * self.gate.stages[-1]
-        cost = sum(u.cost for u in self.state.usage.values())
-        remaining = max_simulations(
-            self.cfg, len(self.manifest.analysis_tasks), len(self.manifest.gate_tasks), len(self.manifest.holdout_tasks),
-            iterations=self.state.iterations_target - self.state.next_iteration + 1, baseline=False,
-        )
-        priced = all(u.priced for u in self.state.usage.values())
-        per_sim = cost / max(1, sims) if priced else None
+        per_sim = {role: RoleUsage(prompt_tokens=round(u.prompt_tokens / max(1, sims)), completion_tokens=round(u.completion_tokens / max(1, sims)),
+                                   cost=u.cost / max(1, sims)) for role, u in self.state.usage.items() if role != "meta"}
+        rest = forecast(self.cfg, len(self.manifest.analysis_tasks), len(self.manifest.gate_tasks), len(self.manifest.holdout_tasks),
+                        iterations=self.state.iterations_target - self.state.next_iteration + 1, per_simulation=per_sim,
+                        meta_price=price_of(self.cfg.role("meta").model), meta_prompt_tokens=self.meta_prompt_tokens(), baseline=False,
+                        noise=reference)
         seconds = analysis.summary.duration / max(1, analysis.summary.num_simulations)
-        self.events.emit(ev.Estimate(per_sim, remaining, None if per_sim is None else remaining * per_sim, remaining * seconds / 3600, seconds))
+        self.events.emit(ev.Estimate(rest, seconds, self.cfg.concurrency, self.cfg.budget_usd, self.cfg.budget_tokens))
+
+    def meta_prompt_tokens(self) -> int:
+        """About what a one-shot prompt holds: the system prompt and guide, agent/'s files, the digest."""
+        return meta_prompt_tokens(self.guide, Path(self.run.repo), self.cfg.digest_chars)
 
     def refresh_stale_reference(self) -> None:
         """A reference older than reference_max_hours is measured again, with fresh seeds,

@@ -9,9 +9,20 @@ configuration does not import the evolution side.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 from evolver.config import Config
+from evolver.data import RoleUsage
 from evolver.errors import UsageError
+
+# Of a candidate's full gate, what candidates spend on average: benchmarks/gate_power.py's mix of -10, 0,
+# +5 and +10 point candidates at the default stages (docs/gate.md, the "sims" column: 135 of 240). A
+# single-stage gate stops nothing early.
+GATE_SHARE = 0.56
+# The meta-LLM's side of a proposal, before any is measured: the investigating proposer is assumed to
+# use half its token budget; a one-shot answer is its prompt plus the answer, in about this split.
+META_SHARE, PROMPT_SHARE = 0.5, 0.9
 
 
 def gate_config(cfg: Config):
@@ -36,7 +47,8 @@ def proposer_budget(cfg: Config):
                   seconds=cfg.proposer_seconds)
 
 
-def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True) -> int:
+def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True,
+                    gate_share: Optional[float] = None, gate_trials: Optional[int] = None) -> int:
     """The most simulations a run can take: per iteration each candidate's smoke test (and, with
     several, their screen), the full gate of one candidate and of the incumbent beside it, at
     the longest the gate may be sized to, a fresh reference and analysis for a new incumbent;
@@ -47,6 +59,80 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
     longest = math.ceil(gate.stages[-1] * MOST_STRETCH)
     screen = gate.screen if cfg.candidates > 1 else 0
     # each candidate's try simulations (the agent proposer), smoke test and, with several, screen
+    if gate_share is not None:  # what is expected: the gate unstretched, its usual share of it, and no keep (no fresh reference)
+        trials = gate_trials or gate.stages[-1]  # the gate sized to the noise, when it is known
+        per_iteration = cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen) + 2 * n_gate * trials * gate_share
+        return math.ceil((n_analysis * cfg.analysis_trials + n_gate * gate.stages[-1] if baseline else 0)
+                         + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials)
     per_iteration = cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen) + 2 * n_gate * longest + n_gate * gate.stages[-1] + n_analysis * cfg.analysis_trials
     start = n_analysis * cfg.analysis_trials + n_gate * gate.stages[-1] if baseline else 0
     return start + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What a run (or the rest of it) is expected to take, and the most it can take."""
+
+    simulations: int
+    simulations_most: int
+    # role -> (tokens expected, tokens at most, dollars expected, dollars at most); dollars None: no known price
+    roles: dict[str, tuple[int, int, Optional[float], Optional[float]]]
+
+    def dollars(self, most: bool = False) -> Optional[float]:
+        values = [v[3 if most else 2] for v in self.roles.values()]
+        return None if any(v is None for v in values) else sum(values)
+
+    def tokens(self, most: bool = False) -> int:
+        return sum(v[1 if most else 0] for v in self.roles.values())
+
+
+def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, per_simulation: dict[str, RoleUsage],
+             meta_price: Optional[tuple[float, float]], meta_prompt_tokens: int, baseline: bool = True,
+             noise: Optional[dict] = None) -> Forecast:
+    """Simulations expected and at most, and per role the tokens and dollars: the simulated roles at
+    ``per_simulation`` (what one simulation used, measured on a pilot or the baseline; a role whose
+    tokens had no known price costs None, never $0), the meta-LLM at ``meta_price`` (dollars per
+    prompt and per completion token, None: unknown) for each proposal."""
+    args = (cfg, n_analysis, n_gate, n_holdout)
+    stages = tuple(cfg.gate_stages) or (1, 2, 3, 4, 6)
+    # ``noise``: rewards by task (the reference, or a pilot's), to size the gate as a run will (gate.sized)
+    trials = None
+    if noise:
+        from evolver.evolution.gate import sized
+
+        trials = sized(gate_config(cfg), noise).stages[-1]
+    expected = max_simulations(*args, iterations=iterations, baseline=baseline, gate_share=GATE_SHARE if len(stages) > 1 else 1.0,
+                               gate_trials=trials)
+    most = max_simulations(*args, iterations=iterations, baseline=baseline)
+    roles: dict[str, tuple[int, int, Optional[float], Optional[float]]] = {}
+    for role, u in per_simulation.items():
+        price = (u.cost / u.tokens) if u.priced and u.tokens else (0.0 if not u.tokens else None)
+        roles[role] = (round(expected * u.tokens), round(most * u.tokens),
+                       None if price is None else expected * u.tokens * price, None if price is None else most * u.tokens * price)
+    proposals = iterations * cfg.candidates
+    if cfg.proposer == "agent":
+        per_most = cfg.proposer_tokens
+        per_expected = round(per_most * META_SHARE)
+    else:  # a prompt and its answer, asked again at most twice (proposers.oneshot)
+        per_expected = meta_prompt_tokens + round(meta_prompt_tokens * (1 - PROMPT_SHARE) / PROMPT_SHARE)
+        per_most = 3 * per_expected if cfg.proposer == "oneshot" else 0
+    if cfg.proposer == "command":
+        per_expected = per_most = 0  # the command calls its own model, which evolver never sees
+
+    def dollars(tokens: int) -> Optional[float]:
+        if meta_price is None:
+            return None if tokens else 0.0
+        return tokens * (PROMPT_SHARE * meta_price[0] + (1 - PROMPT_SHARE) * meta_price[1])
+
+    roles["meta"] = (proposals * per_expected, proposals * per_most, dollars(proposals * per_expected), dollars(proposals * per_most))
+    return Forecast(simulations=expected, simulations_most=most, roles=roles)
+
+
+def meta_prompt_tokens(guide: str, repo, digest_chars: int) -> int:
+    """About what one one-shot prompt holds, in tokens: the guide, agent/'s editable files, a full digest."""
+    from pathlib import Path
+
+    from evolver.evolution.noop import agent_files
+
+    files = sum(len(data) for data in agent_files(Path(repo)).values())
+    return (len(guide) + files + digest_chars) // 4

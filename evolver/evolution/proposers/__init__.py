@@ -80,7 +80,7 @@ class Proposer(Protocol):
 
 def meta_call(role: RoleModel, messages: list[dict], retries: int, **extra) -> tuple[object, RoleUsage]:
     """One completion of the meta-LLM (evolver.llm.retrying classifies its errors), and what it used."""
-    from evolver.llm import retrying
+    from evolver.llm import price_of, retrying
     from evolver.local.providers import register_providers
 
     register_providers([role.model])
@@ -91,12 +91,14 @@ def meta_call(role: RoleModel, messages: list[dict], retries: int, **extra) -> t
     configured = {k: v for k, v in role.llm_args.items() if k not in ("temperature", "seed")}
     response = retrying(litellm.completion, retries, "meta")(model=role.model, messages=messages, **{**role.litellm_args(), **extra, **configured})
     usage = getattr(response, "usage", None)
+    prompt, completion = getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0
     try:
         cost = float(litellm.completion_cost(completion_response=response) or 0.0)
-    except Exception:  # models without a price entry (local servers, the test provider)
+    except Exception:  # litellm has no entry under the response's model name (a custom provider's)
         cost = 0.0
-    return response, RoleUsage(prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-                               completion_tokens=getattr(usage, "completion_tokens", 0) or 0, cost=cost)
+    if not cost and (price := price_of(role.model)):  # priced by its bare name; a model with no price stays unknown
+        cost = prompt * price[0] + completion * price[1]
+    return response, RoleUsage(prompt_tokens=prompt, completion_tokens=completion, cost=cost)
 
 
 def make_proposer(name: str, *, command: str = "", command_env: tuple[str, ...] = (), command_read: tuple[str, ...] = ()) -> Proposer:
