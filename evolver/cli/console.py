@@ -26,6 +26,13 @@ def eval_table(result: EvalResult) -> Table:
     table.add_row("average reward", "n/a" if s.avg_reward is None else f"{s.avg_reward:.3f}  ({s.scored} scored)")
     for k, v in s.pass_hat_k.items():
         table.add_row(f"pass^{k}", f"{v:.3f}")
+    scored = [sim for sim in result.simulations if sim.outcome != "infra_error"]
+    if scored:
+        ended: dict[str, int] = {}
+        for sim in scored:
+            ended[sim.termination_reason or "?"] = ended.get(sim.termination_reason or "?", 0) + 1
+        table.add_row("messages per simulation", f"{sum(sim.steps for sim in scored) / len(scored):.1f}")
+        table.add_row("ended by", ", ".join(f"{reason} {n}" for reason, n in sorted(ended.items(), key=lambda kv: -kv[1])))
     table.add_row("failed by the agent", str(s.failed))
     table.add_row("infrastructure errors", f"[red]{s.infra_errors}[/red]" if s.infra_errors else "0")
     for role, tally in sorted(s.infra_by_role.items()):
