@@ -50,18 +50,22 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A git repository set up by `evolver init`, with one commit."""
-    path = tmp_path / "target"
-    path.mkdir()
+def init_repo(path: Path) -> Path:
+    """A git repository set up by `evolver init` at ``path``, with one commit."""
+    path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main")
     git(path, "config", "user.email", "test@example.invalid")
     git(path, "config", "user.name", "test")
-    run_cli(["init", str(path)])
+    assert run_cli(["init", str(path)]).returncode == 0
     git(path, "add", "-A")
     git(path, "commit", "-qm", "init")
     return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository set up by `evolver init`, with one commit."""
+    return init_repo(tmp_path / "target")
 
 
 def run_cli(args: list[str], cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SCRIPTED_MODELS, git, run_cli
+from tests.conftest import ROOT, SCRIPTED_MODELS, git, init_repo, run_cli
 
 TOTALS = {"cases": 0, "clean": 0}  # shown in pytest's summary (tests/conftest.py)
 MODELS = SCRIPTED_MODELS[:6]  # agent, user, judge: what eval needs
@@ -30,14 +30,7 @@ NO_MLFLOW = ROOT / "tests" / "scripts" / "no_mlflow"
 def world(tmp_path_factory):
     """A committed repository with one finished scripted run to damage copies of."""
     base = tmp_path_factory.mktemp("bad")
-    repo = base / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "test@example.invalid")
-    git(repo, "config", "user.name", "test")
-    assert run_cli(["init", str(repo)]).returncode == 0
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "init")
+    repo = init_repo(base / "repo")
     proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", *RUN_MODELS, "--agent-model", "scripted/wrong"], env=SCRIPT, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     [run] = [p.name for p in (repo / "runs").glob("run-*")]

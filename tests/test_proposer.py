@@ -18,7 +18,7 @@ from evolver.data import EvalResult, RoleModel
 from evolver.evolution.evidence import Evidence
 from evolver.evolution.proposers import Budget, Request
 from evolver.evolution.proposers.agent import Session, check_arguments
-from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, git, run_cli
+from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, init_repo, run_cli
 from tests.test_loop import make_target
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
@@ -27,14 +27,7 @@ LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
 @pytest.fixture(scope="module")
 def analysis(tmp_path_factory):
     """A real analysis evaluation: the careless scripted agent garbles a created task's title."""
-    repo = tmp_path_factory.mktemp("proposer") / "target"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@t.invalid")
-    git(repo, "config", "user.name", "t")
-    assert run_cli(["init", str(repo)]).returncode == 0
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "init")
+    repo = init_repo(tmp_path_factory.mktemp("proposer") / "target")
     summary = eval_json(repo, "--agent-model", "scripted/wrong", "--task-ids", "create_task_1,update_task_1")
     path = Path(summary["result_file"])
     return repo, EvalResult.model_validate_json(path.read_text()), path.parent

@@ -18,6 +18,7 @@ import pytest
 from evolver import llm
 from tests.conftest import git, run_cli
 from tests.scripts.fake_openai import FakeOpenAI, Fault
+from tests.scripts.hostile import FLOOD
 
 ATTEMPTS = 3
 # (litellm error class, expected meaning for agent, user, judge, meta): written out here, not read
@@ -221,15 +222,6 @@ def test_a_rate_limited_customer_is_waited_for_and_nothing_is_lost(repo):
     assert summary["scored"] == 2 and summary["avg_reward"] == 1.0
 
 
-FLOOD = '''
-_orig_turn = HarnessAgent.generate_next_message
-def _flooding_turn(self, message, state):
-    reply, state = _orig_turn(self, message, state)
-    if reply.content:
-        reply.content += " ok" * 30_000
-    return reply, state
-HarnessAgent.generate_next_message = _flooding_turn
-'''
 
 
 def test_a_conversation_that_overflows_the_customers_context_is_the_candidates_failure(repo):

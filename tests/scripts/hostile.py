@@ -36,6 +36,18 @@ TURN = "    ) -> tuple[AssistantMessage, HarnessState]:\n"
 CUSTOMER_CONTEXT = 60_000  # characters the scripted customer's context holds: a mock conversation needs about 10,000
 
 
+# Appended to agent/agent.py: every reply the agent sends carries 90,000 characters more (under the reply limit).
+FLOOD = """
+_orig_turn = HarnessAgent.generate_next_message
+def _flooding_turn(self, message, state):
+    reply, state = _orig_turn(self, message, state)
+    if reply.content:
+        reply.content += " ok" * 30_000
+    return reply, state
+HarnessAgent.generate_next_message = _flooding_turn
+"""
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -227,15 +239,7 @@ if "create" in str(message.content).lower():
 """, "fault", "ServiceUnavailableError"),
     # Unscoring a lost task: a conversation that overflows the customer's context is the candidate's
     # failure, never an infrastructure error (the scripted customer's context holds CUSTOMER_CONTEXT characters).
-    Case("flood_the_customers_context", "import", """
-_orig_turn = HarnessAgent.generate_next_message
-def _flooding_turn(self, message, state):
-    reply, state = _orig_turn(self, message, state)
-    if reply.content:
-        reply.content += " ok" * 30_000
-    return reply, state
-HarnessAgent.generate_next_message = _flooding_turn
-""", "fault", "user_context_overflow"),
+    Case("flood_the_customers_context", "import", FLOOD, "fault", "user_context_overflow"),
     Case("garbage_on_the_channel", "turn", """
 import os
 os.write(3, b"\\xff" * 64)
