@@ -190,7 +190,7 @@ class Session:
             # (a server with a fixed seed would otherwise repeat the same sample forever).
             temperature = min(1.0, TEMPERATURE + 0.2 * self.repeats)
             response, usage = meta_call(self.request.meta, messages, self.request.llm_retries, tools=schemas, max_tokens=ANSWER_TOKENS,
-                                        temperature=temperature, seed=self.turns, timeout=max(30.0, self.budget.seconds - self.elapsed()))
+                                        temperature=temperature, seed=self.turns, timeout=max(60.0, self.budget.seconds - self.elapsed()))
             self.usage = self.usage.add(usage)
             message = response.choices[0].message
             calls = list(message.tool_calls or [])[:1]  # one at a time: the next depends on this one's answer
@@ -233,8 +233,10 @@ class Session:
             return f"used all {self.budget.turns} turns"
         if self.usage.tokens >= self.budget.tokens:
             return f"used {self.usage.tokens:,} of {self.budget.tokens:,} tokens"
-        if self.elapsed() >= self.budget.seconds:
-            return f"ran for {self.elapsed():.0f} s of {self.budget.seconds:.0f} s"
+        # A turn is not started that would likely end past the time budget: the mean turn so far, as the guess.
+        turn = self.elapsed() / self.turns if self.turns else 0.0
+        if self.elapsed() + turn >= self.budget.seconds:
+            return f"ran for {self.elapsed():.0f} s of {self.budget.seconds:.0f} s (a turn takes about {turn:.0f} s)"
         return None
 
     def elapsed(self) -> float:
