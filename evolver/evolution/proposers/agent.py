@@ -382,12 +382,21 @@ class Session:
 def written_call(text: str):
     """The first tool call written in a reply's text instead of made, as a tool call; None if there is none.
     Small models write `{"name": ..., "arguments": {...}}` with raw line breaks inside its strings (not JSON,
-    so the serving path's parser misses it), or Python: `list_failures()`, `read_file(path="a")`. Parsed as
-    data (json, or ast with literal values only): nothing is evaluated."""
+    so the serving path's parser misses it), a tag `<function name="x" arguments='{...}'/>`, or Python:
+    `list_failures()`, `read_file(path="a")`. Parsed as data (json, or ast with literal values only):
+    nothing is evaluated."""
     import ast
     import re
 
     names = {name: list(params) for name, _, params in TOOLS}
+    tagged = re.search(r"""name\s*=\s*["'](\w+)["'][^>]*?arguments\s*=\s*'(\{.*?\})'""", text, re.S)  # <function name="x" arguments='{..}'/>
+    if tagged and tagged.group(1) in names:
+        try:
+            args = json.loads(tagged.group(2), strict=False)
+        except ValueError:
+            args = None
+        if isinstance(args, dict):
+            return SimpleNamespace(id=f"written_{tagged.start()}", function=SimpleNamespace(name=tagged.group(1), arguments=json.dumps(args)))
     decoder = json.JSONDecoder(strict=False)  # strict=False: control characters inside strings
     for match in re.finditer(r"\{", text):
         try:
