@@ -26,10 +26,11 @@ from pathlib import Path
 import pytest
 
 from evolver.config import eval_request, load_config
-from evolver.data import SimRecord, read_sim_records
+from evolver.data import SimRecord
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Cancelled
 from evolver.evaluation.backends.ray import RayBackend, plan, worker_environment
+from evolver.store.evaldir import EvalDir
 from evolver.evaluation.backends.ray_node import pack_agent, unpack_agent
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.scripts.ray_cases import KEY, VALUE
@@ -382,7 +383,7 @@ class TestInProcess:
             (t, trial, "ok", 1.0) for trial in range(4) for t in tasks]
         assert result.worker_note is None and result.summary.infra_errors == 0
         assert "ended early (attempt 1 of 3): WorkerCrashedError" in (out / "worker.log").read_text()
-        records = read_sim_records(out / "sims.jsonl")
+        records = EvalDir(out).records()
         assert len((out / "sims.jsonl").read_text().splitlines()) == len(records) == 8  # nothing ran twice
         assert self.zygote_processes(backend) == 1  # the killed Ray worker's workers and agent processes went with it
 

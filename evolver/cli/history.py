@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.config import Config
-from evolver.data import RoleUsage, cost_text, read_sim_records
+from evolver.data import RoleUsage, cost_text
 from evolver.errors import UsageError
 from evolver.evaluation.metrics import infra_by_role, rewards_by_task
 from evolver.evolution.evidence import flipped
 from evolver.evolution.plan import max_simulations
 from evolver.store.lineage import Lineage
+from evolver.store.evaldir import read_sim_records
 from evolver.store.runstate import BestChange, RunDir, slug
 
 

@@ -32,9 +32,10 @@ import traceback
 from collections import defaultdict
 from pathlib import Path
 
-from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord, read_sim_records, write_json_atomic
+from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord, write_json_atomic
 from evolver.llm import ConversationError, ProviderError, missing_api_key, prepare_environment
 from evolver.local.providers import register_providers
+from evolver.store.evaldir import read_sim_records
 
 AGENT_NAME = "evolver_harness"
 EXIT_USAGE = 2

@@ -15,10 +15,12 @@ import time
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field
 
 from evolver.data import EvalResult, RoleModel, RoleUsage, write_json_atomic
 from evolver.errors import UsageError
+from evolver.store.evaldir import EvalDir
+from evolver.store.records import Versioned, read_record
 
 IterationStatus = Literal[
     "proposing", "no_patch", "refused", "invalid", "evaluating", "accepted", "rejected", "undecided",
@@ -29,26 +31,23 @@ FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "und
 MANIFEST_SCHEMA = 2
 
 
-class NewerSchema(ValueError):
-    """A run file written by a newer evolver than this one."""
-
-
 def _manifest_v1_to_v2(data: dict) -> dict:
     """v1 recorded the embedded server's address among the settings (it is learnt at run time now,
     never a setting), predates the user-role adapter (a v1 run ran its local user without it) and
     the proposer setting (a v1 run proposed with one completion over the digest, and goes on so)."""
     config = {k: v for k, v in data.get("config", {}).items() if k != "local_api_base"}
-    return {**data, "config": {"local_user_adapter": False, "proposer": "oneshot", **config}, "schema": 2}
+    return {**data, "config": {"local_user_adapter": False, "proposer": "oneshot", **config}}
 
 
 # Named steps from each older schema to the next; a run is opened through all it needs.
 MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2}
 
 
-class Manifest(BaseModel):
+class Manifest(Versioned):
     """What the run is: written once at the start (run.json)."""
 
-    schema_version: int = Field(MANIFEST_SCHEMA, alias="schema")
+    SCHEMA, MIGRATIONS, WHAT = MANIFEST_SCHEMA, MANIFEST_MIGRATIONS, "run.json"
+
     run_id: str
     created: float
     repo: str
@@ -62,20 +61,6 @@ class Manifest(BaseModel):
     holdout_tasks: list[str]
     split_note: str
     gate: dict
-
-    model_config = {"populate_by_name": True, "serialize_by_alias": True}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _migrate(cls, data):
-        if not isinstance(data, dict):
-            return data
-        version = data.get("schema", 1)
-        if not isinstance(version, int) or version > MANIFEST_SCHEMA:
-            raise NewerSchema(f"run.json has schema {version!r}, newer than this evolver knows ({MANIFEST_SCHEMA}); upgrade evolver to open it")
-        while version < MANIFEST_SCHEMA:
-            data, version = MANIFEST_MIGRATIONS[version](data), version + 1
-        return data
 
 
 class BestChange(BaseModel):
@@ -185,18 +170,17 @@ class RunDir:
 
     def latest_result(self, name: str) -> Optional[EvalResult]:
         """An evaluation's largest finished result (result-{trials}.json); None before it has one."""
-        files = sorted(self.eval_dir(name).glob("result-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-        return _read(EvalResult, files[-1]) if files else None
+        return EvalDir(self.eval_dir(name)).latest_result()
 
     # -- reading and writing ------------------------------------------------
     def exists(self) -> bool:
         return (self.path / "run.json").exists()
 
     def manifest(self) -> Manifest:
-        return _read(Manifest, self.path / "run.json")
+        return read_record(Manifest, self.path / "run.json")
 
     def state(self) -> RunState:
-        return _read(RunState, self.path / "state.json")
+        return read_record(RunState, self.path / "state.json")
 
     def save_manifest(self, manifest: Manifest) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -207,11 +191,11 @@ class RunDir:
 
     def iteration(self, n: int) -> Optional[IterationRecord]:
         path = self.iteration_file(n)
-        return _read(IterationRecord, path) if path.exists() else None
+        return read_record(IterationRecord, path) if path.exists() else None
 
     def iterations(self) -> list[IterationRecord]:
         folder = self.path / "iterations"
-        return [_read(IterationRecord, p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+        return [read_record(IterationRecord, p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
     def save_iteration(self, record: IterationRecord) -> None:
         self.iteration_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
@@ -266,23 +250,6 @@ class RunDir:
                 return True
             fcntl.flock(fh, fcntl.LOCK_UN)
             return False
-
-
-def _read(model, path: Path):
-    """A run file, or one line saying it is damaged: a hand edit, a full disk, a bad copy."""
-    try:
-        return model.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        cause = next((e.get("ctx", {}).get("error") for e in exc.errors() if isinstance(e.get("ctx", {}).get("error"), NewerSchema)), None)
-        if cause is not None:
-            raise UsageError(f"{path}: {cause}") from None
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        raise UsageError(f"{path} is unreadable or corrupt ({where + ': ' if where else ''}{first['msg']}); "
-                         "restore it from a copy, or start a new run") from None
-    except (OSError, ValueError) as exc:
-        why = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
-        raise UsageError(f"{path} is unreadable or corrupt ({why}); restore it from a copy, or start a new run") from None
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from evolver.data import EvalRequest, EvalResult, SimRecord, SimsTally, read_sim_records, write_json_atomic
+from evolver.data import EvalRequest, EvalResult, SimRecord, write_json_atomic
 from evolver.errors import UsageError
 from evolver.evaluation import zygote_client
 from evolver.evaluation.backends import Cancelled, Progress, TaskListing
 from evolver.evaluation.metrics import summarize
 from evolver.evaluation.worker import claims_dir, status_file
+from evolver.store.evaldir import SimsTally, read_sim_records
 
 # Workers per evaluation: tau2's simulations are partly CPU-bound under one GIL,
 # so two processes use both cores of a small machine.

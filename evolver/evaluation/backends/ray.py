@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from evolver.data import EvalRequest, EvalResult, SimRecord, SimsTally, read_sim_records, write_json_atomic
+from evolver.data import EvalRequest, EvalResult, SimRecord, write_json_atomic
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Cancelled, Progress, TaskListing, ray_node
 from evolver.evaluation.backends.local import WORKER_PROCESSES, _complete, _harness_switches, _progress  # the result is built as the local backend builds it
 from evolver.evaluation.metrics import summarize
+from evolver.store.evaldir import SimsTally, read_sim_records
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # a local instance moves only records, trajectories and small archives
 # Simulations one Ray task runs at once: the request's concurrency is shared out in groups of about

@@ -1,0 +1,117 @@
+"""The run store's interface (evolver/store/): one evaluation's folder (EvalDir) and the versioned
+run records with their named migrations. Offline, instant: no worker, no tau2, no git."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolver.data import EvalRequest, EvalResult, EvalSummary, RoleModel, SimRecord
+from evolver.errors import UsageError
+from evolver.store.evaldir import EvalDir
+from evolver.store.records import NewerSchema, migrate
+
+ROLE = RoleModel(model="scripted/agent")
+
+
+def _record(task: str, trial: int = 0, outcome: str = "ok", reward=1.0, **extra) -> SimRecord:
+    return SimRecord(task_id=task, trial=trial, outcome=outcome, reward=None if outcome == "infra_error" else reward, **extra)
+
+
+def _result(trials: int, note=None) -> EvalResult:
+    summary = EvalSummary(num_tasks=1, num_trials=trials, num_simulations=trials, scored=trials, failed=0, infra_errors=0,
+                          avg_reward=1.0, pass_hat_k={}, usage={}, duration=2.0 * trials)
+    return EvalResult(run_id="r", checkout="/c", domain="mock", split=None, task_ids=["a"], trials=trials, seed=1, max_steps=3,
+                      models={}, worker_note=note, summary=summary, simulations=[_record("a", t) for t in range(trials)])
+
+
+# ---- one evaluation's folder ---------------------------------------------------------
+
+
+def test_sims_are_appended_whole_and_read_with_the_torn_line_and_retry_rules(tmp_path):
+    evaluation = EvalDir(tmp_path / "e")
+    evaluation.path.mkdir()
+    evaluation.append_sim(_record("a", outcome="infra_error", error_role="agent"))
+    evaluation.append_sim(_record("b", error="a line\u2028separator in the text").model_dump_json())  # a line as a Ray node sends it
+    evaluation.append_sim(_record("a", reward=0.0))  # a's retry: the later line wins
+    evaluation.append_sim(_record("d", outcome="infra_error", error_role="user"))
+    with open(evaluation.sims_file, "a") as fh:
+        fh.write('{"task_id": "c", "tri')  # a worker killed mid-write
+    assert [(r.task_id, r.outcome, r.reward) for r in evaluation.records()] == [("a", "ok", 0.0), ("b", "ok", 1.0), ("d", "infra_error", None)]
+    assert sorted(evaluation.measured()) == [("a", 0), ("b", 0)]  # an infrastructure error is measured again
+    assert evaluation.lines_written() == 5
+    assert EvalDir(tmp_path / "nothing").records() == [] and EvalDir(tmp_path / "nothing").lines_written() == 0
+
+
+def test_a_tail_reads_only_complete_new_lines(tmp_path):
+    evaluation = EvalDir(tmp_path)
+    tail = evaluation.tail()
+    assert tail.read() == []  # no file yet
+    offset = evaluation.start_sims([_record("a").model_dump_json()])
+    assert tail.read() == [_record("a").model_dump_json()] and tail.offset == offset
+    line = _record("b").model_dump_json()
+    with open(evaluation.sims_file, "a") as fh:
+        fh.write(line[:10])
+    assert tail.read() == []
+    with open(evaluation.sims_file, "a") as fh:
+        fh.write(line[10:] + "\n")
+    assert tail.read() == [line] and evaluation.tail(offset).read() == [line]
+    assert evaluation.tally().progress(4) == (2, 4, 1.0)
+
+
+def test_trajectories_are_named_by_the_store_and_a_nodes_name_keeps_only_its_file_name(tmp_path):
+    evaluation = EvalDir(tmp_path)
+    evaluation.make_trajectories_dir()
+    evaluation.write_trajectory(_record("t", 1), _result(1))  # a model, written as JSON
+    mine = _record("t", 2)
+    evaluation.write_trajectory(mine, "{}")  # text, written as it came
+    assert mine.trajectory_file == "trajectories/t__trial2.json" and evaluation.read_trajectory(mine) == "{}"
+    sent = _record("t", 3, trajectory_file="../../elsewhere/t__trial3.json")  # what a Ray node's record says
+    evaluation.write_trajectory(sent, '{"messages": []}')
+    assert sent.trajectory_file == "trajectories/t__trial3.json"
+    assert sorted(p.name for p in evaluation.trajectories_dir.iterdir()) == ["t__trial1.json", "t__trial2.json", "t__trial3.json"]
+    assert evaluation.read_trajectory(_record("t", 4)) is None
+
+
+def test_a_new_or_resumed_evaluation_drops_the_last_workers_states_and_claims(tmp_path):
+    evaluation = EvalDir(tmp_path / "e")
+    req = EvalRequest(checkout="/c", out_dir=str(evaluation.path), domain="mock", agent=ROLE, user=ROLE, judge=ROLE)
+    evaluation.begin(req)
+    evaluation.write_status(1, "running", tasks=["a"])
+    assert evaluation.read_status(1) == {"state": "running", "tasks": ["a"]} and evaluation.read_status(0) == {}
+    evaluation.open_claims()
+    assert evaluation.claim("a", 0) and not evaluation.claim("a", 0) and evaluation.claim("a", 1) and evaluation.claimed() == 2
+    shard = evaluation.write_shard_request(req.model_copy(update={"shard": 1, "shards": 2}))
+    assert shard.name == "request-1.json" and EvalRequest.model_validate_json(shard.read_text()).shard == 1
+    evaluation.begin(req)
+    assert evaluation.statuses() == [] and not evaluation.claims_dir.exists()
+    assert EvalRequest.model_validate_json(evaluation.request_file.read_text()) == req
+    evaluation.append_log("one\ntwo\n")
+    assert evaluation.log_tail(4) == "two\n" and EvalDir(tmp_path / "none").log_tail(4) == ""
+
+
+def test_a_result_is_kept_for_reuse_unless_a_worker_was_stopped(tmp_path):
+    evaluation = EvalDir(tmp_path)
+    assert evaluation.result(2) is None and evaluation.latest_result() is None and evaluation.measured_at() is None
+    assert not evaluation.keep_result(_result(2, note="the worker was stopped at the wall-clock limit of 1 s"))
+    assert evaluation.result(2) is None
+    assert evaluation.keep_result(_result(2)) and evaluation.keep_result(_result(10))
+    assert evaluation.result(2) == _result(2) and evaluation.latest_result().trials == 10  # by number: 10 after 2
+    assert [p.name for p in evaluation.result_files()] == ["result-2.json", "result-10.json"]
+    (tmp_path / "result-3.json").write_text("{")  # damaged: left out of the summaries, one line when read
+    assert [s["duration"] for s in evaluation.summaries()] == [4.0, 20.0]
+    with pytest.raises(UsageError, match="result-3.json is unreadable or corrupt"):
+        evaluation.result(3)
+    evaluation.write_result(_result(1))
+    assert evaluation.result_file().name == "result.json" and evaluation.result() == _result(1)
+
+
+# ---- versioned records -----------------------------------------------------------------
+
+
+def test_migrations_run_in_order_from_the_records_version():
+    steps = {1: lambda d: {**d, "a": 1}, 2: lambda d: {**d, "b": d["a"] + 1}}
+    assert migrate({"x": 0}, "f", 3, steps) == {"x": 0, "a": 1, "b": 2, "schema": 3}
+    assert migrate({"schema": 2, "a": 5}, "f", 3, steps) == {"schema": 3, "a": 5, "b": 6}
+    assert migrate({"schema": 3}, "f", 3, steps) == {"schema": 3}
+    with pytest.raises(NewerSchema, match="f has schema 'x', newer"):
+        migrate({"schema": "x"}, "f", 3, steps)
