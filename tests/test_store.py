@@ -1,14 +1,16 @@
-"""The run store's interface (evolver/store/): one evaluation's folder (EvalDir) and the versioned
-run records with their named migrations. Offline, instant: no worker, no tau2, no git."""
+"""The run store's interface (evolver/store/): one evaluation's folder (EvalDir), what a run charges
+for its simulations, and the versioned run records with their named migrations. Offline, instant:
+no worker, no tau2, no git."""
 
 from __future__ import annotations
 
 import pytest
 
-from evolver.data import EvalRequest, EvalResult, EvalSummary, RoleModel, SimRecord
+from evolver.data import EvalRequest, EvalResult, EvalSummary, RoleModel, RoleUsage, SimRecord
 from evolver.errors import UsageError
 from evolver.store.evaldir import EvalDir
 from evolver.store.records import NewerSchema, migrate
+from evolver.store.runstate import IterationRecord, RunState, charge
 
 ROLE = RoleModel(model="scripted/agent")
 
@@ -103,6 +105,23 @@ def test_a_result_is_kept_for_reuse_unless_a_worker_was_stopped(tmp_path):
         evaluation.result(3)
     evaluation.write_result(_result(1))
     assert evaluation.result_file().name == "result.json" and evaluation.result() == _result(1)
+
+
+# ---- what a run charges ----------------------------------------------------------------
+
+
+def test_each_simulation_is_charged_once_and_a_retry_again():
+    state = RunState(iterations_target=1, incumbent_commit="c")
+    used = {"agent": RoleUsage(prompt_tokens=10, completion_tokens=1, cost=0.5)}
+    first = [_record("a", usage=used), _record("b", outcome="infra_error", usage=used)]
+    charge(state, "analysis-g0", first)
+    charge(state, "analysis-g0", first)  # the same simulations again (a gate stage that grew the evaluation)
+    assert state.usage["agent"].prompt_tokens == 20
+    charge(state, "analysis-g0", [first[0], _record("b", usage=used)])  # b ran again after its infrastructure error
+    assert state.usage["agent"].prompt_tokens == 30 and set(state.charged["analysis-g0"]) == {"a#0", "b#0"}
+    record = IterationRecord(iteration=1, parent=0, parent_commit="c", generation=0)
+    charge(record, "iter-001-gate", first)
+    assert record.usage["agent"].prompt_tokens == 20 and state.usage["agent"].prompt_tokens == 30  # each holder its own
 
 
 # ---- versioned records -----------------------------------------------------------------

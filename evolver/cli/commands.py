@@ -16,7 +16,6 @@ from rich.console import Console
 
 from evolver import __version__
 from evolver.config import DOMAINS, apply_default_models, eval_request, listing_request, load_config, setting
-from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
 EPILOG = """\
@@ -226,6 +225,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
     from evolver.local.backend import serve_local
+    from evolver.store.runstate import eval_run_dir
 
     repo = Path(args.path).resolve()
     if not args.ref:
@@ -240,7 +240,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_api_base(base)
     task_ids = [t.strip() for arg in args.task_ids for t in arg.split(",") if t.strip()] if args.task_ids else None
     run_id = new_run_id("eval")
-    out = repo / "runs" / run_id
+    evaluation = eval_run_dir(repo, run_id)
     checkout, lineage = repo, None
     if args.ref:  # a commit is evaluated in its own worktree; the working tree is not touched
         from evolver.store.lineage import Lineage, exclude_runs_dir  # gitpython only when needed: it slows every start
@@ -249,32 +249,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
         commit = lineage.commit_of(args.ref)
         if commit is None:
             raise UsageError(f"unknown git ref '{args.ref}' in {repo}; see `git branch --list 'evolver/*'`")
-        checkout = lineage.open_worktree(out / "checkout", commit)
+        checkout = lineage.open_worktree(evaluation.checkout_dir, commit)
         exclude_runs_dir(repo)
     try:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
         with make_backend(cfg.backend, cfg.ray_address) as backend:
             if cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails before minutes of model start-up
-                backend.list_tasks(listing_request(cfg, checkout, out / "tasks", task_ids=task_ids, num_tasks=args.num_tasks))
+                backend.list_tasks(listing_request(cfg, checkout, evaluation.listing().path, task_ids=task_ids, num_tasks=args.num_tasks))
             if note:
                 console.print(note)
             with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "simulations") as update:
-                req = eval_request(cfg, checkout, out, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks)
+                req = eval_request(cfg, checkout, evaluation.path, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks)
                 result = backend.evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
         if lineage:
             lineage.remove_worktree(checkout)
-        _discard(out)
+        evaluation.discard()  # it holds no result: nothing may be mistaken for one
         raise
     if lineage:
         lineage.remove_worktree(checkout)
-    write_json_atomic(out / "result.json", result)
+    evaluation.write_result(result)
     if args.json:
-        print(json.dumps({"run_id": run_id, "result_file": str(out / "result.json"), **result.summary.model_dump()}, indent=2))
+        print(json.dumps({"run_id": run_id, "result_file": str(evaluation.result_file()), **result.summary.model_dump()}, indent=2))
     else:
         out_console().print(eval_table(result))
-        out_console().print(f"results: {out / 'result.json'}")
+        out_console().print(f"results: {evaluation.result_file()}")
     if result.candidate_error:
         console.print(f"[red]candidate error:[/red] {result.candidate_error}")
         return 1
@@ -286,13 +286,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if result.worker_note:
         console.print(f"[yellow]note:[/yellow] {result.worker_note}")
     return 0
-
-
-def _discard(out: Path) -> None:
-    """Remove a run directory that holds no result, so nothing is mistaken for one."""
-    import shutil
-
-    shutil.rmtree(out, ignore_errors=True)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -427,7 +420,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     run = find_run(Path(args.repo).resolve(), args.run)
     change = rollback(run, args.to, args.reason)
     target = "the base" if change.iteration == 0 else f"iteration {change.iteration}"
-    print(f"evolver/{run.run_id}/best now points at {target} ({change.commit[:10]}); recorded in {run.path / 'log.jsonl'}")
+    print(f"evolver/{run.run_id}/best now points at {target} ({change.commit[:10]}); recorded in {run.log_file}")
     return 0
 
 
@@ -447,13 +440,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     from evolver.cli.console import runs_table
     from evolver.cli.history import runs
+    from evolver.store.runstate import runs_dir
 
     repo = Path(args.repo).resolve()
     rows = runs(repo)
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
-        print(f"no runs in {repo / 'runs'}; start one with `evolver run`")
+        print(f"no runs in {runs_dir(repo)}; start one with `evolver run`")
     else:
         out_console().print(runs_table(rows))
     return 0

@@ -7,6 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 from evolver.errors import UsageError
+from evolver.store.runstate import runs_dir
 
 # Written uncommented: what a new user most often changes.
 ACTIVE = ("domain", "trials", "concurrency", "seed", "max_steps")
@@ -79,7 +80,7 @@ def init_repo(target: Path, force: bool = False) -> list[str]:
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    (target / "runs").mkdir(exist_ok=True)
+    runs_dir(target).mkdir(exist_ok=True)
     gitignore = target / ".gitignore"
     lines = gitignore.read_text().splitlines() if gitignore.exists() else []
     if "runs/" not in lines:

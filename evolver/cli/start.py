@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from importlib import resources
 import platform
 import random
@@ -16,7 +15,6 @@ from rich.console import Console
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView
 from evolver.config import LOCAL, Config, listing_request
-from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.sandbox import require_sandbox
@@ -112,22 +110,18 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     if missing:
         raise UsageError(f"the meta model '{cfg.meta_model}' needs {missing} in the environment; set it, or choose another model with --meta-model")
     run = RunDir(repo, run_id)
-    probe = listing_request(cfg, repo, run.path / "evals" / "tasks", split=None)
+    probe = listing_request(cfg, repo, run.evaluation("tasks").path, split=None)
     try:
         listing = backend.list_tasks(probe)
         analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
     except UsageError:
-        import shutil
-
-        shutil.rmtree(run.path, ignore_errors=True)
+        run.discard()
         raise
     sims, seconds = estimate(cfg, len(analysis), len(gate_tasks), len(holdout))
     plan = (f"{note}.\nestimate: at most {sims:,} simulations; at about {ASSUMED_SIM_SECONDS:.0f} s each with {cfg.concurrency} at once, "
             f"up to {seconds / 3600:.1f} h. Cost is estimated from the baseline's measured cost once it has run.")
     if dry_run:
-        import shutil
-
-        shutil.rmtree(run.path, ignore_errors=True)
+        run.discard()
         console.print(plan)
         return None
     try:
@@ -141,15 +135,13 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
             gate=dataclasses.asdict(gate),
         )
         run.save_manifest(manifest)
-        write_json_atomic(run.identifiers_file, listing.identifiers)
+        run.save_identifiers(listing.identifiers)
         state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
         run.save_state(state)
         lineage.set_branch(lineage.best_branch, base_commit)
         run.log("started", base_commit=base_commit, iterations=cfg.iterations)
     except BaseException:  # a half-made run (git refused a branch, a disk filled) must not be left to resume
-        import shutil
-
-        shutil.rmtree(run.path, ignore_errors=True)
+        run.discard()
         raise
     console.print(plan)  # once the run exists: a run that could not start says only why
     loop = _loop(run, manifest, state, cfg, lineage, console)
@@ -178,7 +170,7 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
         cfg.meta_context_tokens = min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096)
     if not GUIDE.exists():
         raise UsageError(f"{GUIDE} is missing; it is the guide the meta-LLM follows")
-    identifiers = frozenset(json.loads(run.identifiers_file.read_text())) if run.identifiers_file.exists() else frozenset()
+    identifiers = run.identifiers()
     # The gate as the run recorded it, not as today's code would build it: an upgrade never changes a run mid-way.
     gate = GateConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in manifest.gate.items()})
     proposer = make_proposer(cfg.proposer, command=cfg.proposer_command, command_env=tuple(cfg.proposer_env), command_read=tuple(cfg.proposer_read))

@@ -1,23 +1,31 @@
 """The run directory: what a run is (run.json), where it stands (state.json), each iteration,
-the event log, and the lock that keeps two processes from driving one run.
+its evaluations (evaldir.EvalDir), proposals and holdout, the event log, and the lock that keeps
+two processes from driving one run.
 
-Every write is atomic, so a run killed at any moment can be resumed.
+    runs/<run-id>/
+      run.json  state.json  iterations/NNN.json  proposals/NNN/  evals/<name>/  log.jsonl
+      holdout.json  scan-identifiers.json  worktrees/<name>/  lock  report.html
+
+Every write is atomic, so a run killed at any moment can be resumed; docs/run-directory.md
+is the contract.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
+import shutil
 import string
 import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Iterable, Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from evolver.data import EvalResult, RoleModel, RoleUsage, write_json_atomic
+from evolver.data import RoleModel, RoleUsage, SimRecord, write_json_atomic
 from evolver.errors import UsageError
 from evolver.store.evaldir import EvalDir
 from evolver.store.records import Versioned, read_record
@@ -28,6 +36,7 @@ IterationStatus = Literal[
 FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "undecided")
 
 
+RUNS = "runs"  # in the evaluated repository: every run and evaluation, ignored by git
 MANIFEST_SCHEMA = 2
 
 
@@ -142,15 +151,52 @@ def slug(label: str) -> str:
     return f"{int(digits):03d}{label[len(digits):]}"
 
 
+def charge(holder: RunState | IterationRecord, name: str, simulations: Iterable[SimRecord]) -> None:
+    """Add to ``holder`` (the run, or the iteration whose evaluation ``name`` is) the usage of every simulation
+    it has not been charged for yet. Each is charged once, whatever reuses it later: gate stages that grow one
+    evaluation, an evaluation measured again after an interruption; a retried infrastructure error is a new
+    simulation, charged again. The caller saves ``holder`` before the evaluation's result is kept, so no kill
+    can lose or double a charge."""
+    charged = holder.charged.setdefault(name, {})
+    for sim in simulations:
+        key, mark = f"{sim.task_id}#{sim.trial}", _fingerprint(sim)
+        if charged.get(key) == mark:
+            continue
+        charged[key] = mark
+        for role, usage in sim.usage.items():
+            holder.usage[role] = holder.usage.get(role, RoleUsage()).add(usage)
+
+
+def _fingerprint(sim: SimRecord) -> str:
+    """Tells one run of a simulation from another (a retry after an infrastructure error)."""
+    return hashlib.sha1(sim.model_dump_json().encode()).hexdigest()[:16]
+
+
+def runs_dir(repo: Path) -> Path:
+    """Where a repository's runs and evaluations live."""
+    return Path(repo) / RUNS
+
+
+def eval_run_dir(repo: Path, run_id: str) -> EvalDir:
+    """The folder of one `evolver eval` (runs/eval-…/): one evaluation, laid out as each of a run's."""
+    return EvalDir(runs_dir(repo) / run_id)
+
+
 class RunDir:
     def __init__(self, repo: Path, run_id: str):
         self.repo = Path(repo)
         self.run_id = run_id
-        self.path = self.repo / "runs" / run_id
+        self.path = runs_dir(self.repo) / run_id
 
     # -- paths ---------------------------------------------------------------
-    def eval_dir(self, name: str) -> Path:
-        return self.path / "evals" / name
+    def evaluation(self, name: str) -> EvalDir:
+        """One evaluation of the run, evals/<name>/ (analysis-g0, reference-g0, iter-003-gate, ...)."""
+        return EvalDir(self.path / "evals" / name)
+
+    def evaluations(self) -> list[EvalDir]:
+        """Every evaluation the run has made or begun, by name."""
+        folder = self.path / "evals"
+        return [EvalDir(p) for p in sorted(folder.iterdir()) if p.is_dir()] if folder.exists() else []
 
     def worktree(self, name: str) -> Path:
         return self.path / "worktrees" / name
@@ -168,13 +214,25 @@ class RunDir:
         and did (digest.md or transcript.json, interrupted-N.json of sessions a kill cut off), its scratch copy."""
         return self.path / "proposals" / slug
 
-    def latest_result(self, name: str) -> Optional[EvalResult]:
-        """An evaluation's largest finished result (result-{trials}.json); None before it has one."""
-        return EvalDir(self.eval_dir(name)).latest_result()
+    @property
+    def log_file(self) -> Path:
+        return self.path / "log.jsonl"
+
+    @property
+    def holdout_file(self) -> Path:
+        return self.path / "holdout.json"
+
+    @property
+    def report_file(self) -> Path:
+        return self.path / "report.html"
 
     # -- reading and writing ------------------------------------------------
     def exists(self) -> bool:
         return (self.path / "run.json").exists()
+
+    def discard(self) -> None:
+        """Remove the whole run: one that failed to start must not be left to resume."""
+        shutil.rmtree(self.path, ignore_errors=True)
 
     def manifest(self) -> Manifest:
         return read_record(Manifest, self.path / "run.json")
@@ -201,10 +259,25 @@ class RunDir:
         self.iteration_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.iteration_file(record.iteration), record)
 
+    def identifiers(self) -> frozenset[str]:
+        """The domain's task-data identifiers, for the static scan; empty when the run has none recorded."""
+        path = self.identifiers_file
+        return frozenset(json.loads(path.read_text())) if path.exists() else frozenset()
+
+    def save_identifiers(self, identifiers: list[str]) -> None:
+        write_json_atomic(self.identifiers_file, identifiers)
+
+    def holdout(self) -> Optional[dict]:
+        """{"base": mean reward, "best": mean reward} on the sealed holdout; None before the run measured it."""
+        return json.loads(self.holdout_file.read_text()) if self.holdout_file.exists() else None
+
+    def save_holdout(self, scores: dict) -> None:
+        write_json_atomic(self.holdout_file, scores)
+
     def logged(self, event: str, **match) -> bool:
         """Whether log.jsonl already has this event (so a resumed step does not write it twice)."""
         try:
-            lines = (self.path / "log.jsonl").read_text().splitlines()
+            lines = self.log_file.read_text().splitlines()
         except OSError:
             return False
         for line in lines:
@@ -218,7 +291,7 @@ class RunDir:
 
     def log(self, event: str, **data) -> None:
         line = json.dumps({"at": time.time(), "event": event, **data})
-        with open(self.path / "log.jsonl", "a") as fh:
+        with open(self.log_file, "a") as fh:
             fh.write(line + "\n")
 
     # -- the lock -------------------------------------------------------------
@@ -255,9 +328,15 @@ class RunDir:
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+def list_runs(repo: Path) -> list[RunDir]:
+    """Every run of a repository (runs/run-*/ with a run.json), newest last."""
+    found = sorted(runs_dir(repo).glob("run-*/run.json"), key=lambda p: p.stat().st_mtime)
+    return [RunDir(Path(repo), path.parent.name) for path in found]
+
+
 def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
     """A run by id, or the newest one when run_id is None."""
-    runs = Path(repo) / "runs"
+    runs = runs_dir(repo)
     if run_id is None:
         candidates = sorted((p for p in runs.glob("run-*") if (p / "run.json").exists()), key=lambda p: p.stat().st_mtime) if runs.exists() else []
         if not candidates:
