@@ -4,14 +4,20 @@ no worker, no tau2, no git."""
 
 from __future__ import annotations
 
+import json
+import tarfile
+from pathlib import Path
+
 import pytest
 
 from evolver.data import EvalRequest, EvalResult, EvalSummary, RoleModel, RoleUsage, SimRecord
 from evolver.errors import UsageError
+from evolver.store import runstate
 from evolver.store.evaldir import EvalDir
 from evolver.store.records import NewerSchema, migrate
-from evolver.store.runstate import IterationRecord, RunState, charge
+from evolver.store.runstate import CandidateRecord, IterationRecord, RunDir, RunState, charge
 
+FIXTURE = Path(__file__).parent / "fixtures" / "old_run" / "run-45de20b.tar.gz"
 ROLE = RoleModel(model="scripted/agent")
 
 
@@ -125,6 +131,57 @@ def test_each_simulation_is_charged_once_and_a_retry_again():
 
 
 # ---- versioned records -----------------------------------------------------------------
+
+
+def _old_run_files(*names: str) -> dict[str, dict]:
+    """Files of the run in the 45de20b fixture (tests/fixtures/old_run/make.sh), as that evolver wrote them."""
+    with tarfile.open(FIXTURE) as tar:
+        members = {m.name.split("/", 3)[-1]: m for m in tar.getmembers() if m.name.startswith("target/runs/run-")}
+        return {name: json.load(tar.extractfile(members[name])) for name in names}
+
+
+def test_records_written_before_they_carried_a_schema_are_version_1_and_migrated_by_named_steps():
+    old = _old_run_files("state.json", "iterations/003.json", "run.json")
+    state, iteration = old["state.json"], old["iterations/003.json"]
+    assert "schema" not in state and "schema" not in iteration and "schema" not in old["run.json"]
+    assert runstate.STATE_MIGRATIONS == {1: runstate._state_v1_to_v2}
+    assert runstate.ITERATION_MIGRATIONS == {1: runstate._iteration_v1_to_v2}
+    assert runstate._state_v1_to_v2(state) == state and runstate._iteration_v1_to_v2(iteration) == iteration  # nothing to change
+    # Read through the steps, and written back: what the older evolver wrote, plus the version.
+    again = json.loads(RunState.model_validate(state).model_dump_json())
+    assert again == {"schema": 2, **state}
+    again = json.loads(IterationRecord.model_validate(iteration).model_dump_json())
+    candidates = again.pop("candidates")
+    assert again == {"schema": 2, **{k: v for k, v in iteration.items() if k != "candidates"}}
+    assert candidates == [{**c, "investigation": {}} for c in iteration["candidates"]]  # the field added since, empty
+    manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own step, v1 -> v2
+    assert manifest.schema_version == 2 and manifest.config["proposer"] == "oneshot" and "local_api_base" not in manifest.config
+
+
+def test_new_records_say_their_schema_first(tmp_path):
+    run = RunDir(tmp_path, "run-x")
+    run.path.mkdir(parents=True)
+    run.save_state(RunState(iterations_target=3, incumbent_commit="c"))
+    run.save_iteration(IterationRecord(iteration=1, parent=0, parent_commit="c", generation=0, candidates=[CandidateRecord(label="1")]))
+    state = json.loads((run.path / "state.json").read_text())
+    iteration = json.loads(run.iteration_file(1).read_text())
+    assert list(state)[0] == "schema" and state["schema"] == runstate.STATE_SCHEMA == 2
+    assert list(iteration)[0] == "schema" and iteration["schema"] == runstate.ITERATION_SCHEMA == 2
+    assert run.state().schema_version == 2 and run.iterations()[0].schema_version == 2
+
+
+@pytest.mark.parametrize("name, what", [("state.json", "state.json"), ("iterations/001.json", "the iteration record")])
+def test_a_newer_record_is_refused_in_one_line(tmp_path, name, what):
+    run = RunDir(tmp_path, "run-x")
+    run.path.mkdir(parents=True)
+    run.save_state(RunState(iterations_target=3, incumbent_commit="c"))
+    run.save_iteration(IterationRecord(iteration=1, parent=0, parent_commit="c", generation=0))
+    path = run.path / name
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema": 3}))
+    with pytest.raises(UsageError) as caught:
+        run.state() if name == "state.json" else run.iterations()
+    assert str(caught.value) == f"{path}: {what} has schema 3, newer than this evolver knows (2); upgrade evolver to open it"
+    assert "\n" not in str(caught.value)
 
 
 def test_migrations_run_in_order_from_the_records_version():

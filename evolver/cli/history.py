@@ -144,7 +144,7 @@ def show(run: RunDir, which: str) -> dict:
         return _candidate_info(run, lineage, record, cand)
     if match.group(2):
         raise UsageError(f"iteration {record.iteration} has no candidate {which}; it has {', '.join(c.label for c in record.candidates)}")
-    return {**record.model_dump(exclude={"candidates", "charged"}),
+    return {**record.model_dump(exclude={"schema_version", "candidates", "charged"}),
             "candidates": [_candidate_info(run, lineage, record, c) for c in record.candidates]}
 
 

@@ -6,8 +6,9 @@ two processes from driving one run.
       run.json  state.json  iterations/NNN.json  proposals/NNN/  evals/<name>/  log.jsonl
       holdout.json  scan-identifiers.json  worktrees/<name>/  lock  report.html
 
-Every write is atomic, so a run killed at any moment can be resumed; docs/run-directory.md
-is the contract.
+Every write is atomic, so a run killed at any moment can be resumed. Each record (run.json,
+state.json, iterations/NNN.json) carries its schema and is brought up to this evolver's by
+named steps when an older one is read; docs/run-directory.md is the contract.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "und
 
 RUNS = "runs"  # in the evaluated repository: every run and evaluation, ignored by git
 MANIFEST_SCHEMA = 2
+STATE_SCHEMA = 2
+ITERATION_SCHEMA = 2
 
 
 def _manifest_v1_to_v2(data: dict) -> dict:
@@ -48,8 +51,22 @@ def _manifest_v1_to_v2(data: dict) -> dict:
     return {**data, "config": {"local_user_adapter": False, "proposer": "oneshot", **config}}
 
 
+def _state_v1_to_v2(data: dict) -> dict:
+    """v1 is state.json as evolver wrote it before the file carried a schema: the same fields, kept
+    as they are (fields added before the schema, like `charged` or `updated_at`, have defaults)."""
+    return dict(data)
+
+
+def _iteration_v1_to_v2(data: dict) -> dict:
+    """v1 is an iteration record as evolver wrote it before the file carried a schema: the same fields,
+    kept as they are (its candidates' `investigation`, added with the proposers, defaults to empty)."""
+    return dict(data)
+
+
 # Named steps from each older schema to the next; a run is opened through all it needs.
 MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2}
+STATE_MIGRATIONS = {1: _state_v1_to_v2}
+ITERATION_MIGRATIONS = {1: _iteration_v1_to_v2}
 
 
 class Manifest(Versioned):
@@ -79,8 +96,10 @@ class BestChange(BaseModel):
     at: float
 
 
-class RunState(BaseModel):
+class RunState(Versioned):
     """Where the run stands (state.json)."""
+
+    SCHEMA, MIGRATIONS, WHAT = STATE_SCHEMA, STATE_MIGRATIONS, "state.json"
 
     status: Literal["running", "interrupted", "paused", "finished"] = "running"  # paused: the meta-LLM stayed down
     stop_reason: Optional[str] = None
@@ -120,8 +139,10 @@ class CandidateRecord(BaseModel):
     gate_candidate: Optional[float] = None
 
 
-class IterationRecord(BaseModel):
+class IterationRecord(Versioned):
     """One iteration: its candidates, all from the same parent, and the one kept, if any."""
+
+    SCHEMA, MIGRATIONS, WHAT = ITERATION_SCHEMA, ITERATION_MIGRATIONS, "the iteration record"
 
     iteration: int
     parent: int
