@@ -1,10 +1,15 @@
 """The folders under evolver/ are its layers, and imports only go down.
 
     shared      evolver/*.py: config, data, errors, events, llm, scripted, toolcalls
-    local       evolver/local/: the embedded model
-    evaluation  evolver/evaluation/     store  evolver/store/     (side by side: neither imports the other)
+    local       evolver/local/: the embedded model    store  evolver/store/: the run directory and git lineage
+                (side by side: neither imports the other)
+    evaluation  evolver/evaluation/
     evolution   evolver/evolution/
     cli         evolver/cli/, and evolver/__main__.py (`python -m evolver`, which only calls cli.launch)
+
+The store sits below the evaluation side because the worker and the backends write an
+evaluation's folder through it (store.evaldir.EvalDir), as the loop and the command line read
+the run through it: one owner of every run-directory name. It imports only the shared layer.
 
 A module may import its own layer and the layers below it, never a layer above or beside
 it. Every import counts, the lazy ones inside functions too, and so does a string that is
@@ -24,7 +29,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RANK = {"shared": 0, "local": 1, "evaluation": 2, "store": 2, "evolution": 3, "cli": 4}
+RANK = {"shared": 0, "local": 1, "store": 1, "evaluation": 2, "evolution": 3, "cli": 4}
 # The bottom layer, all of it: a new top-level module is a new shared module, so add it here on purpose.
 SHARED = {"evolver", "evolver.config", "evolver.data", "evolver.errors", "evolver.events", "evolver.llm",
           "evolver.scripted", "evolver.toolcalls"}
@@ -203,13 +208,14 @@ def test_checker_finds_what_it_should(tmp_path):
         "local/__init__.py": "",
         "local/backend.py": "import evolver.config\nfrom evolver.evaluation import worker\n",  # upward
         "evaluation/__init__.py": "",
-        "evaluation/worker.py": "from evolver.store.runstate import RunDir\n",  # beside
+        "evaluation/worker.py": "from evolver.store.evaldir import EvalDir\n",  # downward: the store is below
         "evaluation/zygote.py": 'COMMAND = ["-m", "evolver.cli.commands"]\nfrom . import worker\nfrom .zygote_client import CMD\n',  # a string, upward
         "evaluation/zygote_client.py": 'CMD = ["-m", "evolver.evaluation.zygote"]\n',  # starts the zygote: no circle
         "evaluation/backends/__init__.py": "def make():\n    from evolver.evaluation.backends import local\n",
         "evaluation/backends/local.py": "from evolver.evaluation.backends import make\n",  # the let-through pattern
         "store/__init__.py": "",
-        "store/runstate.py": "from ..data import X\n",  # relative, downward
+        "store/runstate.py": "from ..data import X\nfrom evolver.local import backend\n",  # relative, downward; beside
+        "store/evaldir.py": "def f():\n    from evolver.evaluation import zygote_client\n",  # lazy, upward
         "evolution/__init__.py": "",
         "evolution/a.py": "def f():\n    from evolver.evolution import b\n",
         "evolution/b.py": "from evolver.evolution.a import f\n",  # a circle with a
@@ -223,9 +229,10 @@ def test_checker_finds_what_it_should(tmp_path):
     assert unplaced(edges) == ["evolver.extra", "evolver.stray"]
     assert violations(edges) == [
         "evolver.config:4 -> evolver.cli.commands (shared -> cli)",
-        "evolver.evaluation.worker:1 -> evolver.store.runstate (evaluation -> store)",
         "evolver.evaluation.zygote:1 -> evolver.cli.commands (evaluation -> cli)",
         "evolver.evolution.c:1 -> evolver.cli.commands (evolution -> cli)",
         "evolver.local.backend:2 -> evolver.evaluation.worker (local -> evaluation)",
+        "evolver.store.evaldir:2 -> evolver.evaluation.zygote_client (store -> evaluation)",
+        "evolver.store.runstate:2 -> evolver.local.backend (store -> local)",
     ]
     assert cycles(edges) == [["evolver.evolution.a", "evolver.evolution.b"]]

@@ -26,11 +26,12 @@ from pathlib import Path
 import pytest
 
 from evolver.config import eval_request, load_config
-from evolver.data import SimRecord, read_sim_records
+from evolver.data import SimRecord
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Cancelled
 from evolver.evaluation.backends.ray import RayBackend, plan, worker_environment
 from evolver.evaluation.backends.ray_node import pack_agent, unpack_agent
+from evolver.store.evaldir import EvalDir
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.scripts.ray_cases import KEY, VALUE
 from tests.test_eval import _inject_into_turn
@@ -39,7 +40,8 @@ from tests.test_loop import make_target
 EVAL_ARGS = ["--json", *SCRIPTED_MODELS, "--trials", "2", "--concurrency", "4", "--seed", "11"]  # all 9 mock tasks
 KEY_ENV = {"EVOLVER_SCRIPT": "tests.scripts.ray_cases:needs_key", KEY: VALUE}
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
-RUN_ARGS = ["--iterations", "4", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS]
+# The one-shot proposer, as in tests/test_loop.py: the scripted verdicts of broken patches reach the loop unfiltered.
+RUN_ARGS = ["--iterations", "4", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", "--proposer", "oneshot", *SCRIPTED_MODELS]
 # The candidate refuses to work if its process can see a key: the sandbox gives it an empty environment.
 NO_KEYS_IN_THE_AGENT = ("import os\n"
                         "if [k for k in os.environ if k.endswith('_API_KEY')]:\n"
@@ -382,7 +384,7 @@ class TestInProcess:
             (t, trial, "ok", 1.0) for trial in range(4) for t in tasks]
         assert result.worker_note is None and result.summary.infra_errors == 0
         assert "ended early (attempt 1 of 3): WorkerCrashedError" in (out / "worker.log").read_text()
-        records = read_sim_records(out / "sims.jsonl")
+        records = EvalDir(out).records()
         assert len((out / "sims.jsonl").read_text().splitlines()) == len(records) == 8  # nothing ran twice
         assert self.zygote_processes(backend) == 1  # the killed Ray worker's workers and agent processes went with it
 

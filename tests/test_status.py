@@ -12,7 +12,8 @@ import subprocess
 import sys
 import time
 
-from evolver.data import RoleUsage, SimRecord, SimsTally, cost_text
+from evolver.data import RoleUsage, SimRecord, cost_text
+from evolver.store.evaldir import SimsTally
 from tests.conftest import SCRIPTED_MODELS, run_cli
 from tests.test_loop import make_target
 

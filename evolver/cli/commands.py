@@ -16,7 +16,6 @@ from rich.console import Console
 
 from evolver import __version__
 from evolver.config import DOMAINS, GROUPS, SPECS, Config, apply_default_models, checked, eval_request, flag_of, listing_request, load_config
-from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 
 EPILOG = """\
@@ -260,6 +259,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
     from evolver.local.backend import serve_local
+    from evolver.store.runstate import eval_run_dir
 
     repo = Path(args.path).resolve()
     if not args.ref:
@@ -274,7 +274,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_api_base(base)
     task_ids = [t.strip() for arg in args.task_ids for t in arg.split(",") if t.strip()] if args.task_ids else None
     run_id = new_run_id("eval")
-    out = repo / "runs" / run_id
+    evaluation = eval_run_dir(repo, run_id)
     checkout, lineage = repo, None
     if args.ref:  # a commit is evaluated in its own worktree; the working tree is not touched
         from evolver.store.lineage import Lineage, exclude_runs_dir  # gitpython only when needed: it slows every start
@@ -283,32 +283,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
         commit = lineage.commit_of(args.ref)
         if commit is None:
             raise UsageError(f"unknown git ref '{args.ref}' in {repo}; see `git branch --list 'evolver/*'`")
-        checkout = lineage.open_worktree(out / "checkout", commit)
+        checkout = lineage.open_worktree(evaluation.checkout_dir, commit)
         exclude_runs_dir(repo)
     try:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
         with make_backend(cfg.backend, cfg.ray_address) as backend:
             if cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails before minutes of model start-up
-                backend.list_tasks(listing_request(cfg, checkout, out / "tasks", task_ids=task_ids, num_tasks=args.num_tasks))
+                backend.list_tasks(listing_request(cfg, checkout, evaluation.listing().path, task_ids=task_ids, num_tasks=args.num_tasks))
             if note:
                 console.print(note)
             with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "simulations") as update:
-                req = eval_request(cfg, checkout, out, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks)
+                req = eval_request(cfg, checkout, evaluation.path, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks)
                 result = backend.evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
         if lineage:
             lineage.remove_worktree(checkout)
-        _discard(out)
+        evaluation.discard()  # it holds no result: nothing may be mistaken for one
         raise
     if lineage:
         lineage.remove_worktree(checkout)
-    write_json_atomic(out / "result.json", result)
+    evaluation.write_result(result)
     if args.json:
-        print(json.dumps({"run_id": run_id, "result_file": str(out / "result.json"), **result.summary.model_dump()}, indent=2))
+        print(json.dumps({"run_id": run_id, "result_file": str(evaluation.result_file()), **result.summary.model_dump()}, indent=2))
     else:
         out_console().print(eval_table(result))
-        out_console().print(f"results: {out / 'result.json'}")
+        out_console().print(f"results: {evaluation.result_file()}")
     if result.candidate_error:
         console.print(f"[red]candidate error:[/red] {result.candidate_error}")
         return 1
@@ -322,13 +322,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _discard(out: Path) -> None:
-    """Remove a run directory that holds no result, so nothing is mistaken for one."""
-    import shutil
-
-    shutil.rmtree(out, ignore_errors=True)
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from evolver.cli.compare import compare_arms, lines, resolve
     from evolver.cli.console import progress_bar
@@ -338,7 +331,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from evolver.llm import check_api_base
     from evolver.local.backend import serve_local
     from evolver.store.lineage import Lineage, exclude_runs_dir
-    from evolver.store.runstate import find_run
+    from evolver.store.runstate import comparison_dir, find_run
 
     repo = Path(args.repo).resolve()
     cfg = load_config(repo, _overrides(args))
@@ -352,14 +345,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     run = find_run(repo, args.run) if args.run else None
     task_ids = [t.strip() for arg in args.task_ids for t in arg.split(",") if t.strip()] if args.task_ids else None
     compare_id = new_run_id("compare")
-    out = repo / "runs" / compare_id
+    out = comparison_dir(repo, compare_id)
     lineage = Lineage(repo, compare_id)
     arms = []
     try:
         arms = [resolve(spec, repo, name, out, lineage, run) for name, spec in (("a", args.a), ("b", args.b))]
         exclude_runs_dir(repo)
         with make_backend(cfg.backend, cfg.ray_address) as backend:
-            backend.list_tasks(listing_request(cfg, arms[0].checkout, out / "tasks", task_ids=task_ids, num_tasks=args.num_tasks))
+            backend.list_tasks(listing_request(cfg, arms[0].checkout, out.listing().path, task_ids=task_ids, num_tasks=args.num_tasks))
             if note:
                 console.print(note)
             config = CompareConfig(sided="better" if args.better else "two")
@@ -368,18 +361,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                       config=config, on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
                                       on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
     except UsageError:
-        _discard(out)
+        out.discard()
         raise
     finally:
         for arm in arms:
             if arm.commit:
                 lineage.remove_worktree(arm.checkout)
     if args.json:
-        print(json.dumps({**record, "comparison_file": str(out / "comparison.json")}, indent=2))
+        print(json.dumps({**record, "comparison_file": str(out.file)}, indent=2))
     else:
         for line in lines(record):
             out_console().print(line, highlight=False)
-        out_console().print(f"comparison: {out / 'comparison.json'}")
+        out_console().print(f"comparison: {out.file}")
     return EXIT_NOTHING_MEASURED if record["decision"] == "undecided" else 0
 
 
@@ -411,13 +404,13 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     lineage = Lineage(repo, run.run_id)
     try:
         with make_backend(cfg.backend, cfg.ray_address) as backend:
-            backend.list_tasks(listing_request(cfg, repo, run.transfer_dir(transfer_id) / "tasks", task_ids=tasks))
+            backend.list_tasks(listing_request(cfg, repo, run.transfer(transfer_id).listing().path, task_ids=tasks))
             with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
                 record = transfer(run, cfg, backend, local_api_base, each=args.each, tasks=tasks, transfer_id=transfer_id, lineage=lineage,
                                   on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
                                   on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
     except UsageError:
-        _discard(run.transfer_dir(transfer_id))
+        run.transfer(transfer_id).discard()
         raise
     if args.json:
         print(json.dumps(record, indent=2))
@@ -645,7 +638,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     run = find_run(Path(args.repo).resolve(), args.run)
     change = rollback(run, args.to, args.reason)
     target = "the base" if change.iteration == 0 else f"iteration {change.iteration}"
-    print(f"evolver/{run.run_id}/best now points at {target} ({change.commit[:10]}); recorded in {run.path / 'log.jsonl'}")
+    print(f"evolver/{run.run_id}/best now points at {target} ({change.commit[:10]}); recorded in {run.log_file}")
     return 0
 
 
@@ -665,13 +658,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     from evolver.cli.console import runs_table
     from evolver.cli.history import runs
+    from evolver.store.runstate import runs_dir
 
     repo = Path(args.repo).resolve()
     rows = runs(repo)
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
-        print(f"no runs in {repo / 'runs'}; start one with `evolver run`")
+        print(f"no runs in {runs_dir(repo)}; start one with `evolver run`")
     else:
         out_console().print(runs_table(rows))
     return 0

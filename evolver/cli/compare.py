@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from evolver.config import Config, eval_request
-from evolver.data import EvalResult, RoleUsage, cost_text, write_json_atomic
+from evolver.data import EvalResult, RoleUsage, cost_text
 from evolver.errors import UsageError
 from evolver.evaluation.metrics import rewards_by_task
 from evolver.evolution.gate.compare import CompareConfig, decide_compare, flips
@@ -32,12 +32,13 @@ class Arm:
     commit: Optional[str] = None
 
 
-def resolve(spec: str, repo: Path, name: str, out: Path, lineage, run=None) -> Arm:
+def resolve(spec: str, repo: Path, name: str, out, lineage, run=None) -> Arm:
     """An arm from what the user named: a candidate of ``run`` (3, 3b, base, best), a folder holding
-    agent/agent.py, or a git commit or branch of ``repo`` (checked out in a worktree under ``out``)."""
+    agent/agent.py, or a git commit or branch of ``repo`` (checked out in a worktree of the comparison,
+    ``out``: a store.comparisons.ComparisonDir)."""
     if run is not None:
         commit = candidate_commit(run, spec)
-        return Arm(name, spec, lineage.open_worktree(out / f"checkout-{name}", commit), commit)
+        return Arm(name, spec, lineage.open_worktree(out.checkout_dir(name), commit), commit)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "agent" / "agent.py").is_file():
@@ -46,7 +47,7 @@ def resolve(spec: str, repo: Path, name: str, out: Path, lineage, run=None) -> A
     commit = lineage.commit_of(spec)
     if commit is None:
         raise UsageError(f"'{spec}' is neither a folder nor a git ref of {repo}; see `git branch --list 'evolver/*'`")
-    checkout = lineage.open_worktree(out / f"checkout-{name}", commit)
+    checkout = lineage.open_worktree(out.checkout_dir(name), commit)
     if not (checkout / "agent" / "agent.py").is_file():
         raise UsageError(f"{spec} has no agent/agent.py; pick a commit of an evolver-initialised repository")
     return Arm(name, spec, checkout, commit)
@@ -67,19 +68,19 @@ def candidate_commit(run, which: str) -> str:
     return cand.commit
 
 
-def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b: Arm, out: Path, run_id: str, *,
+def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b: Arm, out, run_id: str, *,
                  tasks: Optional[list[str]], config: CompareConfig, num_tasks: Optional[int] = None,
                  on_progress: Callable[[str, int, int, Optional[float]], None] = lambda *x: None,
                  on_look: Callable[[dict], None] = lambda look: None) -> dict:
-    """Run A and B look by look until the test decides; the comparison as plain data (also comparison.json)."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Run A and B look by look until the test decides; the comparison as plain data, also saved in ``out``
+    (a store.comparisons.ComparisonDir: each arm's evaluation and comparison.json)."""
     started = time.monotonic()
     looks: list[dict] = []
     results: dict[str, EvalResult] = {}
     verdict = None
     for look, trials in enumerate(config.stages):
         def measure(arm: Arm) -> EvalResult:
-            req = eval_request(cfg, arm.checkout, out / arm.name, local_api_base=local_api_base, task_ids=tasks, num_tasks=num_tasks,
+            req = eval_request(cfg, arm.checkout, out.arm(arm.name).path, local_api_base=local_api_base, task_ids=tasks, num_tasks=num_tasks,
                                trials=trials, split=cfg.split or None)
             return backend.evaluate(req, f"{run_id}-{arm.name}", timeout=cfg.worker_timeout,
                                     on_progress=lambda done, total, mean: on_progress(arm.name, done, total, mean))
@@ -128,7 +129,7 @@ def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b:
         "usage": {role: u.model_dump() for role, u in usage.items()}, "cost": cost_text(usage.values()),
         "seconds": round(time.monotonic() - started, 1),
     }
-    write_json_atomic(out / "comparison.json", record)
+    out.save(record)
     return record
 
 
@@ -180,26 +181,27 @@ def transfer(run, cfg: Config, backend, local_api_base: Optional[str], *, each: 
              lineage, config: CompareConfig = CompareConfig(), on_progress=lambda *x: None, on_look=lambda look: None) -> dict:
     """Compare the run's base with its best (with ``each``: every kept step with the one before) under
     ``cfg``'s models and tasks; the transfer as plain data, also in the run directory (transfer.json)."""
-    out = run.transfer_dir(transfer_id)
+    out = run.transfer(transfer_id)
     steps = kept_steps(run, each)
     pairs = []
     for (a_label, a_commit), (b_label, b_commit) in zip(steps, steps[1:]):
         name = f"{a_label}-{b_label}"
-        arms = [Arm(side, label, lineage.open_worktree(out / name / f"checkout-{side}", commit), commit)
+        pair = out.pair(name)
+        arms = [Arm(side, label, lineage.open_worktree(pair.checkout_dir(side), commit), commit)
                 for side, label, commit in (("a", a_label, a_commit), ("b", b_label, b_commit))]
         try:
-            record = compare_arms(cfg, backend, local_api_base, *arms, out / name, f"{transfer_id}-{name}", tasks=tasks, config=config,
+            record = compare_arms(cfg, backend, local_api_base, *arms, pair, f"{transfer_id}-{name}", tasks=tasks, config=config,
                                   on_progress=on_progress, on_look=on_look)
         finally:
             for arm in arms:
                 lineage.remove_worktree(arm.checkout)
         pairs.append({"a": a_label, "b": b_label, "a_commit": a_commit, "b_commit": b_commit, "verdict": VERDICTS[record["decision"]],
                       **{k: record[k] for k in ("decision", "reason", "effect", "ci", "p_value", "a_mean", "b_mean", "simulations", "cost")},
-                      "comparison": str(out / name / "comparison.json")})
+                      "comparison": str(pair.file)})
     summary = {"schema": COMPARISON_SCHEMA, "id": transfer_id, "run_id": run.run_id, "created": time.time(),
                "models": {role: cfg.role(role, local_api_base).model for role in ("agent", "user")},
                "domain": cfg.domain, "split": cfg.split or None, "tasks": len(tasks) if tasks else None, "pairs": pairs}
-    write_json_atomic(out / "transfer.json", summary)
+    out.save(summary)
     return summary
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -10,13 +9,13 @@ from typing import Optional
 
 from evolver.cli.compare import transfer_rows
 from evolver.config import Config
-from evolver.data import RoleUsage, cost_text, read_sim_records
+from evolver.data import RoleUsage, cost_text
 from evolver.errors import UsageError
 from evolver.evaluation.metrics import infra_by_role, rewards_by_task
 from evolver.evolution.evidence import flipped
 from evolver.evolution.plan import max_simulations
 from evolver.store.lineage import Lineage
-from evolver.store.runstate import BestChange, RunDir, slug
+from evolver.store.runstate import BestChange, RunDir, list_runs, slug
 
 
 def history_rows(run: RunDir) -> list[dict]:
@@ -58,7 +57,7 @@ def status(run: RunDir) -> dict:
     for role, u in (current.usage.items() if current else ()):
         usage[role] = usage.get(role, RoleUsage()).add(u)
     done, seconds_per_sim = _simulations(run)
-    infra = infra_by_role([r for sims in run.path.glob("evals/*/sims.jsonl") for r in read_sim_records(sims)])
+    infra = infra_by_role([r for evaluation in run.evaluations() for r in evaluation.records()])
     cfg = Config(**manifest.config)
     planned = done + max_simulations(cfg, len(manifest.analysis_tasks), len(manifest.gate_tasks), len(manifest.holdout_tasks),
                                      iterations=max(0, state.iterations_target - state.next_iteration + 1), baseline=done == 0)
@@ -96,8 +95,8 @@ def status(run: RunDir) -> dict:
 def runs(repo) -> list[dict]:
     """Every run of a repository, newest last, as `evolver runs` lists them."""
     rows = []
-    for path in sorted(Path(repo, "runs").glob("run-*/run.json"), key=lambda p: p.stat().st_mtime):
-        info = status(RunDir(Path(repo), path.parent.name))
+    for run in list_runs(Path(repo)):
+        info = status(run)
         rows.append({k: info[k] for k in ("run_id", "status", "iterations_done", "iterations_target", "best", "cost", "cost_text", "domain")})
     return rows
 
@@ -115,16 +114,9 @@ def best_gate_score(run: RunDir, state) -> Optional[float]:
 def _simulations(run: RunDir) -> tuple[int, Optional[float]]:
     """Simulations finished in the run, and the measured wall seconds per simulation of its
     finished evaluations (at the run's concurrency), or None before the first one ends."""
-    done = 0
-    for sims in run.path.glob("evals/*/sims.jsonl"):
-        with open(sims, "rb") as fh:
-            done += sum(1 for _ in fh)
+    done = sum(evaluation.lines_written() for evaluation in run.evaluations())
     seconds = count = 0.0
-    for result in run.path.glob("evals/*/result-*.json"):
-        try:
-            summary = json.loads(result.read_text())["summary"]
-        except (OSError, ValueError, KeyError):
-            continue
+    for summary in (s for evaluation in run.evaluations() for s in evaluation.summaries()):
         seconds += summary.get("duration") or 0.0
         count += summary.get("num_simulations") or 0
     return done, (seconds / count if count else None)
@@ -132,7 +124,7 @@ def _simulations(run: RunDir) -> tuple[int, Optional[float]]:
 
 def latest_rewards(run: RunDir, name: str) -> Optional[dict]:
     """An evaluation's rewards by task (metrics.rewards_by_task), from its largest result; None before it has one."""
-    result = run.latest_result(name)
+    result = run.evaluation(name).latest_result()
     return None if result is None else rewards_by_task(result.simulations)
 
 
@@ -154,7 +146,7 @@ def show(run: RunDir, which: str) -> dict:
         return _candidate_info(run, lineage, record, cand)
     if match.group(2):
         raise UsageError(f"iteration {record.iteration} has no candidate {which}; it has {', '.join(c.label for c in record.candidates)}")
-    return {**record.model_dump(exclude={"candidates", "charged"}),
+    return {**record.model_dump(exclude={"schema_version", "candidates", "charged"}),
             "candidates": [_candidate_info(run, lineage, record, c) for c in record.candidates]}
 
 

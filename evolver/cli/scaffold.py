@@ -8,6 +8,7 @@ from pathlib import Path
 
 from evolver.cli.settings_text import toml_template
 from evolver.errors import UsageError
+from evolver.store.runstate import runs_dir
 
 def _template_files(migration=None) -> dict[str, str]:
     """The baseline agent, its layer switches and skills: once pristine under
@@ -67,7 +68,7 @@ def init_repo(target: Path, force: bool = False, migration=None) -> list[str]:
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    (target / "runs").mkdir(exist_ok=True)
+    runs_dir(target).mkdir(exist_ok=True)
     gitignore = target / ".gitignore"
     lines = gitignore.read_text().splitlines() if gitignore.exists() else []
     if "runs/" not in lines:

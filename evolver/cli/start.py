@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from importlib import resources
 import platform
 import random
@@ -17,7 +16,6 @@ from rich.console import Console
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
 from evolver.config import LOCAL, Config, listing_request
-from evolver.data import write_json_atomic
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.sandbox import require_sandbox
@@ -118,14 +116,12 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         raise UsageError(f"the meta model '{cfg.meta_model}' needs {missing} in the environment; set it, or choose another model with --meta-model")
     learnings = read_learnings(repo, cfg.learnings_file)
     run = RunDir(repo, run_id)
-    probe = listing_request(cfg, repo, run.path / "evals" / "tasks", split=None)
+    probe = listing_request(cfg, repo, run.evaluation("tasks").path, split=None)
     try:
         listing = backend.list_tasks(probe)
         analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
     except UsageError:
-        import shutil
-
-        shutil.rmtree(run.path, ignore_errors=True)
+        run.discard()
         raise
     measured = pilot(analysis) if dry_run and pilot is not None else None
     per_sim, seconds = (measured[0], measured[1]) if measured else ({}, ASSUMED_SIM_SECONDS / max(1, cfg.concurrency))
@@ -136,9 +132,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     plan = "\n".join([f"{note}.", *forecast_lines(fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})",
                                                    priced=measured is not None)])
     if dry_run:
-        import shutil
-
-        shutil.rmtree(run.path, ignore_errors=True)
+        run.discard()
         console.print(plan, highlight=False)
         return None
     try:
@@ -152,7 +146,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
             gate=dataclasses.asdict(gate),
         )
         run.save_manifest(manifest)
-        write_json_atomic(run.identifiers_file, listing.identifiers)
+        run.save_identifiers(listing.identifiers)
         if learnings:
             run.prior_learnings_file.write_text(learnings)
         state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
@@ -160,9 +154,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         lineage.set_branch(lineage.best_branch, base_commit)
         run.log("started", base_commit=base_commit, iterations=cfg.iterations)
     except BaseException:  # a half-made run (git refused a branch, a disk filled) must not be left to resume
-        import shutil
-
-        shutil.rmtree(run.path, ignore_errors=True)
+        run.discard()
         raise
     console.print(plan)  # once the run exists: a run that could not start says only why
     loop = _loop(run, manifest, state, cfg, lineage, console)
@@ -203,7 +195,7 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
         cfg.meta_context_tokens = min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096)
     if not GUIDE.exists():
         raise UsageError(f"{GUIDE} is missing; it is the guide the meta-LLM follows")
-    identifiers = frozenset(json.loads(run.identifiers_file.read_text())) if run.identifiers_file.exists() else frozenset()
+    identifiers = run.identifiers()
     # The gate as the run recorded it, not as today's code would build it: an upgrade never changes a run mid-way.
     gate = GateConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in manifest.gate.items()})
     proposer = make_proposer(cfg.proposer, command=cfg.proposer_command, command_env=tuple(cfg.proposer_env), command_read=tuple(cfg.proposer_read))

@@ -28,6 +28,7 @@ import ast
 import io
 import os
 import re
+import threading
 import tokenize
 import warnings
 from dataclasses import dataclass
@@ -243,12 +244,24 @@ def _short(text: str) -> str:
 
 # ---- Python ----------------------------------------------------------------------
 
+# CPython 3.11's ast.parse is not safe in two threads at once (its recursion-depth check can raise
+# "SystemError: AST constructor recursion depth mismatch", gh-106905): the candidates of an iteration
+# are proposed, checked and scanned in threads, so every parse of candidate code goes through one lock.
+_PARSING = threading.Lock()
+
+
+def parse_python(text: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """ast.parse, one thread at a time (see _PARSING)."""
+    with _PARSING:
+        return ast.parse(text, filename=filename, mode=mode)
+
+
 
 def _scan_python(text: str, identifiers: frozenset[str]) -> list[tuple[int, str, str]]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escapes and the like: the code is refused or not, never run
-            tree = ast.parse(text)
+            tree = parse_python(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return [(getattr(exc, "lineno", None) or 1, "unreadable", f"does not parse: {type(exc).__name__}")]
     visitor = _Visitor(identifiers, _aliases(tree))

@@ -18,9 +18,7 @@ Exit codes: 0 done; 2 bad input (the status file says what); 3 candidate failed 
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import os
 import random
 import shutil
@@ -32,9 +30,10 @@ import traceback
 from collections import defaultdict
 from pathlib import Path
 
-from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord, read_sim_records, write_json_atomic
+from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord
 from evolver.llm import ConversationError, ProviderError, missing_api_key, prepare_environment
 from evolver.local.providers import register_providers
+from evolver.store.evaldir import EvalDir
 
 AGENT_NAME = "evolver_harness"
 EXIT_USAGE = 2
@@ -49,16 +48,8 @@ class Stop(Exception):
         self.state, self.message, self.code = state, message, code
 
 
-def status_file(out: Path, shard: int) -> Path:
-    return out / f"status-{shard}.json"
-
-
-def claims_dir(out: Path) -> Path:
-    return out / "claims"
-
-
 def _status(req: EvalRequest, state: str, **extra) -> None:
-    write_json_atomic(status_file(Path(req.out_dir), req.shard), {"state": state, **extra})
+    EvalDir(req.out_dir).write_status(req.shard, state, **extra)
 
 
 def preload() -> None:
@@ -262,8 +253,8 @@ class Recorder:
     def __init__(self, req: EvalRequest, run_task, total: int):
         self.req, self.run_task, self.total = req, run_task, total
         self.started = 0
-        self.out = Path(req.out_dir)
-        (self.out / "trajectories").mkdir(parents=True, exist_ok=True)
+        self.evaluation = EvalDir(req.out_dir)
+        self.evaluation.make_trajectories_dir()
         self.lock = threading.Lock()
         self.unevaluated = threading.local()  # per simulation thread: see keeping_simulation
         # tau2 gives run_task the trial's seed, not its number; rebuild the mapping
@@ -274,10 +265,10 @@ class Recorder:
             self.trials_by_seed[random.randint(0, 1000000)].append(trial)
         self.claimed: dict[tuple, int] = defaultdict(int)
         # Resume: simulations already scored on disk are not run again; infra errors are retried.
-        self.done = {(r.task_id, r.trial) for r in read_sim_records(self.out / "sims.jsonl") if r.outcome != "infra_error"}
-        self.claims = claims_dir(self.out) if req.shards > 1 else None
+        self.done = set(self.evaluation.measured())
+        self.claims = req.shards > 1  # the workers of this evaluation share its grid through claims/
         if self.claims:
-            self.claims.mkdir(exist_ok=True)
+            self.evaluation.open_claims()
 
     def _trial(self, task_id: str, seed: int, caller) -> int:
         """The trial tau2 is running. tau2 passes run_task the trial's seed, not its number; its
@@ -376,21 +367,14 @@ class Recorder:
 
     def waiting(self) -> int:
         """Simulations of the grid no worker has started yet: this worker's share of them."""
-        started = len(os.listdir(self.claims)) if self.claims else self.started
+        started = self.evaluation.claimed() if self.claims else self.started
         return max(0, -(-(self.total - len(self.done) - started) // self.req.shards))
 
     def _claim(self, task_id: str, trial: int) -> bool:
         """First come, first served between the workers of an evaluation: a shared queue
         balances them where a fixed split of the tasks leaves one idle while the other
         still runs the long ones."""
-        if self.claims is None:
-            return True
-        name = hashlib.sha1(f"{task_id}\0{trial}".encode()).hexdigest()  # task ids may hold any character
-        try:
-            os.close(os.open(self.claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except FileExistsError:
-            return False
-        return True
+        return not self.claims or self.evaluation.claim(task_id, trial)
 
     @staticmethod
     def _placeholder(task_id: str, trial: int, seed):
@@ -405,16 +389,8 @@ class Recorder:
 
     def _write(self, record: SimRecord, sim) -> None:
         if sim is not None:
-            name = f"{record.task_id}__trial{record.trial}.json"
-            write_json_atomic(self.out / "trajectories" / name, sim)
-            record.trajectory_file = f"trajectories/{name}"
-        # One write() of the whole line: workers of other shards append to the same file.
-        line = (record.model_dump_json() + "\n").encode()
-        fd = os.open(self.out / "sims.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+            self.evaluation.write_trajectory(record, sim)
+        self.evaluation.append_sim(record)  # one write() of the whole line: workers of other shards append to the same file
 
 
 def run(req: EvalRequest) -> None:
@@ -521,8 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(req)
     except Stop as stop:
-        path = status_file(Path(req.out_dir), req.shard)
-        tasks = json.loads(path.read_text()).get("tasks", []) if path.exists() else []
+        tasks = EvalDir(req.out_dir).read_status(req.shard).get("tasks", [])
         _status(req, stop.state, message=stop.message, tasks=tasks)
         return stop.code
     return 0

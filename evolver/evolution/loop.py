@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 from evolver import events as ev
 from evolver.config import Config, eval_request
-from evolver.data import EvalResult, RoleUsage, write_json_atomic
+from evolver.data import EvalResult, RoleUsage
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.metrics import rewards_by_task
 from evolver.evolution import gate as gatelib
@@ -35,7 +35,7 @@ from evolver.evolution.proposers import Proposer, Request
 from evolver.evolution.triage import triage
 from evolver.llm import ProviderError, price_of
 from evolver.store.lineage import Lineage, commit_message
-from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, measured, slug
+from evolver.store.runstate import FINAL_STATUSES, BestChange, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, charge, measured, slug
 
 SMOKE_TIMEOUT = 600.0
 # How far a candidate got, best first: an iteration is as far as its furthest candidate.
@@ -144,8 +144,8 @@ class Loop:
         before the next candidate is compared with it (never in the middle of a comparison)."""
         if self.run.iteration(self.state.next_iteration) is not None or not self.cfg.reference_max_hours:
             return
-        files = list(self.run.eval_dir(f"reference-g{self.state.generation}").glob("result-*.json"))
-        if files and time.time() - max(f.stat().st_mtime for f in files) > self.cfg.reference_max_hours * 3600:
+        measured = self.run.evaluation(f"reference-g{self.state.generation}").measured_at()
+        if measured is not None and time.time() - measured > self.cfg.reference_max_hours * 3600:
             self.state.generation += 1
             self.run.log("reference_stale", generation=self.state.generation)
             self.save_state()
@@ -170,11 +170,11 @@ class Loop:
         def try_agent(root: Path, tasks: list[str]) -> tuple[EvalResult, Path]:
             """The proposer's scratch agent on analysis tasks, paired with the analysis's first trial (same seed)."""
             name_ = f"propose-{name}-s{session}-try{next(tries)}"
-            return self.measure(name_, root, tasks, 1, self.seed(record.generation), record=record), self.run.eval_dir(name_)
+            return self.measure(name_, root, tasks, 1, self.seed(record.generation), record=record), self.run.evaluation(name_).path
 
         request = Request(
             label=cand.label, focus=(record.candidates.index(cand), len(record.candidates)), parent=parent_tree,
-            evidence=Evidence(analysis, self.run.eval_dir(f"analysis-g{record.generation}"), self.earlier_candidates(record),
+            evidence=Evidence(analysis, self.run.evaluation(f"analysis-g{record.generation}").path, self.earlier_candidates(record),
                               triage({name: records for name, records in measured(self.run.repo, self.run.run_id).items()
                                       if name.startswith("evals/analysis-")})),
             learnings=self.learnings(), guide=self.guide, identifiers=self.identifiers, meta=self.cfg.role("meta", self.local_api_base),
@@ -367,7 +367,7 @@ class Loop:
             res = self.measure(f"holdout-{commit[:12]}", wt, self.manifest.holdout_tasks, self.cfg.holdout_trials, self.seed(0) + 7)
             results[label] = res.summary.avg_reward
             self.lineage.remove_worktree(wt)
-        write_json_atomic(self.run.path / "holdout.json", results)
+        self.run.save_holdout(results)
         self.events.emit(ev.Holdout(results["base"], results["best"]))
 
     # ------------------------------------------------------------------ helpers
@@ -409,43 +409,33 @@ class Loop:
 
     def measure(self, name: str, checkout: Path, tasks: list[str], trials: int, seed: int, *, timeout: Optional[float] = None,
                 record: Optional[IterationRecord] = None) -> EvalResult:
-        """Evaluate, reusing a finished result and finished simulations on disk.
+        """Evaluate, reusing a finished result and finished simulations on disk (the store says which).
 
-        Each simulation's usage is charged once, to the iteration (or the run), whatever
-        reuses it later: gate stages that grow one directory, an evaluation measured again
-        after an interruption. The charge is saved before the result file is written."""
-        out = self.run.eval_dir(name)
-        done = out / f"result-{trials}.json"
-        if done.exists():
-            return EvalResult.model_validate_json(done.read_text())
+        Each simulation's usage is charged once (runstate.charge), to the iteration or the run;
+        the charge is saved before the result is kept."""
+        evaluation = self.run.evaluation(name)
+        finished = evaluation.result(trials)
+        if finished is not None:
+            return finished
         timeout = timeout or self.cfg.worker_timeout
-        req = eval_request(self.cfg, checkout, out, local_api_base=self.local_api_base, timeout=timeout, split=None, task_ids=tasks, trials=trials, seed=seed)
+        req = eval_request(self.cfg, checkout, evaluation.path, local_api_base=self.local_api_base, timeout=timeout, split=None, task_ids=tasks, trials=trials, seed=seed)
         try:
             result = self.backend.evaluate(req, self.run.run_id, timeout=timeout,
                                            on_progress=lambda done, total, mean: self.events.emit(ev.EvalProgress(name, done, total, mean)))
         finally:
             self.events.emit(ev.EvalFinished(name))
-        holder = record if record is not None else self.state
         with self.saving:
-            charged = holder.charged.setdefault(name, {})
-            for sim in result.simulations:
-                key, mark = f"{sim.task_id}#{sim.trial}", _fingerprint(sim)
-                if charged.get(key) == mark:
-                    continue
-                charged[key] = mark  # a retried infrastructure error is a new simulation: charged again
-                for role, usage in sim.usage.items():
-                    holder.usage[role] = holder.usage.get(role, RoleUsage()).add(usage)
+            charge(record if record is not None else self.state, name, result.simulations)
             if record is not None:
                 self.run.save_iteration(record)
         if record is None:
             self.save_state()
         self.report_spent(record)
-        if not result.worker_note:  # a stopped worker's result is incomplete: measure again next time
-            write_json_atomic(done, result)
+        evaluation.keep_result(result)
         return result
 
     def latest_rewards(self, name: str) -> Optional[dict]:
-        result = self.run.latest_result(name)
+        result = self.run.evaluation(name).latest_result()
         return None if result is None else rewards_by_task(result.simulations)
 
     def inert_reason(self, record: IterationRecord, cand: CandidateRecord) -> Optional[str]:
@@ -557,17 +547,8 @@ def prior_learnings(path: Path) -> str:
     return f"- Before this run (findings from earlier work, not tested here):\n{text}"
 
 
-def _best(iteration: int, commit: str, reason: str):
-    from evolver.store.runstate import BestChange
-
+def _best(iteration: int, commit: str, reason: str) -> BestChange:
     return BestChange(iteration=iteration, commit=commit, reason=reason, at=time.time())
-
-
-def _fingerprint(sim) -> str:
-    """Tells one run of a simulation from another (a retry after an infrastructure error)."""
-    import hashlib
-
-    return hashlib.sha1(sim.model_dump_json().encode()).hexdigest()[:16]
 
 
 def _count(items: list, noun: str) -> str:

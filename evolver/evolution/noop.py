@@ -14,6 +14,8 @@ import tomllib
 from pathlib import Path
 from typing import Optional
 
+from evolver.evaluation.scan import parse_python
+
 # The template's names per layer (Harness.md, "The four layers"); a name not listed here
 # (the prompt, the state, generate_next_message, helpers of several layers) counts as always on.
 LAYER_NAMES = {
@@ -81,7 +83,7 @@ def _layer_of(name: str) -> Optional[str]:
 def _definitions(path: Path) -> Optional[dict[str, str]]:
     """Top-level names and HarnessAgent's members -> their source, as the parser sees it (comments aside)."""
     try:
-        tree = ast.parse(path.read_text())
+        tree = parse_python(path.read_text())
     except (OSError, SyntaxError, ValueError):
         return None
     out: dict[str, str] = {}

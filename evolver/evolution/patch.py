@@ -21,12 +21,13 @@ wrong with one is a PatchRejected with a one-line reason.
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
+from evolver.evaluation.scan import parse_python
 
 
 class ParseError(ValueError):
@@ -244,7 +245,7 @@ def _write(root: Path, texts: dict[str, str]) -> None:
 def _check_syntax(rel: str, text: str) -> None:
     if rel.endswith(".py"):
         try:
-            ast.parse(text, filename=rel)
+            parse_python(text, filename=rel)
         except SyntaxError as exc:
             raise PatchRejected(f"{rel} does not parse: {exc.msg} (line {exc.lineno})") from None
         except (ValueError, RecursionError, MemoryError) as exc:  # a NUL byte; nesting too deep to parse

@@ -1,6 +1,14 @@
-"""The run store: the run directory (runstate: run.json, state.json, each iteration, the
-event log, the lock that keeps two processes from driving one run; every write atomic) and
-its git lineage (lineage: a branch and a commit per candidate, the `best` branch, notes).
+"""The run store: the run directory and its git lineage.
 
-It imports only the shared modules; the evolution side writes it, the command line reads it.
+    runstate  a run (RunDir): run.json, state.json, each iteration, its evaluations by name, the
+              proposals, the holdout, the event log, the lock that keeps two processes from
+              driving one run; every write atomic
+    evaldir   one evaluation's folder (EvalDir): request, workers' states and claims, sims.jsonl,
+              trajectories, worker.log, results, and which simulations are already measured
+    records   reading a record: one line when it is damaged, its schema and named migrations
+    lineage   a branch and a commit per candidate, the `best` branch, notes
+
+No module outside it builds a path into runs/ (tests/test_run_paths.py). It imports only the
+shared modules; the evaluation side writes each evaluation through it, the evolution side the
+run, and the command line reads it.
 """

@@ -1,24 +1,36 @@
 """The run directory: what a run is (run.json), where it stands (state.json), each iteration,
-the event log, and the lock that keeps two processes from driving one run.
+its evaluations (evaldir.EvalDir), proposals and holdout, the event log, and the lock that keeps
+two processes from driving one run.
 
-Every write is atomic, so a run killed at any moment can be resumed.
+    runs/<run-id>/
+      run.json  state.json  iterations/NNN.json  proposals/NNN/  evals/<name>/  log.jsonl
+      holdout.json  scan-identifiers.json  worktrees/<name>/  lock  report.html
+
+Every write is atomic, so a run killed at any moment can be resumed. Each record (run.json,
+state.json, iterations/NNN.json) carries its schema and is brought up to this evolver's by
+named steps when an older one is read; docs/run-directory.md is the contract.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
+import shutil
 import string
 import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Iterable, Literal, Optional
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field
 
-from evolver.data import EvalResult, RoleModel, RoleUsage, write_json_atomic
+from evolver.data import RoleModel, RoleUsage, SimRecord, write_json_atomic
 from evolver.errors import UsageError
+from evolver.store.comparisons import ComparisonDir, TransferDir
+from evolver.store.evaldir import EvalDir
+from evolver.store.records import Versioned, read_record
 
 IterationStatus = Literal[
     "proposing", "no_patch", "refused", "invalid", "evaluating", "accepted", "rejected", "undecided",
@@ -26,11 +38,10 @@ IterationStatus = Literal[
 FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "undecided")
 
 
+RUNS = "runs"  # in the evaluated repository: every run and evaluation, ignored by git
 MANIFEST_SCHEMA = 3
-
-
-class NewerSchema(ValueError):
-    """A run file written by a newer evolver than this one."""
+STATE_SCHEMA = 2
+ITERATION_SCHEMA = 2
 
 
 def _manifest_v1_to_v2(data: dict) -> dict:
@@ -38,7 +49,19 @@ def _manifest_v1_to_v2(data: dict) -> dict:
     never a setting), predates the user-role adapter (a v1 run ran its local user without it) and
     the proposer setting (a v1 run proposed with one completion over the digest, and goes on so)."""
     config = {k: v for k, v in data.get("config", {}).items() if k != "local_api_base"}
-    return {**data, "config": {"local_user_adapter": False, "proposer": "oneshot", **config}, "schema": 2}
+    return {**data, "config": {"local_user_adapter": False, "proposer": "oneshot", **config}}
+
+
+def _state_v1_to_v2(data: dict) -> dict:
+    """v1 is state.json as evolver wrote it before the file carried a schema: the same fields, kept
+    as they are (fields added before the schema, like `charged` or `updated_at`, have defaults)."""
+    return dict(data)
+
+
+def _iteration_v1_to_v2(data: dict) -> dict:
+    """v1 is an iteration record as evolver wrote it before the file carried a schema: the same fields,
+    kept as they are (its candidates' `investigation`, added with the proposers, defaults to empty)."""
+    return dict(data)
 
 
 def _manifest_v2_to_v3(data: dict) -> dict:
@@ -52,12 +75,15 @@ def _manifest_v2_to_v3(data: dict) -> dict:
 
 # Named steps from each older schema to the next; a run is opened through all it needs.
 MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2, 2: _manifest_v2_to_v3}
+STATE_MIGRATIONS = {1: _state_v1_to_v2}
+ITERATION_MIGRATIONS = {1: _iteration_v1_to_v2}
 
 
-class Manifest(BaseModel):
+class Manifest(Versioned):
     """What the run is: written once at the start (run.json)."""
 
-    schema_version: int = Field(MANIFEST_SCHEMA, alias="schema")
+    SCHEMA, MIGRATIONS, WHAT = MANIFEST_SCHEMA, MANIFEST_MIGRATIONS, "run.json"
+
     run_id: str
     created: float
     repo: str
@@ -72,20 +98,6 @@ class Manifest(BaseModel):
     split_note: str
     gate: dict
 
-    model_config = {"populate_by_name": True, "serialize_by_alias": True}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _migrate(cls, data):
-        if not isinstance(data, dict):
-            return data
-        version = data.get("schema", 1)
-        if not isinstance(version, int) or version > MANIFEST_SCHEMA:
-            raise NewerSchema(f"run.json has schema {version!r}, newer than this evolver knows ({MANIFEST_SCHEMA}); upgrade evolver to open it")
-        while version < MANIFEST_SCHEMA:
-            data, version = MANIFEST_MIGRATIONS[version](data), version + 1
-        return data
-
 
 class BestChange(BaseModel):
     iteration: int
@@ -94,8 +106,10 @@ class BestChange(BaseModel):
     at: float
 
 
-class RunState(BaseModel):
+class RunState(Versioned):
     """Where the run stands (state.json)."""
+
+    SCHEMA, MIGRATIONS, WHAT = STATE_SCHEMA, STATE_MIGRATIONS, "state.json"
 
     status: Literal["running", "interrupted", "paused", "finished"] = "running"  # paused: the meta-LLM stayed down
     stop_reason: Optional[str] = None
@@ -135,8 +149,10 @@ class CandidateRecord(BaseModel):
     gate_candidate: Optional[float] = None
 
 
-class IterationRecord(BaseModel):
+class IterationRecord(Versioned):
     """One iteration: its candidates, all from the same parent, and the one kept, if any."""
+
+    SCHEMA, MIGRATIONS, WHAT = ITERATION_SCHEMA, ITERATION_MIGRATIONS, "the iteration record"
 
     iteration: int
     parent: int
@@ -166,15 +182,52 @@ def slug(label: str) -> str:
     return f"{int(digits):03d}{label[len(digits):]}"
 
 
+def charge(holder: RunState | IterationRecord, name: str, simulations: Iterable[SimRecord]) -> None:
+    """Add to ``holder`` (the run, or the iteration whose evaluation ``name`` is) the usage of every simulation
+    it has not been charged for yet. Each is charged once, whatever reuses it later: gate stages that grow one
+    evaluation, an evaluation measured again after an interruption; a retried infrastructure error is a new
+    simulation, charged again. The caller saves ``holder`` before the evaluation's result is kept, so no kill
+    can lose or double a charge."""
+    charged = holder.charged.setdefault(name, {})
+    for sim in simulations:
+        key, mark = f"{sim.task_id}#{sim.trial}", _fingerprint(sim)
+        if charged.get(key) == mark:
+            continue
+        charged[key] = mark
+        for role, usage in sim.usage.items():
+            holder.usage[role] = holder.usage.get(role, RoleUsage()).add(usage)
+
+
+def _fingerprint(sim: SimRecord) -> str:
+    """Tells one run of a simulation from another (a retry after an infrastructure error)."""
+    return hashlib.sha1(sim.model_dump_json().encode()).hexdigest()[:16]
+
+
+def runs_dir(repo: Path) -> Path:
+    """Where a repository's runs and evaluations live."""
+    return Path(repo) / RUNS
+
+
+def eval_run_dir(repo: Path, run_id: str) -> EvalDir:
+    """The folder of one `evolver eval` (runs/eval-…/): one evaluation, laid out as each of a run's."""
+    return EvalDir(runs_dir(repo) / run_id)
+
+
 class RunDir:
     def __init__(self, repo: Path, run_id: str):
         self.repo = Path(repo)
         self.run_id = run_id
-        self.path = self.repo / "runs" / run_id
+        self.path = runs_dir(self.repo) / run_id
 
     # -- paths ---------------------------------------------------------------
-    def eval_dir(self, name: str) -> Path:
-        return self.path / "evals" / name
+    def evaluation(self, name: str) -> EvalDir:
+        """One evaluation of the run, evals/<name>/ (analysis-g0, reference-g0, iter-003-gate, ...)."""
+        return EvalDir(self.path / "evals" / name)
+
+    def evaluations(self) -> list[EvalDir]:
+        """Every evaluation the run has made or begun, by name."""
+        folder = self.path / "evals"
+        return [EvalDir(p) for p in sorted(folder.iterdir()) if p.is_dir()] if folder.exists() else []
 
     def worktree(self, name: str) -> Path:
         return self.path / "worktrees" / name
@@ -197,35 +250,40 @@ class RunDir:
         and did (digest.md or transcript.json, interrupted-N.json of sessions a kill cut off), its scratch copy."""
         return self.path / "proposals" / slug
 
-    def transfer_dir(self, transfer_id: str) -> Path:
-        """One `evolver transfer` of the run: its comparisons' evaluations, and transfer.json."""
-        return self.path / "transfers" / transfer_id
+    @property
+    def log_file(self) -> Path:
+        return self.path / "log.jsonl"
+
+    @property
+    def holdout_file(self) -> Path:
+        return self.path / "holdout.json"
+
+    @property
+    def report_file(self) -> Path:
+        return self.path / "report.html"
+
+    def transfer(self, transfer_id: str) -> "TransferDir":
+        """One `evolver transfer` of the run: a comparison per pair of kept steps, and transfer.json."""
+        return TransferDir(self.path / "transfers" / transfer_id)
 
     def transfers(self) -> list[dict]:
         """Every finished transfer of the run (transfer.json), oldest first."""
-        files = sorted((self.path / "transfers").glob("*/transfer.json")) if (self.path / "transfers").exists() else []
-        out = []
-        for path in files:
-            try:
-                out.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                raise UsageError(f"{path} is unreadable or corrupt; remove it, or run the transfer again") from None
-        return out
-
-    def latest_result(self, name: str) -> Optional[EvalResult]:
-        """An evaluation's largest finished result (result-{trials}.json); None before it has one."""
-        files = sorted(self.eval_dir(name).glob("result-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-        return _read(EvalResult, files[-1]) if files else None
+        folder = self.path / "transfers"
+        return [TransferDir(p).read() for p in sorted(folder.iterdir()) if (p / TransferDir.FILE).exists()] if folder.is_dir() else []
 
     # -- reading and writing ------------------------------------------------
     def exists(self) -> bool:
         return (self.path / "run.json").exists()
 
+    def discard(self) -> None:
+        """Remove the whole run: one that failed to start must not be left to resume."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
     def manifest(self) -> Manifest:
-        return _read(Manifest, self.path / "run.json")
+        return read_record(Manifest, self.path / "run.json")
 
     def state(self) -> RunState:
-        return _read(RunState, self.path / "state.json")
+        return read_record(RunState, self.path / "state.json")
 
     def save_manifest(self, manifest: Manifest) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -236,20 +294,35 @@ class RunDir:
 
     def iteration(self, n: int) -> Optional[IterationRecord]:
         path = self.iteration_file(n)
-        return _read(IterationRecord, path) if path.exists() else None
+        return read_record(IterationRecord, path) if path.exists() else None
 
     def iterations(self) -> list[IterationRecord]:
         folder = self.path / "iterations"
-        return [_read(IterationRecord, p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+        return [read_record(IterationRecord, p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
     def save_iteration(self, record: IterationRecord) -> None:
         self.iteration_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.iteration_file(record.iteration), record)
 
+    def identifiers(self) -> frozenset[str]:
+        """The domain's task-data identifiers, for the static scan; empty when the run has none recorded."""
+        path = self.identifiers_file
+        return frozenset(json.loads(path.read_text())) if path.exists() else frozenset()
+
+    def save_identifiers(self, identifiers: list[str]) -> None:
+        write_json_atomic(self.identifiers_file, identifiers)
+
+    def holdout(self) -> Optional[dict]:
+        """{"base": mean reward, "best": mean reward} on the sealed holdout; None before the run measured it."""
+        return json.loads(self.holdout_file.read_text()) if self.holdout_file.exists() else None
+
+    def save_holdout(self, scores: dict) -> None:
+        write_json_atomic(self.holdout_file, scores)
+
     def logged(self, event: str, **match) -> bool:
         """Whether log.jsonl already has this event (so a resumed step does not write it twice)."""
         try:
-            lines = (self.path / "log.jsonl").read_text().splitlines()
+            lines = self.log_file.read_text().splitlines()
         except OSError:
             return False
         for line in lines:
@@ -263,7 +336,7 @@ class RunDir:
 
     def log(self, event: str, **data) -> None:
         line = json.dumps({"at": time.time(), "event": event, **data})
-        with open(self.path / "log.jsonl", "a") as fh:
+        with open(self.log_file, "a") as fh:
             fh.write(line + "\n")
 
     # -- the lock -------------------------------------------------------------
@@ -297,43 +370,34 @@ class RunDir:
             return False
 
 
-def _read(model, path: Path):
-    """A run file, or one line saying it is damaged: a hand edit, a full disk, a bad copy."""
-    try:
-        return model.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        cause = next((e.get("ctx", {}).get("error") for e in exc.errors() if isinstance(e.get("ctx", {}).get("error"), NewerSchema)), None)
-        if cause is not None:
-            raise UsageError(f"{path}: {cause}") from None
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        raise UsageError(f"{path} is unreadable or corrupt ({where + ': ' if where else ''}{first['msg']}); "
-                         "restore it from a copy, or start a new run") from None
-    except (OSError, ValueError) as exc:
-        why = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
-        raise UsageError(f"{path} is unreadable or corrupt ({why}); restore it from a copy, or start a new run") from None
-
-
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def measured(repo: Path, name: str) -> dict[str, list]:
-    """Every evaluation a run, a comparison or an evaluation (runs/<name>/) holds, by name: its simulation records."""
-    from evolver.data import read_sim_records
+def comparison_dir(repo: Path, compare_id: str) -> ComparisonDir:
+    """The folder of one `evolver compare` (runs/compare-…/)."""
+    return ComparisonDir(runs_dir(repo) / compare_id)
 
-    folder = Path(repo) / "runs" / name
+
+def measured(repo: Path, name: str) -> dict[str, list]:
+    """Every evaluation a run, a comparison or an evaluation (runs/<name>/) holds, by its folder's path inside: its records."""
+    folder = runs_dir(repo) / name
     if not RUN_ID.fullmatch(name) or not folder.is_dir():
-        known = sorted(p.name for p in (Path(repo) / "runs").iterdir() if p.is_dir()) if (Path(repo) / "runs").is_dir() else []
-        raise UsageError(f"no run, comparison or evaluation '{name}' in {Path(repo) / 'runs'}"
-                         + (f"; known: {', '.join(known[-5:])}" if known else ""))
-    files = sorted(folder.glob("evals/*/sims.jsonl")) + sorted(folder.glob("*/sims.jsonl")) + sorted(folder.glob("sims.jsonl"))
-    files += sorted(folder.glob("transfers/*/*/*/sims.jsonl"))
-    return {str(f.parent.relative_to(folder)) or ".": read_sim_records(f) for f in files}
+        known = sorted(p.name for p in runs_dir(repo).iterdir() if p.is_dir()) if runs_dir(repo).is_dir() else []
+        raise UsageError(f"no run, comparison or evaluation '{name}' in {runs_dir(repo)}" + (f"; known: {', '.join(known[-5:])}" if known else ""))
+    found = sorted({p.parent for pattern in ("evals/*/sims.jsonl", "*/sims.jsonl", "sims.jsonl", "transfers/*/*/*/sims.jsonl")
+                    for p in folder.glob(pattern)})
+    return {str(path.relative_to(folder)) or ".": EvalDir(path).records() for path in found}
+
+
+def list_runs(repo: Path) -> list[RunDir]:
+    """Every run of a repository (runs/run-*/ with a run.json), newest last."""
+    found = sorted(runs_dir(repo).glob("run-*/run.json"), key=lambda p: p.stat().st_mtime)
+    return [RunDir(Path(repo), path.parent.name) for path in found]
 
 
 def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
     """A run by id, or the newest one when run_id is None."""
-    runs = Path(repo) / "runs"
+    runs = runs_dir(repo)
     if run_id is None:
         candidates = sorted((p for p in runs.glob("run-*") if (p / "run.json").exists()), key=lambda p: p.stat().st_mtime) if runs.exists() else []
         if not candidates:

@@ -15,13 +15,11 @@ from evolver.cli.runreport.facts import RunFacts, collect
 from evolver.data import write_text_atomic
 from evolver.store.runstate import RunDir
 
-REPORT_FILE = "report.html"
-
 
 def write_report(run: RunDir, facts: Optional[RunFacts] = None) -> Path:
     """Write runs/<run>/report.html (from ``facts`` when the caller has them) and return its path."""
     from evolver.cli.runreport.page import render
 
-    path = run.path / REPORT_FILE
+    path = run.report_file
     write_text_atomic(path, render(facts or collect(run)))
     return path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -177,10 +176,9 @@ def collect(run: RunDir) -> RunFacts:
                 analysis=rows[cand.label]["analysis"], diff=info["diff"], flips=info["flips"], findings=list(cand.findings),
                 investigation=dict(cand.investigation),
             ))
-    holdout_file = run.path / "holdout.json"
+    scores = run.holdout()
     holdout = None
-    if holdout_file.exists():
-        scores = json.loads(holdout_file.read_text())
+    if scores is not None:
         holdout = {"base": scores.get("base"), "best": scores.get("best"), "tasks": len(manifest.holdout_tasks),
                    "trials": manifest.config.get("holdout_trials")}
     return RunFacts(

@@ -12,7 +12,6 @@ the run: the run directory keeps every result, and `evolver report` reads it any
 
 from __future__ import annotations
 
-import json
 import os
 import string
 import threading
@@ -97,9 +96,8 @@ class MlflowTracker:
                 tags += [RunTag(f"verdict.{c.label}", f"{c.status}: {c.reason}"[:5000]) for c in record.candidates]
             if record.analysis is not None and ("analysis_incumbent", n) not in self.logged:
                 metrics += self._step(n, {"analysis_incumbent": record.analysis})
-        holdout = self.run.path / "holdout.json"
-        if holdout.exists():
-            scores = json.loads(holdout.read_text())
+        scores = self.run.holdout()
+        if scores is not None:
             step = state.next_iteration - 1
             if ("holdout/best", step) not in self.logged:
                 metrics += self._step(step, {"holdout/base": scores.get("base"), "holdout/best": scores.get("best")})

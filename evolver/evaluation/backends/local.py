@@ -3,27 +3,25 @@
 The controller never imports the candidate's code: it writes the request,
 has the zygote (evolver.evaluation.zygote) fork workers, watches sims.jsonl for progress,
 enforces the wall-clock limit, and turns what the workers left on disk into an
-EvalResult.
+EvalResult. The evaluation's folder is read and written through evolver.store.evaldir.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import signal
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from evolver.data import EvalRequest, EvalResult, SimRecord, SimsTally, read_sim_records, write_json_atomic
+from evolver.data import EvalRequest, EvalResult
 from evolver.errors import UsageError
 from evolver.evaluation import zygote_client
 from evolver.evaluation.backends import Cancelled, Progress, TaskListing
-from evolver.evaluation.metrics import summarize
-from evolver.evaluation.worker import claims_dir, status_file
+from evolver.evaluation.backends.results import eval_result
+from evolver.store.evaldir import EvalDir
 
 # Workers per evaluation: tau2's simulations are partly CPU-bound under one GIL,
 # so two processes use both cores of a small machine.
@@ -60,13 +58,6 @@ class Zygote:
         for msg in self.conn.receive(0):
             self._note(msg)
         return self.exits.get(pid)
-
-
-def _read_status(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _stop(zygote: Zygote, pid: int) -> None:
@@ -156,18 +147,12 @@ def _run_worker(zygote: Zygote, req: EvalRequest, timeout: float, cancelled: thr
                 on_tick: Optional[Callable[[], None]] = None) -> tuple[dict, Optional[str], int]:
     """Run the workers of one evaluation to the end, the time limit or a cancel.
     Returns (merged status, why they were stopped, worst exit code)."""
-    out = Path(req.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "request.json", req)
-    for old in out.glob("status-*.json"):  # a resumed evaluation must not read the last workers' verdict
-        old.unlink()
-    shutil.rmtree(claims_dir(out), ignore_errors=True)  # nor skip what they claimed but never finished
+    evaluation = EvalDir(req.out_dir)
+    evaluation.begin(req)  # a resumed evaluation reads neither the last workers' verdict nor their claims
     shards = _shards(req)
     pids = []
     for shard in shards:
-        path = out / f"request-{shard.shard}.json"
-        write_json_atomic(path, shard)
-        pids.append(zygote.spawn(path, out / "worker.log", req.checkout))
+        pids.append(zygote.spawn(evaluation.write_shard_request(shard), evaluation.log_file, req.checkout))
     started = time.monotonic()
     note = None
     try:
@@ -186,7 +171,7 @@ def _run_worker(zygote: Zygote, req: EvalRequest, timeout: float, cancelled: thr
         for pid in pids:
             _stop(zygote, pid)
         raise
-    status = _merge([_read_status(status_file(out, s.shard)) for s in shards])
+    status = _merge([evaluation.read_status(s.shard) for s in shards])
     if status.get("state") == "usage_error":
         raise UsageError(status["message"])
     codes = [zygote.exit_code(pid) for pid in pids]
@@ -198,21 +183,21 @@ def _list_tasks(zygote: Zygote, req: EvalRequest, cancelled: threading.Event) ->
     (for the static scan), resolved by tau2 in a worker."""
     status, note, code = _run_worker(zygote, req.model_copy(update={"list_only": True}), LIST_TIMEOUT, cancelled)
     if status.get("state") != "listed":
-        raise RuntimeError(note or f"listing tasks failed (worker exit code {code}); see {Path(req.out_dir) / 'worker.log'}")
+        raise RuntimeError(note or f"listing tasks failed (worker exit code {code}); see {EvalDir(req.out_dir).log_file}")
     return TaskListing(tasks=status["tasks"], splits=status.get("splits") or {}, identifiers=status.get("identifiers") or [])
 
 
 def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_progress: Optional[Progress],
               cancelled: threading.Event) -> EvalResult:
-    out = Path(req.out_dir)
+    evaluation = EvalDir(req.out_dir)
     started = time.monotonic()
 
-    tally = SimsTally(out / "sims.jsonl")
+    tally = evaluation.tally()
 
     def tick() -> None:
         if on_progress:
-            tasks = _merge([_read_status(p) for p in out.glob("status-*.json")] or [{}])["tasks"]
-            on_progress(*_progress(tally, len(tasks) * req.trials))
+            tasks = _merge(evaluation.statuses() or [{}])["tasks"]
+            on_progress(*tally.progress(len(tasks) * req.trials))
 
     status, note, code = _run_worker(zygote, req, timeout, cancelled, tick)
     state = status.get("state")
@@ -220,49 +205,9 @@ def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_
     if state == "importing" and note:
         candidate_error = f"agent/agent.py did not finish importing within {timeout:g} s"
     if state not in ("done", "candidate_error", "importing") and not note:
-        note = f"the worker exited with code {code} before finishing; see {out / 'worker.log'}"
+        note = f"the worker exited with code {code} before finishing; see {evaluation.log_file}"
     task_ids = status.get("tasks") or []
-    records = _complete(read_sim_records(out / "sims.jsonl"), task_ids, req.trials, candidate_error, note)
     if on_progress:
-        on_progress(*_progress(tally, len(task_ids) * req.trials))
-    return EvalResult(
-        run_id=run_id, checkout=req.checkout, domain=req.domain, split=req.split,
-        task_ids=task_ids, trials=req.trials, seed=req.seed, max_steps=req.max_steps,
-        models={"agent": req.agent, "user": req.user, "judge": req.judge},
-        harness=_harness_switches(Path(req.checkout)),
-        isolation=status.get("isolation") or {},
-        candidate_error=candidate_error, worker_note=note,
-        summary=summarize(records, len(task_ids), req.trials, time.monotonic() - started),
-        simulations=records,
-    )
-
-
-def _progress(tally: SimsTally, total: int) -> tuple[int, int, Optional[float]]:
-    done, mean = tally.read()
-    return done, total, mean
-
-
-def _complete(records, task_ids, trials, candidate_error, note) -> list[SimRecord]:
-    """One record per task x trial: the worker's, or a stand-in saying why it is missing."""
-    have = {(r.task_id, r.trial): r for r in records}
-    full = []
-    for trial in range(trials):
-        for task in task_ids:
-            rec = have.get((task, trial))
-            if rec is None and candidate_error:
-                rec = SimRecord(task_id=task, trial=trial, outcome="failed", reward=0.0, termination_reason="agent_error", error=candidate_error)
-            elif rec is None:
-                rec = SimRecord(task_id=task, trial=trial, outcome="infra_error", termination_reason="infra_error", error_role="worker", error=note or "not run")
-            full.append(rec)
-    return full
-
-
-def _harness_switches(checkout: Path) -> dict:
-    """Which harness layers were on (agent/harness.toml), so every score says so."""
-    import tomllib
-
-    path = checkout / "agent" / "harness.toml"
-    try:
-        return tomllib.loads(path.read_text()) if path.exists() else {}
-    except tomllib.TOMLDecodeError:
-        return {"error": "agent/harness.toml is not valid TOML"}
+        on_progress(*tally.progress(len(task_ids) * req.trials))
+    return eval_result(req, run_id, evaluation, task_ids, isolation=status.get("isolation") or {},
+                       candidate_error=candidate_error, note=note, duration=time.monotonic() - started)

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from evolver.data import EvalRequest, EvalResult, SimRecord, SimsTally, read_sim_records, write_json_atomic
+from evolver.data import EvalRequest, EvalResult, SimRecord
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Cancelled, Progress, TaskListing, ray_node
-from evolver.evaluation.backends.local import WORKER_PROCESSES, _complete, _harness_switches, _progress  # the result is built as the local backend builds it
-from evolver.evaluation.metrics import summarize
+from evolver.evaluation.backends.local import WORKER_PROCESSES
+from evolver.evaluation.backends.results import eval_result  # the result is built as the local backend builds it
+from evolver.store.evaldir import EvalDir
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # a local instance moves only records, trajectories and small archives
 # Simulations one Ray task runs at once: the request's concurrency is shared out in groups of about
@@ -229,7 +230,7 @@ class _Evaluation:
 
     def __init__(self, backend: RayBackend, req: EvalRequest, tasks: list[str], stop: threading.Event, on_progress: Optional[Progress]):
         self.ray, self.backend, self.req, self.tasks, self.stop, self.on_progress = backend.ray, backend, req, tasks, stop, on_progress
-        self.out = Path(req.out_dir)
+        self.evaluation = EvalDir(req.out_dir)
         self.total = len(tasks) * req.trials
         self.ends: list[dict] = []  # the closing items of the groups
         self.notes: list[str] = []  # why simulations are missing, for the result's worker_note
@@ -259,14 +260,11 @@ class _Evaluation:
         self._write_status()
 
     def _prepare(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "trajectories").mkdir(exist_ok=True)
-        write_json_atomic(self.out / "request.json", self.req)
-        for old in self.out.glob("status-*.json"):  # a resumed evaluation must not read the last one's verdict
-            old.unlink()
-        self.tally = SimsTally(self.out / "sims.jsonl")
+        self.evaluation.begin(self.req)  # a resumed evaluation must not read the last one's verdict
+        self.evaluation.make_trajectories_dir()
+        self.tally = self.evaluation.tally()
         # Resume: simulations already scored are not run again; infrastructure errors are.
-        self.done = {(r.task_id, r.trial): r for r in read_sim_records(self.out / "sims.jsonl") if r.outcome != "infra_error"}
+        self.done = self.evaluation.measured()
 
     def _unfinished(self, tasks: list[str]) -> bool:
         return any((t, trial) not in self.done for t in tasks for trial in range(self.req.trials))
@@ -306,20 +304,15 @@ class _Evaluation:
         if group.attempts < ATTEMPTS:
             self._dispatch(group)  # its finished simulations stay; the others run again
         else:
-            self.notes.append(f"a Ray task failed {ATTEMPTS} times for task(s) {', '.join(group.tasks)} ({reason}); see {self.out / 'worker.log'}")
+            self.notes.append(f"a Ray task failed {ATTEMPTS} times for task(s) {', '.join(group.tasks)} ({reason}); see {self.evaluation.log_file}")
 
     def _write(self, item: dict, group: _Group) -> None:
         record = SimRecord.model_validate_json(item["record"])
         if record.task_id not in group.tasks or not 0 <= record.trial < self.req.trials:
             return  # not this group's simulation: nothing of the kind may land in the run directory
         if item["trajectory"] is not None and record.trajectory_file:
-            _write_text_atomic(self.out / "trajectories" / Path(record.trajectory_file).name, item["trajectory"])
-        # One write() of the whole line, as the local workers append theirs.
-        fd = os.open(self.out / "sims.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, (item["record"] + "\n").encode())
-        finally:
-            os.close(fd)
+            self.evaluation.write_trajectory(record, item["trajectory"])
+        self.evaluation.append_sim(item["record"])  # the line as the node's worker wrote it
         if record.outcome != "infra_error":
             self.done[(record.task_id, record.trial)] = record
 
@@ -352,11 +345,10 @@ class _Evaluation:
 
     def _progress(self) -> None:
         if self.on_progress:
-            self.on_progress(*_progress(self.tally, self.total))
+            self.on_progress(*self.tally.progress(self.total))
 
     def _log(self, text: str) -> None:
-        with open(self.out / "worker.log", "a") as fh:
-            fh.write(text)
+        self.evaluation.append_log(text)
 
     def _write_status(self) -> None:
         """The evaluation's status, in the local backend's place and shape (benchmarks read its times)."""
@@ -364,7 +356,7 @@ class _Evaluation:
         status = {"state": "candidate_error" if self._candidate_error() else "done", "tasks": self.tasks,
                   "isolation": self._isolation(), "running_at": min(running, default=None),
                   "done_at": max((e["done_at"] for e in self.ends if e["done_at"]), default=None)}
-        write_json_atomic(self.out / "status-0.json", status)
+        self.evaluation.write_status(0, **status)
 
     def _candidate_error(self) -> Optional[str]:
         return next((e["candidate_error"] for e in self.ends if e["candidate_error"]), None)
@@ -374,27 +366,8 @@ class _Evaluation:
 
     def result(self, run_id: str, duration: float) -> EvalResult:
         req, candidate_error = self.req, self._candidate_error()
-        notes = self.notes + [e["worker_note"].replace(e["out_dir"], str(self.out)) for e in self.ends if e["worker_note"]]
+        notes = self.notes + [e["worker_note"].replace(e["out_dir"], str(self.evaluation.path)) for e in self.ends if e["worker_note"]]
         note = "; ".join(dict.fromkeys(notes)) or None
-        records = _complete(read_sim_records(self.out / "sims.jsonl"), self.tasks, req.trials, candidate_error, note)
         self._progress()
-        return EvalResult(
-            run_id=run_id, checkout=req.checkout, domain=req.domain, split=req.split,
-            task_ids=self.tasks, trials=req.trials, seed=req.seed, max_steps=req.max_steps,
-            models={"agent": req.agent, "user": req.user, "judge": req.judge},
-            harness=_harness_switches(Path(req.checkout)), isolation=self._isolation(),
-            candidate_error=candidate_error, worker_note=note,
-            summary=summarize(records, len(self.tasks), req.trials, duration),
-            simulations=records,
-        )
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        return eval_result(req, run_id, self.evaluation, self.tasks, isolation=self._isolation(),
+                           candidate_error=candidate_error, note=note, duration=duration)

@@ -12,7 +12,6 @@ directory. This module does not import ray; the driver wraps its functions as Ra
 from __future__ import annotations
 
 import io
-import json
 import os
 import tarfile
 import tempfile
@@ -24,6 +23,7 @@ from evolver.data import EvalRequest, SimRecord
 from evolver.errors import UsageError
 from evolver.evaluation import zygote_client
 from evolver.evaluation.backends.local import LocalBackend
+from evolver.store.evaldir import EvalDir
 
 LOG_TAIL = 64 * 1024  # bytes of a group's worker.log sent back with its closing item
 POLL = 0.1  # seconds between looks at the group's sims.jsonl
@@ -72,11 +72,10 @@ def run_group(job: dict, archive: bytes, environment: dict) -> Iterator[dict]:
         checkout, out = Path(tmp) / "checkout", Path(tmp) / "out"
         unpack_agent(archive, checkout)
         out.mkdir()
-        finished = "".join(job["done"]).encode()
         # The worker skips what sims.jsonl already holds, exactly as when a local evaluation resumes.
-        (out / "sims.jsonl").write_bytes(finished)
+        offset = EvalDir(out).start_sims([line.rstrip("\n") for line in job["done"]])
         req = EvalRequest.model_validate(job["request"]).model_copy(update={"checkout": str(checkout), "out_dir": str(out)})
-        yield from _stream(req, job["timeout"], {**os.environ, **environment}, len(finished))
+        yield from _stream(req, job["timeout"], {**os.environ, **environment}, offset)
 
 
 def list_tasks(request: dict, environment: dict) -> dict:
@@ -106,63 +105,40 @@ def _stream(req: EvalRequest, timeout: float, environment: dict, offset: int) ->
 
     runner = threading.Thread(target=evaluate, name="group", daemon=True)
     runner.start()
-    tail = _Tail(Path(req.out_dir), offset)
+    evaluation = EvalDir(req.out_dir)
+    tail = evaluation.tail(offset)
     try:
         while runner.is_alive():
             runner.join(POLL)
-            yield from tail.read()
-        yield from tail.read()
-        yield _closing(outcome, Path(req.out_dir))
+            yield from _finished(evaluation, tail.read())
+        yield from _finished(evaluation, tail.read())
+        yield _closing(outcome, evaluation)
     finally:
         backend.cancel()  # a no-op once the evaluation ended; otherwise its workers are stopped
         runner.join()
         backend.close()
 
 
-class _Tail:
-    """New complete lines of the group's sims.jsonl, each with its trajectory (written before its line)."""
-
-    def __init__(self, out: Path, offset: int):
-        self.out, self.offset = out, offset
-
-    def read(self) -> Iterator[dict]:
-        try:
-            with open(self.out / "sims.jsonl", "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return
-        complete = data[: data.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        for line in complete.decode().splitlines():
-            record = SimRecord.model_validate_json(line)
-            trajectory = (self.out / record.trajectory_file).read_text() if record.trajectory_file else None
-            yield {"record": line, "trajectory": trajectory}
+def _finished(evaluation: EvalDir, lines: list[str]) -> Iterator[dict]:
+    """The group's newly finished simulations, each line with its trajectory (written before its line)."""
+    for line in lines:
+        yield {"record": line, "trajectory": evaluation.read_trajectory(SimRecord.model_validate_json(line))}
 
 
-def _closing(outcome: dict, out: Path) -> dict:
+def _closing(outcome: dict, evaluation: EvalDir) -> dict:
     error = outcome.get("error")
     if isinstance(error, UsageError):
         return {"usage_error": str(error)}
     if error is not None:
         raise error  # the driver counts the group as failed and sends its unfinished simulations again
     result = outcome["result"]
-    statuses = [json.loads(p.read_text()) for p in out.glob("status-*.json")]
+    statuses = evaluation.statuses()
     return {"end": {
         "candidate_error": result.candidate_error, "worker_note": result.worker_note, "isolation": result.isolation,
         "running_at": min((s["running_at"] for s in statuses if "running_at" in s), default=None),
         "done_at": max((s["done_at"] for s in statuses if "done_at" in s), default=None),
-        "out_dir": str(out), "log": _log_tail(out / "worker.log"),
+        "out_dir": str(evaluation.path), "log": evaluation.log_tail(LOG_TAIL),
     }}
-
-
-def _log_tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - LOG_TAIL))
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 _warm: Optional[zygote_client.Connection] = None

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from evolver.data import RoleUsage, write_json_atomic
+from evolver.evaluation.scan import parse_python
 from evolver.evolution.digest import describe, load_messages
 from evolver.evolution.evidence import compile_pattern, paged
 from evolver.evolution.patch import ParseError, Proposal, parse_proposal
@@ -410,7 +411,7 @@ def written_call(text: str):
         line = text[match.start():].split("\n", 1)[0]
         for end in range(len(line), len(match.group(0)), -1):  # the longest piece of the line that parses as one call
             try:
-                node = ast.parse(line[:end].strip(), mode="eval").body
+                node = parse_python(line[:end].strip(), mode="eval").body
             except SyntaxError:
                 continue
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.func.id not in names:
