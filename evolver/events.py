@@ -9,6 +9,7 @@ subscriber must be thread-safe.
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -98,13 +99,22 @@ class Events:
     def __init__(self) -> None:
         self.subscribers: list[Callable[[Event], None]] = []
         self.lock = threading.Lock()
+        self.failed: set[int] = set()
 
     def subscribe(self, subscriber: Callable[[Event], None]) -> None:
         with self.lock:
             self.subscribers.append(subscriber)
 
     def emit(self, event: Event) -> None:
+        """Tell every subscriber; one that fails is reported on stderr and the others, and the loop, go on:
+        a view or a tracker is never worth a run."""
         with self.lock:
             subscribers = list(self.subscribers)
         for subscriber in subscribers:
-            subscriber(event)
+            try:
+                subscriber(event)
+            except Exception as exc:  # noqa: BLE001
+                if id(subscriber) not in self.failed:  # once per subscriber: a broken view would repeat it at every event
+                    self.failed.add(id(subscriber))
+                    print(f"evolver: warning: {type(subscriber).__name__} failed on {type(event).__name__} ({type(exc).__name__}: {exc}); "
+                          "the run goes on", file=sys.stderr)

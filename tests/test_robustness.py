@@ -72,3 +72,15 @@ def test_the_worker_reads_the_trial_from_tau2_and_never_guesses(tmp_path):
 
     with pytest.raises(RuntimeError, match="cannot tell which trial"):
         elsewhere()  # no _run frame and a seed tau2 never drew: stop, do not write trial 0
+
+
+def test_a_renamed_h2_helper_is_still_inside_h2(tmp_path):
+    """The layers come from the code, not a table of names: a helper renamed by the patch stays in its layer."""
+    rename = ("TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\n"
+              "    matches = [t for t in schemas if squash(t) == squash(name)]\n=======\n"
+              "    matches = [t for t in schemas if squashed(t) == squashed(name)]\n>>>>>>> REPLACE\n"
+              "FILE: agent/agent.py\n<<<<<<< SEARCH\ndef squash(name: str) -> str:\n=======\n"
+              "def squashed(name: str) -> str:\n>>>>>>> REPLACE\n")
+    reason = inert_edit_reason(*_pair(tmp_path / "off", rename))
+    assert reason and "h2_action_realization" in reason
+    assert inert_edit_reason(*_pair(tmp_path / "on", rename, switch="h2_action_realization")) is None

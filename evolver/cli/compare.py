@@ -18,7 +18,7 @@ from typing import Callable, Optional
 from evolver.config import Config, eval_request
 from evolver.data import EvalResult, RoleUsage, cost_text
 from evolver.errors import UsageError
-from evolver.evaluation.metrics import rewards_by_task
+from evolver.evaluation.metrics import mean_reward, rewards_by_task
 from evolver.evolution.gate.compare import CompareConfig, decide_compare, flips
 
 COMPARISON_SCHEMA = 1
@@ -121,7 +121,7 @@ def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b:
         "reason": verdict.reason if verdict else looks[-1]["undecided"],
         "effect": verdict.effect if verdict else None, "ci": verdict.ci if verdict else None,
         "p_value": verdict.p_value if verdict else None, "looks": looks,
-        "a_mean": _mean(a_table), "b_mean": _mean(b_table),
+        "a_mean": mean_reward(a_table), "b_mean": mean_reward(b_table),
         "better_on": [{"task": t, "a": ra, "b": rb} for t, ra, rb in changed if rb > ra],
         "worse_on": [{"task": t, "a": ra, "b": rb} for t, ra, rb in changed if rb < ra],
         "simulations": {n: r.summary.num_simulations for n, r in results.items()},
@@ -131,11 +131,6 @@ def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b:
     }
     out.save(record)
     return record
-
-
-def _mean(table: dict) -> Optional[float]:
-    values = [r for rewards in table.values() for r in rewards if r is not None]
-    return sum(values) / len(values) if values else None
 
 
 def lines(record: dict, *, tasks_shown: int = 10) -> list[str]:
@@ -158,7 +153,6 @@ def lines(record: dict, *, tasks_shown: int = 10) -> list[str]:
                f"{sum(u['prompt_tokens'] + u['completion_tokens'] for u in record['usage'].values()):,} tokens, {record['cost']}, "
                f"{record['seconds']:g} s")
     return out
-
 
 
 VERDICTS = {"better": "helps", "worse": "hurts", "no evidence": "no evidence", "undecided": "undecided"}

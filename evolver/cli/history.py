@@ -11,7 +11,7 @@ from evolver.cli.compare import transfer_rows
 from evolver.config import Config
 from evolver.data import RoleUsage, cost_text
 from evolver.errors import UsageError
-from evolver.evaluation.metrics import infra_by_role, rewards_by_task
+from evolver.evaluation.metrics import infra_by_role, mean_reward, rewards_by_task
 from evolver.evolution.evidence import flipped
 from evolver.evolution.plan import max_simulations
 from evolver.store.lineage import Lineage
@@ -106,9 +106,7 @@ def best_gate_score(run: RunDir, state) -> Optional[float]:
     record = run.iteration(state.incumbent) if state.incumbent else None
     if record and record.winner:
         return record.winner.gate_candidate
-    table = latest_rewards(run, "reference-g0")
-    values = [x for rewards in (table or {}).values() for x in rewards if x is not None]
-    return sum(values) / len(values) if values else None
+    return mean_reward(latest_rewards(run, "reference-g0"))
 
 
 def _simulations(run: RunDir) -> tuple[int, Optional[float]]:

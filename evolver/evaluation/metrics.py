@@ -20,6 +20,12 @@ def rewards_by_task(records: list[SimRecord]) -> dict[str, list[float | None]]:
     return {task: [trials[t] for t in sorted(trials)] for task, trials in table.items()}
 
 
+def mean_reward(table: dict | None) -> float | None:
+    """The mean reward of a rewards_by_task table over its valid trials; None when it has none."""
+    values = [r for rewards in (table or {}).values() for r in rewards if r is not None]
+    return sum(values) / len(values) if values else None
+
+
 def pass_hat_k(table: dict[str, list[float | None]], max_k: int) -> dict[str, float]:
     """tau2's pass^k: per task C(successes, k) / C(trials, k), averaged over tasks.
 

@@ -53,6 +53,12 @@ RULES: dict[str, str] = {
 }
 
 SCANNED_SUFFIXES = (".py", ".md", ".toml", ".txt", ".json")
+BASELINE = "agent/templates"  # the pristine template: never edited by a run, never a candidate's code
+
+
+def in_baseline(rel: str) -> bool:
+    """Whether a path from the checkout's root lies in agent/templates/: the one rule every part applies."""
+    return rel == BASELINE or rel.startswith(BASELINE + "/")
 
 
 @dataclass(frozen=True)
@@ -539,7 +545,7 @@ def _candidate_files(agent: Path) -> Iterator[Path]:
     for folder, dirs, files in os.walk(agent):
         here = Path(folder)
         links = [here / d for d in dirs if (here / d).is_symlink()]
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not (here == agent and d == "templates"))
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not in_baseline((here / d).relative_to(agent.parent).as_posix()))
         yield from links
         yield from (here / f for f in sorted(files) if (here / f).is_symlink() or PurePosixPath(f).suffix in SCANNED_SUFFIXES)
 

@@ -25,7 +25,7 @@ from evolver import events as ev
 from evolver.config import Config, eval_request
 from evolver.data import EvalResult, RoleUsage
 from evolver.evaluation.backends import Backend
-from evolver.evaluation.metrics import rewards_by_task
+from evolver.evaluation.metrics import mean_reward, rewards_by_task
 from evolver.evolution import gate as gatelib
 from evolver.evolution.evidence import EarlierCandidate, Evidence, flipped
 from evolver.evolution.noop import inert_edit_reason
@@ -113,8 +113,8 @@ class Loop:
         self.step("measuring the baseline")
         analysis = self.analysis_result()
         reference = self.reference_table()
-        self.events.emit(ev.Baseline(analysis.summary.avg_reward, _mean(reference)))
-        if _mean(reference) == 1.0:
+        self.events.emit(ev.Baseline(analysis.summary.avg_reward, mean_reward(reference)))
+        if mean_reward(reference) == 1.0:
             raise StopRun("the incumbent already passes every gate task in every trial, so no candidate can be shown better; "
                           "evolve on a harder domain or split, or with a weaker agent model")
         gate = gatelib.sized(self.gate, reference)
@@ -277,7 +277,7 @@ class Loop:
             if inc_trials:
                 inc_result = results.pop(0)
                 incumbent = rewards_by_task(inc_result.simulations)
-                record.gate_incumbent = _mean(incumbent)
+                record.gate_incumbent = mean_reward(incumbent)
                 if _mostly_infra(inc_result):
                     self.undecided(record, stage.alive, f"{inc_result.summary.infra_errors} of {inc_result.summary.num_simulations} "
                                                         "simulations of the incumbent beside the candidates hit infrastructure errors")
@@ -285,7 +285,7 @@ class Loop:
             tables = {}
             for label, result in zip(stage.alive, results):
                 tables[label] = rewards_by_task(result.simulations)
-                entered[label].gate_candidate = _mean(tables[label])
+                entered[label].gate_candidate = mean_reward(tables[label])
                 if _mostly_infra(result):
                     self.undecided(record, stage.alive, f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations "
                                                         f"of {label} hit infrastructure errors")
@@ -555,17 +555,8 @@ def _count(items: list, noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
-def _points(effect: float) -> str:
-    return f"{effect * 100:+.1f} points"
-
-
 def _mostly_infra(result: EvalResult) -> bool:
     return result.summary.infra_errors > result.summary.num_simulations / 2
-
-
-def _mean(table: dict) -> Optional[float]:
-    values = [r for rewards in table.values() for r in rewards if r is not None]
-    return sum(values) / len(values) if values else None
 
 
 def _fmt(x: Optional[float]) -> str:

@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from evolver.evaluation.scan import parse_python
+from evolver.evaluation.scan import in_baseline, parse_python
 
 
 class ParseError(ValueError):
@@ -149,7 +149,7 @@ def _path_problem(path: str) -> str | None:
         return "it has an empty or '.' path component"
     if parts[0] != "agent" or len(parts) < 2:
         return "only files under agent/ may change"
-    if parts[1] == "templates":
+    if in_baseline(path):
         return "agent/templates/ is the pristine baseline"
     if any(p.startswith(".") for p in parts):
         return "hidden files and folders may not change"

@@ -14,13 +14,13 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
+from evolver.evaluation.backends.results import SWITCHES
 from evolver.evaluation.scan import scan_text, scan_tree
 from evolver.evolution.noop import LAYER_NAMES, agent_files, inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits, check_path
 
 READ_LINES = 80  # lines per read: a small model's context is the cost
 MAX_TEXT = 60_000  # characters one edit may write
-SWITCHES = "agent/harness.toml"
 GUIDE = "Harness.md"
 
 

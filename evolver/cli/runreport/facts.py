@@ -10,6 +10,7 @@ from evolver import __version__
 from evolver.cli.compare import transfer_rows
 from evolver.cli.history import history_rows, latest_rewards, show, status
 from evolver.data import RoleUsage
+from evolver.evaluation.metrics import mean_reward
 from evolver.evolution.triage import triage
 from evolver.store.runstate import RunDir, measured, slug
 
@@ -190,7 +191,7 @@ def collect(run: RunDir) -> RunFacts:
         versions=dict(manifest.versions), base_commit=manifest.base_commit, base_branch=manifest.base_branch,
         task_counts={"analysis": len(manifest.analysis_tasks), "gate": len(manifest.gate_tasks), "holdout": len(manifest.holdout_tasks)},
         iterations_done=state.next_iteration - 1, iterations_target=state.iterations_target,
-        baseline_gate=_mean(latest_rewards(run, "reference-g0")), baseline_analysis=_mean(latest_rewards(run, "analysis-g0")),
+        baseline_gate=mean_reward(latest_rewards(run, "reference-g0")), baseline_analysis=mean_reward(latest_rewards(run, "analysis-g0")),
         candidates=candidates, best_label=label_of(state.incumbent), best_commit=state.incumbent_commit,
         best_moves=[{"iteration": b.iteration, "label": label_of(b.iteration), "reason": b.reason, "at": b.at} for b in state.best_history],
         costs=_costs(records, state), grid=_grid(run, manifest.gate_tasks, candidates), holdout=holdout,
@@ -232,11 +233,6 @@ def _grid(run: RunDir, tasks: list[str], candidates: list[Candidate]) -> TaskGri
 def _rate(rewards) -> Optional[float]:
     valid = [r for r in rewards or [] if r is not None]
     return sum(valid) / len(valid) if valid else None
-
-
-def _mean(table: Optional[dict]) -> Optional[float]:
-    values = [r for rewards in (table or {}).values() for r in rewards if r is not None]
-    return sum(values) / len(values) if values else None
 
 
 def _text(value) -> str:

@@ -43,10 +43,19 @@ def complete(records: list[SimRecord], task_ids: list[str], trials: int, candida
     return full
 
 
-def harness_switches(checkout: Path) -> dict:
-    """Which harness layers were on (agent/harness.toml), so every score says so."""
-    path = checkout / "agent" / "harness.toml"
+SWITCHES = "agent/harness.toml"  # which harness layers are on; no file: all off
+
+
+def read_switches(root: Path) -> dict | None:
+    """A checkout's layer switches ({} without the file: all off); None when the file cannot be read as TOML."""
+    path = Path(root) / SWITCHES
     try:
         return tomllib.loads(path.read_text()) if path.exists() else {}
-    except tomllib.TOMLDecodeError:
-        return {"error": "agent/harness.toml is not valid TOML"}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+
+
+def harness_switches(checkout: Path) -> dict:
+    """Which harness layers were on, so every score says so."""
+    switches = read_switches(checkout)
+    return {"error": f"{SWITCHES} is not valid TOML"} if switches is None else switches

@@ -28,6 +28,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from evolver.evaluation.scan import in_baseline
 from evolver.evolution.evidence import Evidence
 from evolver.evolution.noop import agent_files
 from evolver.evolution.patch import Proposal
@@ -150,7 +151,7 @@ def take_patch(request: Request, workspace: Path) -> Outcome:
     parent = agent_files(request.parent)
     left, problems = _regular_files(workspace / "agent", workspace)
     for rel in sorted(parent):
-        if rel not in left and not rel.startswith("agent/templates/"):
+        if rel not in left and not in_baseline(rel):
             problems.append(f"{rel} was removed: deletions are not taken")
     answers = []
     for rel, data in sorted(left.items()):

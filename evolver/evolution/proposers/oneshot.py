@@ -9,7 +9,7 @@ from pathlib import Path
 
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
-from evolver.evaluation.scan import scan_tree
+from evolver.evaluation.scan import in_baseline, scan_tree
 from evolver.evolution.digest import build_digest
 from evolver.evolution.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 from evolver.evolution.proposers import Outcome, Request, meta_call
@@ -52,7 +52,7 @@ def agent_files_text(checkout: Path) -> str:
     parts = []
     for path in sorted((checkout / "agent").rglob("*")):
         rel = path.relative_to(checkout).as_posix()
-        if path.is_file() and not rel.startswith("agent/templates/") and "__pycache__" not in rel and path.suffix in (".py", ".toml", ".md"):
+        if path.is_file() and not in_baseline(rel) and "__pycache__" not in rel and path.suffix in (".py", ".toml", ".md"):
             parts.append(f"## FILE: {rel}\n```\n{path.read_text()}\n```")
     return "\n\n".join(parts)
 
