@@ -1,7 +1,8 @@
-"""The tau2-bench agent that evolver optimizes (pristine baseline).
+"""The tau2-bench agent that evolver optimizes.
 
-`agent/agent.py` starts as a copy of this file; evolution edits that copy,
-never this one. Harness.md (repository root) explains how to change it.
+Two copies exist: agent/templates/tau_bench.py is the pristine baseline that no
+run edits, and agent/agent.py starts as a copy of it and is the one evolution
+changes. Harness.md (repository root) explains how to change it.
 
 One turn is `HarnessAgent.generate_next_message`. Four harness layers sit
 between the model and tau2, each switched on in harness.toml next to this

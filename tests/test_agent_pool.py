@@ -88,3 +88,23 @@ def test_the_process_that_checked_the_import_serves_the_first_simulation(setting
     finally:
         pool.close()
         context.close()
+
+
+class FailingOnce(CountingFactory):
+    """A zygote that refuses the first agent process, as under a passing memory shortage."""
+
+    def spawn_agent(self, spec, fd):
+        if not hasattr(self, "refused"):
+            self.refused = True
+            raise OSError("cannot allocate memory")
+        return super().spawn_agent(spec, fd)
+
+
+def test_a_process_that_fails_to_start_does_not_end_prestarting(settings):
+    settings.factory = FailingOnce()
+    pool = proxy_agent.AgentPool(settings, lambda: 1)
+    try:
+        assert wait_for(lambda: len(settings.factory.spawned) == 1, timeout=20)  # tried again after a pause
+        assert pool.failures == 1
+    finally:
+        pool.close()

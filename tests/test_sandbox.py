@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.scripts import hostile
 
 
@@ -50,8 +52,40 @@ def test_hostile_or_broken_candidate(target, case):
         assert outcome.summary["usage"]["agent"]["prompt_tokens"] > 0  # its claim of 0 tokens was ignored
 
 
-def test_the_table_is_large_enough():
-    assert len(hostile.HOSTILE) >= 25 and len(hostile.FAULTS) >= 5
+# What docs/sandbox.md says the agent process never gets, or is limited in, and the cases that try it.
+CLAIMS = {
+    "the run directory": ["read_run_directory", "write_result_files"],
+    "the repository or its `.git`": ["read_repository_git", "write_repository_git", "change_user_working_tree"],
+    "your home": ["read_user_home"],
+    "`/proc`": ["proc_environ"],
+    "tau2's `tasks.json` and databases": ["read_tau2_tasks_json", "uncover_tau2_data"],
+    "any environment variable or key": ["environment_variables", "environment_holds_only_the_agent_names", "key_in_memory"],
+    "the network or any local socket": ["tcp_exfiltration", "unix_socket_connection"],
+    "new processes": ["fork", "raw_fork_syscall", "os_system", "detached_subprocess"],
+    "signals or ptrace to other processes": ["signal_the_evaluator", "ptrace_the_evaluator"],
+    "memory 1 GiB above its start": ["memory_in_turn", "memory_at_import"],
+    "120 s of computing per turn": ["hang_in_turn"],
+    "64 MiB per file": ["fill_the_disk"],
+    "at most 16 LLM calls per turn": ["llm_request_flood"],
+    "replies under 100,000 characters": ["huge_reply"],
+    "an image or file part": ["llm_request_names_a_url"],
+}
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_every_claim_of_the_sandbox_page_is_tried_by_a_case(claim):
+    """A claim dropped from the page, or a case dropped from the table, fails here."""
+    table = (ROOT / "docs" / "sandbox.md").read_text().split("### Mechanisms")[0]
+    assert claim in table
+    names = {c.name for c in hostile.HOSTILE + hostile.FAULTS}
+    assert set(CLAIMS[claim]) <= names, set(CLAIMS[claim]) - names
+
+
+def test_a_new_never_on_the_sandbox_page_needs_a_case():
+    table = (ROOT / "docs" / "sandbox.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| never |"))
+    items = re.sub(r"\s*\([^()]*\)", "", row.removeprefix("| never |").strip(" |")).split(", ")
+    assert set(items) <= set(CLAIMS), set(items) - set(CLAIMS)
 
 
 def test_no_agent_process_outlives_its_evaluation(target):

@@ -33,9 +33,9 @@ def test_cost_per_role_says_unknown_for_unpriced_tokens_never_zero():
     assert cost_text([]) == "$0.0000"
 
 
-def _start(repo, extra_env: dict) -> subprocess.Popen:
+def _start(repo, extra_env: dict, stderr=subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *QUICK], env={**os.environ, **ENV, **extra_env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=stderr, text=True)
 
 
 def test_output_to_a_file_has_a_line_at_every_phase_and_at_least_every_interval(tmp_path):
@@ -80,7 +80,8 @@ def test_progress_reads_only_new_lines_counts_a_retried_simulation_once_and_leav
 
 def test_status_advances_while_a_run_runs_and_says_dead_after_a_kill(tmp_path):
     repo = make_target(tmp_path / "target")
-    proc = _start(repo, {"EVOLVER_SCRIPTED_LATENCY": "0.2"})
+    log = (tmp_path / "run.log").open("w")  # a pipe nobody reads would stall the run once full
+    proc = _start(repo, {"EVOLVER_SCRIPTED_LATENCY": "0.2"}, stderr=log)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list((repo / "runs").glob("run-*/evals/*/sims.jsonl")):
         time.sleep(0.2)
@@ -97,6 +98,7 @@ def test_status_advances_while_a_run_runs_and_says_dead_after_a_kill(tmp_path):
     assert 0 < second["simulations_done"] <= second["simulations_planned_at_most"]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    log.close()
     dead = status()
     assert dead["status"] == "dead" and dead["step"] is None and dead["eta_seconds_at_most"] is None
     shown = run_cli(["status", run_id, "--repo", str(repo)]).stdout

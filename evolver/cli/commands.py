@@ -661,6 +661,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from evolver.store.runstate import runs_dir
 
     repo = Path(args.repo).resolve()
+    if not repo.is_dir():  # an empty list would read as "no runs yet" for a mistyped path
+        raise UsageError(f"{repo} is not a folder; pass --repo the repository whose runs you want")
     rows = runs(repo)
     if args.json:
         print(json.dumps(rows, indent=2))

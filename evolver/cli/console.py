@@ -179,7 +179,9 @@ class ConsoleView:
             self.live = None
 
     def _heartbeat(self) -> None:
-        while not self.ended.wait(min(self.every, 5.0)):
+        # Wake when the interval since the last line ends, not on a fixed tick that could
+        # leave almost two intervals between lines.
+        while not self.ended.wait(max(0.05, self.said + self.every - time.monotonic())):
             with self.lock:
                 if time.monotonic() - self.said >= self.every:
                     self._say(f"{time.strftime('%H:%M:%S')} {self._summary(each=True)}")

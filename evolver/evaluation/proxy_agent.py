@@ -20,6 +20,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,6 +233,7 @@ class AgentPool:
         self.closed = False
         self.starting = 0  # 1 while the refill thread starts a process
         self.promised = 0  # takers waiting for that process
+        self.failures = 0  # processes that failed to start; each one backs the next try off
         self.thread = threading.Thread(target=self._refill, name="agent-pool", daemon=True)
         self.thread.start()
 
@@ -247,9 +249,10 @@ class AgentPool:
         return (process or AgentProcess(self.s)).attach(context)
 
     def _refill(self) -> None:
+        retry_at = 0.0
         while True:
             with self.cond:
-                while not self.closed and len(self.ready) >= self.want():
+                while not self.closed and (time.monotonic() < retry_at or len(self.ready) >= self.want()):
                     self.cond.wait(0.2)  # other workers' claims change want() without telling us
                 if self.closed:
                     return
@@ -258,15 +261,18 @@ class AgentPool:
                 process = AgentProcess(self.s)
             except Exception:  # noqa: BLE001 - the simulations' own start will raise it where it is reported
                 process = None
+                # A passing cause (memory, a busy zygote) must not end prestarting for the whole
+                # evaluation: try again later, backing off while it keeps failing.
+                self.failures += 1
+                retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** self.failures)
             with self.cond:
                 self.starting = 0
                 self.cond.notify_all()
-                if process is None:
-                    return
-                if self.closed:
+                if process is not None and self.closed:
                     process.close()
                     return
-                self.ready.append(process)
+                if process is not None:
+                    self.ready.append(process)
 
     def close(self) -> None:
         with self.cond:
