@@ -293,3 +293,5 @@ def test_a_call_written_as_python_text_is_read_never_run():
     assert json.loads(found.function.arguments)["content"] == "# A\n\nUse when x."  # raw line breaks in a string: not JSON, still read
     found = written_call("<tools>\n    <function name=\"read_trajectory\" arguments='{\"task\": \"T2\", \"trial\": 0}'/>\n</tools>")
     assert (found.function.name, json.loads(found.function.arguments)) == ("read_trajectory", {"task": "T2", "trial": 0})
+    found = written_call('<tools> <function name="read_trajectory" arguments={"task": "T1", "page": 1}></function> </tools>')  # bare
+    assert json.loads(found.function.arguments) == {"task": "T1", "page": 1}

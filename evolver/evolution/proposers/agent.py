@@ -390,15 +390,16 @@ def written_call(text: str):
     import re
 
     names = {name: list(params) for name, _, params in TOOLS}
-    tagged = re.search(r"""name\s*=\s*["'](\w+)["'][^>]*?arguments\s*=\s*'(\{.*?\})'""", text, re.S)  # <function name="x" arguments='{..}'/>
+    decoder = json.JSONDecoder(strict=False)  # strict=False: control characters inside strings
+    # <function name="x" arguments='{..}'/>, the JSON quoted or bare
+    tagged = re.search(r"""name\s*=\s*["'](\w+)["'][^>]*?arguments\s*=\s*['"]?(?=\{)""", text, re.S)
     if tagged and tagged.group(1) in names:
         try:
-            args = json.loads(tagged.group(2), strict=False)
+            args, _ = decoder.raw_decode(text, tagged.end())
         except ValueError:
             args = None
         if isinstance(args, dict):
             return SimpleNamespace(id=f"written_{tagged.start()}", function=SimpleNamespace(name=tagged.group(1), arguments=json.dumps(args)))
-    decoder = json.JSONDecoder(strict=False)  # strict=False: control characters inside strings
     for match in re.finditer(r"\{", text):
         try:
             found, _ = decoder.raw_decode(text, match.start())
