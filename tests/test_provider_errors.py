@@ -263,3 +263,21 @@ def test_run_through_an_openai_compatible_server(repo, monkeypatch):
     for path in evals:
         result = json.loads(path.read_text())
         assert_real_simulations({**result["summary"], "result_file": str(path)}, result)
+
+
+def test_compare_through_an_openai_compatible_server(repo):
+    """`evolver compare` reaches the server for both arms, and each arm's simulations are real conversations."""
+    with FakeOpenAI() as fake:
+        proc = run_cli(["compare", "HEAD", str(repo), "--repo", str(repo), "--json", *MODELS, "--api-base", fake.api_base, *TASKS])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert fake.requests["agent"] > 0 and fake.requests["user"] > 0
+    record = json.loads(proc.stdout)
+    assert record["decision"] == "no evidence" and record["effect"] == 0.0  # the same agent twice
+    folder = Path(record["comparison_file"]).parent
+    for arm in ("a", "b"):  # every simulation of both arms scored, each a real conversation
+        sims = [json.loads(line) for line in (folder / arm / "sims.jsonl").read_text().splitlines()]
+        assert len(sims) >= 4 and all(s["outcome"] == "ok" and s["error_role"] is None for s in sims), sims
+        for sim in sims:
+            messages = json.loads((folder / arm / "trajectories" / f"{sim['task_id']}__trial{sim['trial']}.json").read_text())["messages"]
+            assert any(m["role"] == "user" and m.get("content") for m in messages)
+            assert any(m["role"] == "assistant" for m in messages)
