@@ -37,7 +37,8 @@ class Spec:
     positive: bool = False  # seconds, more than 0
     flag_only: bool = False  # never from the file or the environment (giving up the sandbox must be typed)
     metavar: Optional[str] = None
-    style: str = "value"  # value; switch (--x/--no-x); flag (--x, true); on_off (--x sets "on", --no-x "off"); table (--x-arg KEY=VALUE, repeated)
+    style: str = "value"  # value; switch (--x/--no-x); flag (--x, true); on_off (--x sets "on", --no-x "off"); table (--x-arg KEY=VALUE, repeated);
+    # limits (--rate-limit MODEL=RPM/TPM, repeated)
 
 
 def setting(default: Any, help: str, group: str, **spec) -> Any:
@@ -52,6 +53,8 @@ def flag_of(name: str) -> str:
     """A setting's flag: --key-name; a table of model arguments takes one KEY=VALUE per --role-arg."""
     if SPECS[name].style == "table":
         return "--" + name.removesuffix("_args").replace("_", "-") + "-arg"
+    if SPECS[name].style == "limits":
+        return "--" + name.removesuffix("s").replace("_", "-")
     return "--" + name.replace("_", "-")
 
 
@@ -99,6 +102,11 @@ class Config:
     judge_args: dict = setting({}, "more litellm arguments for every judge call; with no judge_model, the user's apply first", "models",
                                flags=BOTH, style="table", metavar="KEY=VALUE")
     llm_retries: int = setting(4, "attempts per LLM call before a provider error counts as an infrastructure error", "models", bounds=(0, 20))
+    # One rate limit per provider endpoint and model for every call of the command, every role and process
+    # (evolver.ratelimit); a model not listed is unlimited until its provider answers 429 or declares a limit.
+    rate_limits: dict = setting({}, "requests and tokens per minute a provider allows a model, shared by every role, process and Ray "
+                                    "node, e.g. \"openai/gpt-4.1-mini\" = {rpm = 500, tpm = 200000}; unlisted: learnt from the provider",
+                                "models", flags=BOTH, style="limits", metavar="MODEL=RPM/TPM")
     # Evaluation.
     domain: str = setting("mock", "tau2 domain: airline, retail, telecom or mock", "evaluation", flags=BOTH)
     split: str = setting("", "tau2 task split for `evolver eval` (train or test; mock has only base); empty: all tasks", "evaluation", flags=("eval",))
@@ -373,9 +381,54 @@ def _llm_args(name: str, where: str, raw: Any) -> dict:
     return dict(table)
 
 
+LIMIT_KEYS = ("rpm", "tpm")
+
+
+def _rate_limits(name: str, where: str, raw: Any) -> dict:
+    """rate_limits from a file ([rate_limits] with "MODEL" = {rpm = 500, tpm = 200000} per line), a variable (a
+    JSON object or a TOML inline table of the same) or flags (MODEL=RPM/TPM each: 500, 500/200000, /200000,
+    or MODEL={rpm = 500}); one line on the first fault."""
+    subject = where if where.startswith("--") else f"{where}: {name}"
+    example = '"openai/gpt-4.1-mini" = {rpm = 500, tpm = 200000}'
+    if isinstance(raw, list):  # flags
+        table = {}
+        for item in raw:
+            model, sep, text = str(item).partition("=")
+            if not sep or not model.strip() or not text.strip():
+                raise UsageError(f"{where} {item} is not MODEL=RPM/TPM (e.g. {where} openai/gpt-4.1-mini=500/200000); fix it")
+            text = text.strip()
+            if "{" not in text:
+                rpm, _, tpm = text.partition("/")
+                text = "{" + ", ".join(f"{k} = {v.strip()}" for k, v in (("rpm", rpm), ("tpm", tpm)) if v.strip()) + "}"
+            try:
+                table[model.strip()] = tomllib.loads(f"v = {text}")["v"]
+            except tomllib.TOMLDecodeError:
+                raise UsageError(f"{where} {item}: the limit is not RPM/TPM in numbers (e.g. 500/200000); fix it") from None
+    elif isinstance(raw, str):  # a variable
+        table = _arg_value(raw.strip())
+        if not isinstance(table, dict):
+            raise UsageError(f"{subject} = {raw!r} is not a table: write {{{example}}}; fix it")
+    elif isinstance(raw, dict):
+        table = raw
+    else:
+        raise UsageError(f"{subject} = {raw!r} is not a table of limits ([{name}] with one model per line, {example}); fix it")
+    for model, limit in table.items():
+        if not isinstance(limit, dict) or not limit:
+            hint = f" (a [{name}] table holds every key below it: put it at the end of the file)" if model in SPECS else ""
+            raise UsageError(f"{subject}: '{model}' = {json.dumps(limit)} is not a limit{hint}; write {example}; fix it")
+        for key, value in limit.items():
+            if key not in LIMIT_KEYS:
+                raise UsageError(f"{subject}: '{model}' has '{key}': a limit takes rpm (requests per minute) and tpm (tokens per minute); fix it")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value == value or value in (float("inf"),) or value <= 0:
+                raise UsageError(f"{subject}: '{model}' {key} = {json.dumps(value)} is not a number more than 0; fix it")
+    return {model: dict(limit) for model, limit in table.items()}
+
+
 def _coerce(name: str, where: str, raw: Any, default: Any) -> Any:
     """The value of one setting from ``where`` (a file, a variable or a flag), strictly typed and in range."""
     kind = type(default)
+    if SPECS[name].style == "limits":
+        return _rate_limits(name, where, raw)
     if kind is dict:
         return _llm_args(name, where, raw)
     value, problem = _convert(raw, kind)

@@ -24,6 +24,7 @@ A call waits for its permit instead of failing, and a 429 is retried through the
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
@@ -36,6 +37,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
+
+from evolver.data import RateTally
 
 ENV = "EVOLVER_RATE_LIMITER"  # a worker's way to its command's limiter: the socket's path (or "off")
 OFF = "off"
@@ -187,18 +190,6 @@ class Learner:
 
 # ---- one lane ---------------------------------------------------------------------------------
 
-@dataclass
-class Tally:
-    """What the calls of a lane met: permits, 429s, seconds waited for a permit."""
-
-    calls: int = 0
-    limited: int = 0
-    waited: float = 0.0
-
-    def add(self, other: "Tally") -> "Tally":
-        return Tally(self.calls + other.calls, self.limited + other.limited, self.waited + other.waited)
-
-
 class Lane:
     """One provider endpoint and model: its permits, rate and counts. Not thread-safe: Limiter locks."""
 
@@ -207,18 +198,11 @@ class Lane:
         self.declared = Limit()  # what the provider's headers say
         self.next_request = self.next_token = 0.0  # GCRA: when the next permit is due, for requests and for tokens
         self.paused_until = 0.0  # Retry-After
-        self.tickets = self.serving = 0  # first come, first served
-        self.abandoned: set[int] = set()  # tickets served or given up, not yet passed by ``serving``
-        self.waiting = 0
-        self.tally = Tally()
+        self.epoch = 0  # bumps when the lane slows down: permits booked before are booked again
+        self.booked: list[float] = []  # when the calls waiting now are due (a heap)
+        self.tally = RateTally()
         self.answers: deque[float] = deque()  # when calls were answered without a 429, the last WINDOW seconds
         self.granted: deque[float] = deque()  # permits of the last minute, for the rate in use
-        self.cond: Optional[threading.Condition] = None
-
-    def advance(self) -> None:
-        while self.serving in self.abandoned:
-            self.abandoned.discard(self.serving)
-            self.serving += 1
 
     def rates(self) -> tuple[Optional[float], Optional[float], str]:
         """(requests per second, tokens per second, where the request rate comes from); None: no limit."""
@@ -231,7 +215,7 @@ class Lane:
             candidates.append((self.learner.rate, "learnt"))
         requests, source = min(candidates) if candidates else (None, "")
         tokens = [t / 60 for t in (self.configured.tpm, self.declared.tpm * HEADROOM if self.declared.tpm else None) if t]
-        return requests, (min(tokens) if tokens else None), source
+        return requests, (min(tokens) if tokens else None), source or ("configured" if tokens else "")
 
     def due(self, now: float, tokens: int) -> float:
         """When a call of ``tokens`` may start (<= now: at once)."""
@@ -243,14 +227,19 @@ class Lane:
             at = max(at, self.next_token - BURST)
         return at
 
-    def take(self, now: float, tokens: int) -> None:
+    def take(self, at: float, tokens: int) -> None:
+        """Book the permit due at ``at``."""
         requests, per_token, _ = self.rates()
         if requests:
-            self.next_request = max(self.next_request, now - BURST) + 1 / requests
+            self.next_request = max(self.next_request, at - BURST) + 1 / requests
         if per_token:
-            self.next_token = max(self.next_token, now - BURST) + tokens / per_token
-        self.tally.calls += 1
-        self.granted.append(now)
+            self.next_token = max(self.next_token, at - BURST) + tokens / per_token
+        self.granted.append(at)
+
+    def slow_down(self, now: float) -> None:
+        """The lane's rate fell or it is paused: what was booked is booked again, spaced from now on."""
+        self.epoch += 1
+        self.next_request = self.next_token = max(now, self.paused_until) + BURST
 
     def correct(self, estimated: int, used: Optional[int]) -> None:
         """The call used ``used`` tokens where ``estimated`` were booked: book the difference."""
@@ -264,41 +253,41 @@ class Lane:
         be on their way)."""
         while self.answers and self.answers[0] < now - WINDOW:
             self.answers.popleft()
-        times = self.answers or [t for t in self.granted if t >= now - WINDOW]
+        times = self.answers or [t for t in self.granted if now - WINDOW <= t <= now]
         return max(FLOOR, len(times) / min(WINDOW, max(1.0, now - times[0])) if times else FLOOR)
 
-    def in_use(self, now: float) -> float:
-        """Permits handed out over the last minute, per minute."""
-        while self.granted and self.granted[0] < now - 60:
-            self.granted.popleft()
-        return float(len(self.granted))
+    def waiting(self, now: float) -> int:
+        while self.booked and self.booked[0] <= now:
+            heapq.heappop(self.booked)
+        return len(self.booked)
 
     def view(self, now: float) -> dict:
         requests, per_token, source = self.rates()
+        while self.granted and self.granted[0] < now - 60:
+            self.granted.popleft()
         return {"rpm": None if requests is None else round(requests * 60, 1), "tpm": None if per_token is None else round(per_token * 60),
-                "source": source, "in_use_rpm": self.in_use(now), "waiting": self.waiting, **asdict(self.tally)}
+                "source": source, "in_use_rpm": float(sum(1 for t in self.granted if t <= now)), "waiting": self.waiting(now),
+                **self.tally.model_dump()}
 
 
 # ---- the limiter ------------------------------------------------------------------------------
 
-class Limiter:
-    """Every lane of one command, thread-safe: acquire() blocks until the call's turn."""
+Ticket = tuple  # (epoch, when the permit is due): what a caller holds while it waits
 
-    def __init__(self, limits: Optional[dict[str, Limit]] = None, learner: Callable[[], Learner] = Learner,
+
+class Limiter:
+    """Every lane of one command, thread-safe and never blocking: reserve() books a permit and says how
+    long to wait for it; the caller waits (wherever it is: a thread, a worker, a Ray node) and comes
+    back with its ticket, which stands unless the lane slowed down meanwhile."""
+
+    def __init__(self, limits: Optional[dict] = None, learner: Callable[[], Learner] = Learner,
                  clock: Callable[[], float] = time.monotonic):
-        self.limits = dict(limits or {})
+        self.limits = {name: _limit(value) for name, value in (limits or {}).items()}
         self.learner, self.clock = learner, clock
         self.lanes: dict[str, Lane] = {}
         self.lock = threading.Lock()
-        self.waiting = 0
-        self.throttled_since: Optional[float] = None
+        self.throttled_until = 0.0
         self.throttled_total = 0.0
-
-    def configure(self, limits: dict[str, Limit]) -> None:
-        with self.lock:
-            self.limits = dict(limits)
-            for key, lane in self.lanes.items():
-                lane.configured = self._configured(key)
 
     def _configured(self, key: str) -> Limit:
         return next((limit for name, limit in self.limits.items() if matches(name, key)), Limit())
@@ -307,95 +296,94 @@ class Limiter:
         lane = self.lanes.get(key)
         if lane is None:
             lane = self.lanes[key] = Lane(key, self._configured(key), self.learner)
-            lane.cond = threading.Condition(self.lock)
         return lane
 
-    def acquire(self, key: str, tokens: int = 1) -> float:
-        """Wait for this call's permit; returns the seconds waited."""
+    def reserve(self, key: str, tokens: int = 1, ticket: Optional[Ticket] = None) -> tuple[float, Ticket]:
+        """(seconds to wait, ticket): 0 when the call may go now. Called again with its ticket once waited."""
         with self.lock:
-            lane = self._lane(key)
-            started = self.clock()
-            ticket, lane.tickets = lane.tickets, lane.tickets + 1
-            self._wait_begins(lane, started)
-            try:
-                while True:
-                    now = self.clock()
-                    if lane.serving == ticket:
-                        due = lane.due(now, tokens)
-                        if due <= now:
-                            break
-                        lane.cond.wait(min(due - now, 1.0))  # a changed rate or pause is seen within a second
-                    else:
-                        lane.cond.wait(1.0)
-            except BaseException:  # interrupted (Ctrl-C): the queue goes on without this ticket
-                lane.abandoned.add(ticket)
-                lane.advance()
-                lane.cond.notify_all()
-                raise
-            finally:
-                self._wait_ends(lane, self.clock())
-            lane.abandoned.add(ticket)
-            lane.advance()
-            lane.take(now, tokens)
-            waited = now - started
-            lane.tally.waited += waited
-            lane.cond.notify_all()
-            return waited
+            lane, now = self._lane(key), self.clock()
+            if ticket is not None and ticket[0] == lane.epoch:
+                return max(0.0, ticket[1] - now), ticket
+            if ticket is None:
+                lane.tally.calls += 1
+            at = max(now, lane.due(now, tokens))
+            lane.take(at, tokens)
+            if at > now:
+                heapq.heappush(lane.booked, at)
+                lane.tally.waited += at - now
+                self.throttled_total += at - max(now, self.throttled_until) if at > self.throttled_until else 0.0
+                self.throttled_until = max(self.throttled_until, at)
+            return at - now, (lane.epoch, at)
 
-    def _wait_begins(self, lane: Lane, now: float) -> None:
-        lane.waiting += 1
-        self.waiting += 1
-        if self.throttled_since is None:
-            self.throttled_since = now
-
-    def _wait_ends(self, lane: Lane, now: float) -> None:
-        lane.waiting -= 1
-        self.waiting -= 1
-        if not self.waiting and self.throttled_since is not None:
-            self.throttled_total += now - self.throttled_since
-            self.throttled_since = None
+    def acquire(self, key: str, tokens: int = 1) -> float:
+        return wait_for_permit(self.reserve, key, tokens)
 
     def report(self, key: str, answer: Answer, estimated: int = 1) -> None:
         """What the provider answered a call that had its permit."""
         with self.lock:
             lane, now = self._lane(key), self.clock()
+            before = lane.rates()
             if answer.limit_requests or answer.limit_tokens:
                 lane.declared = Limit(answer.limit_requests or lane.declared.rpm, answer.limit_tokens or lane.declared.tpm)
             if answer.limited:
                 lane.tally.limited += 1
-                if answer.retry_after:
-                    lane.paused_until = max(lane.paused_until, now + answer.retry_after)
-                if not (lane.declared.rpm or lane.declared.tpm):  # a declared limit is the provider's own word: nothing to learn
-                    lane.learner.limited(now, lane.through(now))
+                paused = bool(answer.retry_after) and now + answer.retry_after > lane.paused_until
+                if paused:
+                    lane.paused_until = now + answer.retry_after
+                declared = lane.declared.rpm or lane.declared.tpm  # the provider's own word: nothing to learn
+                if (not declared and lane.learner.limited(now, lane.through(now))) or paused:
+                    lane.slow_down(now)
             else:
                 lane.answers.append(now)
                 lane.learner.answered(now)
                 lane.correct(estimated, answer.tokens)
-            lane.cond.notify_all()
+                if _slower(lane.rates(), before):
+                    lane.slow_down(now)
 
     def throttled(self) -> float:
         """Seconds of this limiter's life during which some call waited for a permit."""
         with self.lock:
-            return self.throttled_total + (self.clock() - self.throttled_since if self.throttled_since is not None else 0.0)
+            return self.throttled_total - max(0.0, self.throttled_until - self.clock())
 
     def snapshot(self) -> dict[str, dict]:
-        """Per lane: the rate in use (rpm, tpm and where it comes from; what was handed out over the last
-        minute), calls waiting now, permits, 429s and seconds waited so far."""
+        """Per lane: the rate in use (rpm, tpm and where it comes from; permits over the last minute),
+        calls waiting now, and so far the permits, 429s and seconds waited."""
         with self.lock:
             now = self.clock()
             return {key: lane.view(now) for key, lane in sorted(self.lanes.items())}
 
 
+def _slower(now: tuple, before: tuple) -> bool:
+    """Whether a lane's (requests, tokens) rates fell: a limit that appeared, or a lower one."""
+    return any(b is None and n is not None or (b is not None and n is not None and n < b) for n, b in zip(now[:2], before[:2]))
+
+
+def _limit(value) -> Limit:
+    return value if isinstance(value, Limit) else Limit(**value)
+
+
+def wait_for_permit(reserve: Callable[..., tuple[float, Ticket]], key: str, tokens: int) -> float:
+    """Book a permit with ``reserve`` (a Limiter's, over a socket or on a Ray actor), wait for it, confirm
+    it (booked again if the lane slowed down meanwhile); returns the seconds waited."""
+    started = time.monotonic()
+    delay, ticket = reserve(key, tokens)
+    while delay > 0:
+        time.sleep(min(delay, 5.0))
+        delay, ticket = reserve(key, tokens, ticket)
+    return time.monotonic() - started
+
+
 # ---- reaching the limiter from another process ------------------------------------------------
 
 class Service:
-    """The command's Limiter on a Unix socket, for its worker processes: a thread per connection
-    (a worker thread holds one), JSON lines: {"op": "acquire", "key", "tokens"} -> {"waited"};
+    """A Limiter (or a Ray node's relay to one) on a Unix socket, for worker processes: a thread per
+    connection (each worker thread holds one), JSON lines, answered at once (callers wait on their side):
+    {"op": "reserve", "key", "tokens", "ticket"} -> {"delay", "ticket"};
     {"op": "report", "key", "answer", "estimated"} -> {}; {"op": "snapshot"} -> {"lanes"}."""
 
-    def __init__(self, limiter: Limiter, directory: Path):
+    def __init__(self, limiter, directory: Path):
         self.limiter = limiter
-        self.path = Path(directory) / f"limiter-{os.getpid()}-{id(self):x}.sock"
+        self.path = Path(directory) / f"limiter-{os.getpid()}-{id(self) & 0xffffff:x}.sock"
         self.path.unlink(missing_ok=True)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(self.path))
@@ -432,8 +420,10 @@ class Service:
 
     def answer(self, message: dict) -> dict:
         op = message.get("op")
-        if op == "acquire":
-            return {"waited": self.limiter.acquire(str(message["key"]), int(message.get("tokens") or 1))}
+        if op == "reserve":
+            ticket = message.get("ticket")
+            delay, ticket = self.limiter.reserve(str(message["key"]), int(message.get("tokens") or 1), tuple(ticket) if ticket else None)
+            return {"delay": delay, "ticket": list(ticket)}
         if op == "report":
             self.limiter.report(str(message["key"]), Answer(**message.get("answer") or {}), int(message.get("estimated") or 1))
             return {}
@@ -491,8 +481,12 @@ class SocketClient:
             self.local.conn = None
             raise OSError(f"the rate limiter at {self.path} stopped answering")
 
+    def reserve(self, key: str, tokens: int = 1, ticket: Optional[Ticket] = None) -> tuple[float, Ticket]:
+        found = self._ask({"op": "reserve", "key": key, "tokens": tokens, "ticket": list(ticket) if ticket else None})
+        return float(found["delay"]), tuple(found["ticket"])
+
     def acquire(self, key: str, tokens: int = 1) -> float:
-        return float(self._ask({"op": "acquire", "key": key, "tokens": tokens})["waited"])
+        return wait_for_permit(self.reserve, key, tokens)
 
     def report(self, key: str, answer: Answer, estimated: int = 1) -> None:
         self._ask({"op": "report", "key": key, "answer": asdict(answer), "estimated": estimated})
@@ -535,7 +529,7 @@ def current():
 
 
 @contextmanager
-def tracking() -> Iterator[dict[str, Tally]]:
+def tracking() -> Iterator[dict[str, RateTally]]:
     """Count, per lane, the calls this thread makes inside the block (a simulation's, a proposal's)."""
     previous = getattr(_tallies, "current", None)
     _tallies.current = found = {}
@@ -548,7 +542,7 @@ def tracking() -> Iterator[dict[str, Tally]]:
 def _count(key: str, **more) -> None:
     found = getattr(_tallies, "current", None)
     if found is not None:
-        found[key] = found.get(key, Tally()).add(Tally(**more))
+        found[key] = found.get(key, RateTally()).add(RateTally(**more))
 
 
 @dataclass

@@ -65,8 +65,20 @@ def _failing(exc):
     return completion, calls
 
 
+@pytest.fixture(autouse=True)
+def own_limiter():
+    """Each test's calls in this process wait in a rate limiter of their own (what a 429 taught one test's
+    lane stays with that test)."""
+    from evolver import ratelimit
+
+    ratelimit.install(ratelimit.Limiter())
+    yield
+    ratelimit.install(None)
+
+
 @pytest.mark.parametrize("name, role, meaning", ROWS, ids=[f"{n}-{r}" for n, r, _ in ROWS])
-def test_each_row_of_the_error_table(name, role, meaning):
+def test_each_row_of_the_error_table(name, role, meaning, monkeypatch):
+    monkeypatch.setenv("EVOLVER_RATE_LIMITER", "off")  # each call on its own, as before the rate limiter: the table alone decides
     llm.prepare_environment()
     exc = _error(name)
     completion, calls = _failing(exc)
@@ -252,7 +264,7 @@ def test_run_through_an_openai_compatible_server(repo, monkeypatch):
         assert all(b.get("max_tokens") == 222 and "reasoning_effort" not in b for b in fake.bodies_of("wrong"))
     [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
     manifest = json.loads((repo / "runs" / run_id / "run.json").read_text())
-    assert manifest["schema"] == 3 and manifest["config"]["meta_args"] == {"max_tokens": 4321}
+    assert manifest["schema"] == 4 and manifest["config"]["meta_args"] == {"max_tokens": 4321}
     assert manifest["models"]["meta"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "low", "max_tokens": 4321}
     history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)
     assert history["candidates"][0]["verdict"] in ("accepted", "rejected"), history  # it reached the gate

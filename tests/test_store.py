@@ -154,9 +154,10 @@ def test_records_written_before_they_carried_a_schema_are_version_1_and_migrated
     candidates = again.pop("candidates")
     assert again == {"schema": 2, **{k: v for k, v in iteration.items() if k != "candidates"}}
     assert candidates == [{**c, "investigation": {}} for c in iteration["candidates"]]  # the field added since, empty
-    manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own steps, v1 -> v2 -> v3
-    assert manifest.schema_version == 3 and manifest.config["proposer"] == "oneshot" and "local_api_base" not in manifest.config
+    manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own steps, v1 -> v2 -> v3 -> v4
+    assert manifest.schema_version == 4 and manifest.config["proposer"] == "oneshot" and "local_api_base" not in manifest.config
     assert manifest.config["agent_args"] == {} and manifest.config["learnings_file"] == ""  # v2 -> v3: no per-role argument
+    assert manifest.config["rate_limits"] == {}  # v3 -> v4: no configured rate limit
 
 
 def test_new_records_say_their_schema_first(tmp_path):

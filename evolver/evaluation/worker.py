@@ -30,6 +30,7 @@ import traceback
 from collections import defaultdict
 from pathlib import Path
 
+from evolver import ratelimit
 from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord
 from evolver.llm import ConversationError, ProviderError, missing_api_key, prepare_environment
 from evolver.local.providers import register_providers
@@ -301,7 +302,8 @@ class Recorder:
         self.unevaluated.simulation = None
         kwargs["llm_args_user"] = user_simulator_args(task, kwargs.get("llm_args_user"))
         try:
-            sim = self.run_task(*args, **kwargs)
+            with ratelimit.tracking() as limits:  # every role's calls of this simulation run in this thread
+                sim = self.run_task(*args, **kwargs)
         except Exception as exc:
             source = _infra_source(exc, context)
             conversation = _raised(exc, ConversationError)
@@ -319,7 +321,7 @@ class Recorder:
                 reward=None if source else 0.0,
                 termination_reason=termination, error_role=source,
                 steps=len(finished.messages) if finished else 0, duration=finished.duration if finished else 0.0,
-                usage={"agent": context.usage},
+                usage={"agent": context.usage}, rate_limits=limits,
                 error=("tau2's evaluation raised " if finished else "") + f"{type(exc).__name__}: {exc}"
                 + ("" if source or candidate or conversation else "\n" + "".join(traceback.format_exception(exc)[-3:])),
             )
@@ -336,7 +338,7 @@ class Recorder:
             termination_reason=str(getattr(sim.termination_reason, "value", sim.termination_reason)),
             steps=len(sim.messages), duration=sim.duration,
             # The agent's usage as the trusted side counted it; its messages' own figures are not evidence.
-            usage={"agent": context.usage, "user": _usage(sim.messages, UserMessage)},
+            usage={"agent": context.usage, "user": _usage(sim.messages, UserMessage)}, rate_limits=limits,
         )
         self._write(record, sim)
         return sim

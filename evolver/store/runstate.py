@@ -39,7 +39,7 @@ FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "und
 
 
 RUNS = "runs"  # in the evaluated repository: every run and evaluation, ignored by git
-MANIFEST_SCHEMA = 3
+MANIFEST_SCHEMA = 4
 STATE_SCHEMA = 2
 ITERATION_SCHEMA = 2
 
@@ -73,8 +73,14 @@ def _manifest_v2_to_v3(data: dict) -> dict:
     return {**data, "config": {**none, **data.get("config", {})}, "schema": 3}
 
 
+def _manifest_v3_to_v4(data: dict) -> dict:
+    """v3 predates configured rate limits (rate_limits): a v3 run configured none, and goes on learning each
+    provider's limit from its answers, as every run does for a model it has no limit for."""
+    return {**data, "config": {"rate_limits": {}, **data.get("config", {})}}
+
+
 # Named steps from each older schema to the next; a run is opened through all it needs.
-MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2, 2: _manifest_v2_to_v3}
+MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2, 2: _manifest_v2_to_v3, 3: _manifest_v3_to_v4}
 STATE_MIGRATIONS = {1: _state_v1_to_v2}
 ITERATION_MIGRATIONS = {1: _iteration_v1_to_v2}
 
