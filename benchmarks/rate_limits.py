@@ -166,9 +166,10 @@ def _env(mode: str, runtime: Path) -> dict:
     return env
 
 
-def _flags(mode: str, fake, args, backend: str) -> list[str]:
-    flags = ["--agent-model", f"openai/{MODEL}", "--user-model", f"openai/{MODEL}", "--judge-model", f"openai/{MODEL}",
-             "--api-base", fake.api_base, "--backend", backend]
+def _flags(kind: str, mode: str, fake, args, backend: str) -> list[str]:
+    flags = ["--api-base", fake.api_base, "--backend", backend]
+    for role in ("agent", "user", "judge") + (("meta",) if kind == "run" else ()):  # one model; the body says which script answers
+        flags += [f"--{role}-model", f"openai/{MODEL}", f"--{role}-arg", f'extra_body={{fake_role = "{role}"}}']
     if mode == "configured":
         flags += ["--rate-limit", f"openai/{MODEL}={args.rpm:g}/{args.tpm:g}" if args.tpm else f"openai/{MODEL}={args.rpm:g}"]
     return flags
@@ -191,8 +192,8 @@ def measure(kind: str, backend: str, mode: str, args, root: Path) -> dict:
         else:
             env["EVOLVER_SCRIPT"] = "tests.scripts.loop_cases:fix_first_script"
             cmd = ["run", str(repo), "--iterations", "1", "--candidates", "4", "--gate-stages", "1", "--no-holdout", "--proposer", "oneshot",
-                   "--concurrency", str(concurrency), "--meta-model", f"openai/{MODEL}"]
-        proc = subprocess.run([sys.executable, "-m", "evolver", *cmd, *_flags(mode, fake, args, backend)], cwd=repo, env=env,
+                   "--concurrency", str(concurrency)]
+        proc = subprocess.run([sys.executable, "-m", "evolver", *cmd, *_flags(kind, mode, fake, args, backend)], cwd=repo, env=env,
                               capture_output=True, text=True, timeout=3600)
         wall = time.monotonic() - started
         answered, limited = list(fake.answered), sum(fake.limited.values())

@@ -133,6 +133,8 @@ def retrying(fn: Callable, attempts: int, role: str) -> Callable:
             kwargs["api_key"] = "no-key"  # a vLLM, Ollama or llama.cpp server wants none, but the OpenAI client insists on one
         failed = {"limited": 0, "other": 0}  # a 429 waits in the rate limiter's queue: it has attempts of its own
         paced = not ratelimit.switched_off()
+        if paced:  # the OpenAI client's own retries would hide 429s from the rate limiter and send more of them
+            kwargs["max_retries"] = 0
 
         def stop(state) -> bool:
             kind = "limited" if paced and isinstance(state.outcome.exception(), litellm.RateLimitError) else "other"

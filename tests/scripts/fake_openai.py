@@ -26,6 +26,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
+# A request body may name the scripted role that answers it (sent with --agent-arg 'extra_body={fake_role = "agent"}'),
+# so that every role can call one model name: one provider limit, as for a user running every role on gpt-4.1-mini.
+ROLE = "fake_role"
 CONTEXT_MESSAGE = "This model's maximum context length is {limit} tokens. However, your messages resulted in {used} tokens."
 
 
@@ -122,7 +125,7 @@ class FakeOpenAI:
         chars = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
         if fault.context_chars is not None and chars > fault.context_chars:
             return 400, _error(CONTEXT_MESSAGE.format(limit=fault.context_chars // 4, used=chars // 4), 400, code="context_length_exceeded"), {}
-        return 200, _completion(model, body), headers
+        return 200, _completion(body.get(ROLE) or model, body), headers
 
     def _over_limit(self, model: str, body: dict) -> tuple[Optional[tuple[int, dict]], dict]:
         """The limit's word on one call: (a 429 or an injected 500 to answer, or None to answer it; its headers)."""
