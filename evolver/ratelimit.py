@@ -184,7 +184,7 @@ class Learner:
         if self.rate is None or now - self.cut_at < self.hold:
             self.grown_at = now
             return
-        self.rate *= (1 + self.growth) ** max(0.0, now - self.grown_at)
+        self.rate *= (1 + self.growth) ** max(0.0, now - max(self.grown_at, self.cut_at + self.hold))
         self.grown_at = now
 
 
@@ -231,9 +231,9 @@ class Lane:
         """Book the permit due at ``at``."""
         requests, per_token, _ = self.rates()
         if requests:
-            self.next_request = max(self.next_request, at - BURST) + 1 / requests
+            self.next_request = max(self.next_request, at) + 1 / requests
         if per_token:
-            self.next_token = max(self.next_token, at - BURST) + tokens / per_token
+            self.next_token = max(self.next_token, at) + tokens / per_token
         self.granted.append(at)
 
     def slow_down(self, now: float) -> None:
@@ -275,6 +275,22 @@ class Lane:
 Ticket = tuple  # (epoch, when the permit is due): what a caller holds while it waits
 
 
+class Throttled:
+    """The union of the spans during which some call waited for its permit: seconds that count against
+    no time limit (evolver.evaluation.backends.local)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock, self.until, self.total = clock, 0.0, 0.0
+
+    def add(self, now: float, until: float) -> None:
+        if until > self.until:
+            self.total += until - max(now, self.until)
+            self.until = until
+
+    def seconds(self) -> float:
+        return self.total - max(0.0, self.until - self.clock())
+
+
 class Limiter:
     """Every lane of one command, thread-safe and never blocking: reserve() books a permit and says how
     long to wait for it; the caller waits (wherever it is: a thread, a worker, a Ray node) and comes
@@ -286,8 +302,7 @@ class Limiter:
         self.learner, self.clock = learner, clock
         self.lanes: dict[str, Lane] = {}
         self.lock = threading.Lock()
-        self.throttled_until = 0.0
-        self.throttled_total = 0.0
+        self.busy = Throttled(clock)
 
     def _configured(self, key: str) -> Limit:
         return next((limit for name, limit in self.limits.items() if matches(name, key)), Limit())
@@ -311,8 +326,7 @@ class Limiter:
             if at > now:
                 heapq.heappush(lane.booked, at)
                 lane.tally.waited += at - now
-                self.throttled_total += at - max(now, self.throttled_until) if at > self.throttled_until else 0.0
-                self.throttled_until = max(self.throttled_until, at)
+                self.busy.add(now, at)
             return at - now, (lane.epoch, at)
 
     def acquire(self, key: str, tokens: int = 1) -> float:
@@ -343,7 +357,7 @@ class Limiter:
     def throttled(self) -> float:
         """Seconds of this limiter's life during which some call waited for a permit."""
         with self.lock:
-            return self.throttled_total - max(0.0, self.throttled_until - self.clock())
+            return self.busy.seconds()
 
     def snapshot(self) -> dict[str, dict]:
         """Per lane: the rate in use (rpm, tpm and where it comes from; permits over the last minute),

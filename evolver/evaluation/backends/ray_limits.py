@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from evolver.ratelimit import Answer, Limit, Limiter, wait_for_permit
+from evolver.ratelimit import Answer, Limit, Limiter, Throttled, wait_for_permit
 
 CALL_TIMEOUT = 60.0  # seconds an actor's answer may take before it counts as lost (its answers take milliseconds)
 REFRESH = 10.0  # seconds between looks at the actor's rates, kept for a fallback
@@ -51,10 +51,17 @@ class RemoteLimiter:
         self.lock = threading.Lock()
         self.rates: dict[str, dict] = {}  # the actor's lanes as last seen
         self.seen_at = 0.0
-        self.waiting = self.throttled_total = 0.0
-        self.since: Optional[float] = None
+        self.busy = Throttled()  # the waits of the permits booked through this process
 
     def reserve(self, key: str, tokens: int = 1, ticket: Optional[tuple] = None) -> tuple[float, tuple]:
+        delay, ticket = self._reserve(key, tokens, ticket)
+        if delay > 0:
+            with self.lock:
+                now = time.monotonic()
+                self.busy.add(now, now + delay)
+        return delay, ticket
+
+    def _reserve(self, key: str, tokens: int, ticket: Optional[tuple]) -> tuple[float, tuple]:
         if self.fallback is None:
             try:
                 self._refresh()
@@ -67,17 +74,7 @@ class RemoteLimiter:
         return delay, ("own", *ticket)
 
     def acquire(self, key: str, tokens: int = 1) -> float:
-        with self.lock:
-            self.waiting += 1
-            self.since = time.monotonic() if self.since is None else self.since
-        try:
-            return wait_for_permit(self.reserve, key, tokens)
-        finally:
-            with self.lock:
-                self.waiting -= 1
-                if not self.waiting:
-                    self.throttled_total += time.monotonic() - self.since
-                    self.since = None
+        return wait_for_permit(self.reserve, key, tokens)
 
     def report(self, key: str, answer: Answer, estimated: int = 1) -> None:
         if self.fallback is not None:
@@ -100,7 +97,7 @@ class RemoteLimiter:
     def throttled(self) -> float:
         """Seconds during which some call of this process waited for a permit (its workers' included)."""
         with self.lock:
-            return self.throttled_total + (time.monotonic() - self.since if self.since is not None else 0.0)
+            return self.busy.seconds()
 
     def _refresh(self) -> None:
         """The actor's rates, every REFRESH seconds: what a fallback divides."""
