@@ -148,8 +148,8 @@ MODELS = ["--agent-model", "openai/agent", "--user-model", "openai/user", "--jud
 TASKS = ["--task-ids", "create_task_1,update_task_1"]
 
 
-def fake_eval(repo: Path, fake: FakeOpenAI, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None, dict | None]:
-    proc = run_cli(["eval", str(repo), "--json", *MODELS, "--api-base", fake.api_base, *TASKS, *extra])
+def fake_eval(repo: Path, fake: FakeOpenAI, *extra: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None, dict | None]:
+    proc = run_cli(["eval", str(repo), "--json", *MODELS, "--api-base", fake.api_base, *TASKS, *extra], env=env)
     summary = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
     result = json.loads(Path(summary["result_file"]).read_text()) if summary else None
     return proc, summary, result
@@ -234,6 +234,19 @@ def test_a_rate_limited_customer_is_waited_for_and_nothing_is_lost(repo):
     assert summary["scored"] == 2 and summary["avg_reward"] == 1.0
 
 
+
+
+def test_a_simulation_that_still_fails_after_its_retries_gets_a_second_chance_at_the_end(repo):
+    """The customer's provider is down for its first call and every call gets one attempt: that simulation is an
+    infrastructure error in the first pass, runs again once the grid has run, and is scored; its first line stays."""
+    with FakeOpenAI({"user": Fault(failing=1)}) as fake:
+        proc, summary, result = fake_eval(repo, fake, "--concurrency", "1", env={"EVOLVER_LLM_RETRIES": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert_real_simulations(summary, result)
+    assert summary["scored"] == 2 and summary["infra_errors"] == 0
+    lines = [json.loads(line) for line in (Path(summary["result_file"]).parent / "sims.jsonl").read_text().splitlines()]
+    assert [line["outcome"] for line in lines] == ["infra_error", "ok", "ok"], lines
+    assert lines[0]["error_role"] == "user" and (lines[0]["task_id"], lines[0]["trial"]) == (lines[2]["task_id"], lines[2]["trial"])
 
 
 def test_a_conversation_that_overflows_the_customers_context_is_the_candidates_failure(repo):

@@ -36,6 +36,7 @@ CONTEXT_MESSAGE = "This model's maximum context length is {limit} tokens. Howeve
 class Fault:
     status: Optional[int] = None  # answer every request with this HTTP status
     rate_limited: int = 0  # answer this many requests with 429 first, then normally
+    failing: int = 0  # answer this many requests with 500 first, then normally
     context_chars: Optional[int] = None  # a prompt longer than this is refused as an overflowing context
     drop: bool = False  # close the connection without answering
 
@@ -122,6 +123,8 @@ class FakeOpenAI:
             return fault.status, _error(f"fake provider: status {fault.status}", fault.status), {}
         if seen <= fault.rate_limited:
             return 429, _error("Rate limit reached for requests", 429), {"Retry-After": "0"}
+        if seen <= fault.failing:
+            return 500, _error("fake provider: down for now", 500), {}
         chars = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
         if fault.context_chars is not None and chars > fault.context_chars:
             return 400, _error(CONTEXT_MESSAGE.format(limit=fault.context_chars // 4, used=chars // 4), 400, code="context_length_exceeded"), {}
