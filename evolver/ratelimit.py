@@ -381,6 +381,8 @@ def wait_for_permit(reserve: Callable[..., tuple[float, Ticket]], key: str, toke
     it (booked again if the lane slowed down meanwhile); returns the seconds waited."""
     started = time.monotonic()
     delay, ticket = reserve(key, tokens)
+    if delay <= 0:
+        return 0.0  # its turn at once: asking is no wait
     while delay > 0:
         time.sleep(min(delay, 5.0))
         delay, ticket = reserve(key, tokens, ticket)
