@@ -1,7 +1,7 @@
 """Holding a provider's rate limit: `evolver eval` and `evolver run --candidates 4` against a rate-limited fake provider.
 
     python benchmarks/rate_limits.py [--rpm 600] [--latency 0.3] [--demand 8] [--sims 48] [--backends local,ray]
-                                     [--limiter learnt,headers,configured,off] [--run] [--controllers]
+                                     [--limiter learnt,headers,configured,off] [--kinds eval,run] [--controllers]
 
 The provider (tests/scripts/fake_openai.py with a Limit) is an OpenAI-compatible server on
 127.0.0.1 with a token bucket per model (--rpm requests per minute, --tpm tokens; 429 with
@@ -11,7 +11,8 @@ scripted through it; all three roles share ONE model name, so every call counts 
 as a user running every role on gpt-4.1-mini has it. --concurrency is chosen so that the calls asked
 for are --demand times what the limit allows (concurrency x 1/latency against rpm/60).
 
-For each backend (local; ray: a local Ray instance with 4 worker processes) and each limiter mode:
+For each backend (local; ray: a local Ray instance started with 4 CPUs, on which the Ray backend runs two
+groups of two worker processes: 4 workers) and each limiter mode:
   learnt      no limit configured, no headers: learnt from 429s and Retry-After alone
   headers     the provider declares its limit in x-ratelimit-limit-* headers, as OpenAI does
   configured  rate_limits given on the command line (--rate-limit MODEL=RPM/TPM)
@@ -21,8 +22,9 @@ of calls, over the whole evaluation and after the first 20 s, once the limiter h
 achieved requests per minute (answered calls over the time calls were made) against the limit,
 and the wall clock against the ideal (total answered calls / limit).
 
---run adds `evolver run --iterations 1 --candidates 4` (scripted meta model, same provider) per
-backend and mode, the same columns over all of its evaluations.
+--kinds run measures `evolver run --iterations 1 --candidates 4` instead (or as well): the loop's target
+agent, a scripted meta model proposing four distinct candidates, the same provider; the same columns over
+all of the run's evaluations (its meta-LLM's calls counted with the rest).
 
 --controllers compares learning rules in virtual time (no processes): the same token-bucket provider
 and a closed loop of callers, the lane of evolver.ratelimit with each rule: additive increase (which
@@ -35,9 +37,14 @@ share of 429s over the whole 600 s (the first minute's learning included).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import json
 import os
+import secrets
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -166,8 +173,8 @@ def _env(mode: str, runtime: Path) -> dict:
     return env
 
 
-def _flags(kind: str, mode: str, fake, args, backend: str) -> list[str]:
-    flags = ["--api-base", fake.api_base, "--backend", backend]
+def _flags(kind: str, mode: str, fake, args, backend: str, address: str) -> list[str]:
+    flags = ["--api-base", fake.api_base, "--backend", backend] + (["--ray-address", address] if address else [])
     for role in ("agent", "user", "judge") + (("meta",) if kind == "run" else ()):  # one model; the body says which script answers
         flags += [f"--{role}-model", f"openai/{MODEL}", f"--{role}-arg", f'extra_body={{fake_role = "{role}"}}']
     if mode == "configured":
@@ -175,10 +182,51 @@ def _flags(kind: str, mode: str, fake, args, backend: str) -> list[str]:
     return flags
 
 
-def measure(kind: str, backend: str, mode: str, args, root: Path) -> dict:
+@contextlib.contextmanager
+def ray_cluster(cpus: int = 4):
+    """A local Ray instance started with `ray start --num-cpus 4`: the Ray backend gives it two groups of two
+    worker processes each (four workers); stopped by pid (not `ray stop`, which stops every instance here)."""
+    root = Path(tempfile.mkdtemp(prefix="evolver-rl-ray-"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # its own token, as tests/test_ray.py's cluster
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(auth, RAY_USAGE_STATS_ENABLED="0", EVOLVER_RUNTIME_DIR=str(root / "zygote"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    start = subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port), "--num-cpus", str(cpus),
+                            "--object-store-memory", "100000000", "--include-dashboard", "false", "--temp-dir", str(root / "ray"),
+                            "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        if start.returncode:
+            raise SystemExit(f"ray start failed: {start.stderr[-2000:]}")
+        os.environ.update(auth)  # the evolver commands join with it
+        yield f"127.0.0.1:{port}"
+    finally:
+        for key in auth:
+            os.environ.pop(key, None)
+        from tests.test_ray import descendants, processes_with
+
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            daemons = processes_with(str(root))
+            for pid in set(daemons).union(*(descendants(pid) for pid in daemons)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            time.sleep(2)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def measure(kind: str, backend: str, mode: str, args, root: Path, address: str = "") -> dict:
     from tests.scripts.fake_openai import FakeOpenAI, Limit
 
-    repo = _repo(root / f"{kind}-{backend}-{mode}")
+    if kind == "run":  # the loop's target: an agent that fails until a candidate adds the rule it lacks; 4 distinct candidates
+        from tests.test_loop import make_target
+
+        repo = make_target(root / f"{kind}-{backend}-{mode}" / "target")
+        os.environ["EVOLVER_SCRIPT"] = "tests.scripts.loop_cases:distinct_candidates_script"  # the fake provider answers here
+    else:
+        repo = _repo(root / f"{kind}-{backend}-{mode}")
+        os.environ.pop("EVOLVER_SCRIPT", None)
     runtime = Path(tempfile.mkdtemp(prefix="evolver-rl-rt-"))
     concurrency = max(1, round(args.demand * args.rpm / 60 * args.latency))
     limit = Limit(rpm=args.rpm, tpm=args.tpm, burst=args.burst, latency=args.latency, errors=args.errors, slow=args.slow,
@@ -190,13 +238,12 @@ def measure(kind: str, backend: str, mode: str, args, root: Path) -> dict:
             trials = max(1, -(-args.sims // len(TASKS)))
             cmd = ["eval", str(repo), "--json", "--task-ids", ",".join(TASKS), "--trials", str(trials), "--concurrency", str(concurrency)]
         else:
-            env["EVOLVER_SCRIPT"] = "tests.scripts.loop_cases:fix_first_script"
             cmd = ["run", str(repo), "--iterations", "1", "--candidates", "4", "--gate-stages", "1", "--no-holdout", "--proposer", "oneshot",
                    "--concurrency", str(concurrency)]
-        proc = subprocess.run([sys.executable, "-m", "evolver", *cmd, *_flags(kind, mode, fake, args, backend)], cwd=repo, env=env,
+        proc = subprocess.run([sys.executable, "-m", "evolver", *cmd, *_flags(kind, mode, fake, args, backend, address)], cwd=repo, env=env,
                               capture_output=True, text=True, timeout=3600)
         wall = time.monotonic() - started
-        answered, limited = list(fake.answered), sum(fake.limited.values())
+        answered, limited, refused = list(fake.answered), sum(fake.limited.values()), list(fake.refused)
     subprocess.run([sys.executable, "-m", "evolver", "daemon", "stop"], env=env, capture_output=True)
     results = [json.loads(p.read_text()) for p in (repo / "runs").rglob("result*.json")]
     sims = [s for r in results for s in r["simulations"]]
@@ -204,21 +251,24 @@ def measure(kind: str, backend: str, mode: str, args, root: Path) -> dict:
     infra_rate = sum(1 for s in sims if s["outcome"] == "infra_error" and "RateLimit" in (s.get("error") or ""))
     span = (answered[-1] - answered[0]) if len(answered) > 1 else wall
     late = [t for t in answered if t - started >= LEARNT_AFTER]
+    late_refused = [t for t in refused if t - started >= LEARNT_AFTER]
     return {"kind": kind, "backend": backend, "mode": mode, "exit": proc.returncode, "completed": len(sims) - lost, "lost": lost,
             "infra_rate_limited": infra_rate, "calls": len(answered), "limited": limited,
             "share_429": limited / max(1, limited + len(answered)),
             "achieved": (len(answered) / span * 60 / args.rpm) if span else 0.0,
             "wall": wall, "ideal": len(answered) / (args.rpm / 60), "late_calls": len(late),
+            "share_429_late": len(late_refused) / max(1, len(late_refused) + len(late)),
             "summary": [r["summary"].get("rate_limits") for r in results], "stderr": proc.stderr[-1500:] if proc.returncode else ""}
 
 
 def table(rows: list[dict], args) -> str:
-    head = (f"| run | backend | limiter | sims completed | lost | infra errors (429) | calls | 429s (share) | "
-            f"achieved rpm / limit | wall s | ideal s |")
-    lines = [head, "|" + "---|" * 11]
+    head = (f"| run | backend | limiter | sims completed | lost | infra errors (429) | calls answered | 429s (share) | "
+            f"429 share after {LEARNT_AFTER:g} s | achieved rpm / limit | wall s | ideal s |")
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         lines.append(f"| {r['kind']} | {r['backend']} | {r['mode']} | {r['completed']} | {r['lost']} | {r['infra_rate_limited']} | {r['calls']} | "
-                     f"{r['limited']} ({100 * r['share_429']:.1f}%) | {r['achieved']:.2f} | {r['wall']:.0f} | {r['ideal']:.0f} |")
+                     f"{r['limited']} ({100 * r['share_429']:.1f}%) | {100 * r['share_429_late']:.1f}% | {r['achieved']:.2f} | {r['wall']:.0f} | "
+                     f"{r['ideal']:.0f} |")
     return "\n".join(lines)
 
 
@@ -234,7 +284,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sims", type=int, default=48, help="simulations of the eval (rounded up to whole trials of 8 tasks)")
     parser.add_argument("--backends", default="local,ray")
     parser.add_argument("--limiter", default="learnt,headers,configured,off")
-    parser.add_argument("--run", action="store_true", help="also `evolver run --candidates 4`")
+    parser.add_argument("--kinds", default="eval", help="eval and/or run (`evolver run --iterations 1 --candidates 4`)")
     parser.add_argument("--controllers", action="store_true", help="only compare the learning rules, in virtual time")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -244,11 +294,12 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="evolver-rl-") as tmp:
         for backend in args.backends.split(","):
-            for mode in args.limiter.split(","):
-                for kind in ("eval", "run") if args.run else ("eval",):
-                    row = measure(kind, backend, mode, args, Path(tmp))
-                    rows.append(row)
-                    print(json.dumps({k: v for k, v in row.items() if k != "summary"}), file=sys.stderr, flush=True)
+            with ray_cluster() if backend == "ray" else contextlib.nullcontext("") as address:
+                for mode in args.limiter.split(","):
+                    for kind in args.kinds.split(","):
+                        row = measure(kind, backend, mode, args, Path(tmp), address)
+                        rows.append(row)
+                        print(json.dumps({k: v for k, v in row.items() if k != "summary"}), file=sys.stderr, flush=True)
     print(f"limit {args.rpm:g} rpm" + (f", {args.tpm:g} tpm" if args.tpm else "") + f", latency {args.latency:g} s, "
           f"demand {args.demand:g}x the limit, provider bucket {args.burst:g} s")
     print(json.dumps(rows, indent=2) if args.json else table(rows, args))

@@ -77,6 +77,7 @@ class FakeOpenAI:
         self.buckets: dict[str, tuple[Optional[_Bucket], Optional[_Bucket]]] = {}
         self.random = random.Random(limit.seed if limit else 0)
         self.limited: Counter = Counter()  # model -> 429s answered by the limit
+        self.refused: list[float] = []  # when each of them was answered (time.monotonic())
         self.answered: list[float] = []  # when each call the limit let through was answered (time.monotonic())
         self.requests: Counter = Counter()  # model -> requests received
         self.bodies: list[dict] = []  # every request body, as received
@@ -147,6 +148,7 @@ class FakeOpenAI:
             headers = self._rate_headers(requests, words)
             if any(waits):
                 self.limited[model] += 1
+                self.refused.append(now)
                 return (429, _error("Rate limit reached for requests", 429)), {"Retry-After": f"{max(waits):.3f}", **headers}
             for bucket, amount in ((requests, 1.0), (words, tokens)):
                 if bucket is not None:
