@@ -351,22 +351,15 @@ def _llm_args(name: str, where: str, raw: Any) -> dict:
     """A role's table of litellm arguments from a file (a TOML table), a variable (a JSON object or a
     TOML inline table) or flags (KEY=VALUE each); every key and value checked, one line on the first fault."""
     role = name.removesuffix("_args")
-    subject = where if where.startswith("--") else f"{where}: {name}"
-    if isinstance(raw, list):  # flags
-        table = {}
-        for item in raw:
-            key, sep, text = str(item).partition("=")
-            if not sep or not key.strip():
-                raise UsageError(f"{where} {item} is not KEY=VALUE (e.g. {where} max_tokens=2048); fix it")
-            table[key.strip()] = _arg_value(text.strip())
-    elif isinstance(raw, str):  # a variable
-        table = _arg_value(raw.strip())
-        if not isinstance(table, dict):
-            raise UsageError(f"{subject} = {raw!r} is not a table: write {{max_tokens = 2048}} or {{\"max_tokens\": 2048}}; fix it")
-    elif isinstance(raw, dict):
-        table = raw
-    else:
-        raise UsageError(f"{subject} = {raw!r} is not a table of model arguments ([{name}] with one key per line); fix it")
+
+    def argument(item: str) -> tuple[str, Any]:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{where} {item} is not KEY=VALUE (e.g. {where} max_tokens=2048); fix it")
+        return key.strip(), _arg_value(text.strip())
+
+    table, subject = _table_of(name, where, raw, argument, '{max_tokens = 2048} or {"max_tokens": 2048}',
+                               f"model arguments ([{name}] with one key per line)")
     for key, value in table.items():
         if key in OWN_SETTINGS and role in OWN_SETTINGS[key]:
             raise UsageError(f"{subject}: '{key}' has a setting of its own: set {OWN_SETTINGS[key][role]} instead")
@@ -381,6 +374,22 @@ def _llm_args(name: str, where: str, raw: Any) -> dict:
     return dict(table)
 
 
+def _table_of(name: str, where: str, raw: Any, item, example: str, what: str) -> tuple[dict, str]:
+    """A table setting as given: from a file (a TOML table), a variable (a JSON object or a TOML inline table,
+    e.g. ``example``) or flags (one ``item`` each, read into a key and a value). Returns it and how a fault names it."""
+    subject = where if where.startswith("--") else f"{where}: {name}"
+    if isinstance(raw, list):  # flags
+        return dict(item(str(entry)) for entry in raw), subject
+    if isinstance(raw, str):  # a variable
+        table = _arg_value(raw.strip())
+        if not isinstance(table, dict):
+            raise UsageError(f"{subject} = {raw!r} is not a table: write {example}; fix it")
+        return table, subject
+    if isinstance(raw, dict):
+        return raw, subject
+    raise UsageError(f"{subject} = {raw!r} is not a table of {what}; fix it")
+
+
 LIMIT_KEYS = ("rpm", "tpm")
 
 
@@ -388,30 +397,22 @@ def _rate_limits(name: str, where: str, raw: Any) -> dict:
     """rate_limits from a file ([rate_limits] with "MODEL" = {rpm = 500, tpm = 200000} per line), a variable (a
     JSON object or a TOML inline table of the same) or flags (MODEL=RPM/TPM each: 500, 500/200000, /200000,
     or MODEL={rpm = 500}); one line on the first fault."""
-    subject = where if where.startswith("--") else f"{where}: {name}"
     example = '"openai/gpt-4.1-mini" = {rpm = 500, tpm = 200000}'
-    if isinstance(raw, list):  # flags
-        table = {}
-        for item in raw:
-            model, sep, text = str(item).partition("=")
-            if not sep or not model.strip() or not text.strip():
-                raise UsageError(f"{where} {item} is not MODEL=RPM/TPM (e.g. {where} openai/gpt-4.1-mini=500/200000); fix it")
-            text = text.strip()
-            if "{" not in text:
-                rpm, _, tpm = text.partition("/")
-                text = "{" + ", ".join(f"{k} = {v.strip()}" for k, v in (("rpm", rpm), ("tpm", tpm)) if v.strip()) + "}"
-            try:
-                table[model.strip()] = tomllib.loads(f"v = {text}")["v"]
-            except tomllib.TOMLDecodeError:
-                raise UsageError(f"{where} {item}: the limit is not RPM/TPM in numbers (e.g. 500/200000); fix it") from None
-    elif isinstance(raw, str):  # a variable
-        table = _arg_value(raw.strip())
-        if not isinstance(table, dict):
-            raise UsageError(f"{subject} = {raw!r} is not a table: write {{{example}}}; fix it")
-    elif isinstance(raw, dict):
-        table = raw
-    else:
-        raise UsageError(f"{subject} = {raw!r} is not a table of limits ([{name}] with one model per line, {example}); fix it")
+
+    def limit(item: str) -> tuple[str, Any]:
+        model, sep, text = item.partition("=")
+        if not sep or not model.strip() or not text.strip():
+            raise UsageError(f"{where} {item} is not MODEL=RPM/TPM (e.g. {where} openai/gpt-4.1-mini=500/200000); fix it")
+        text = text.strip()
+        if "{" not in text:
+            rpm, _, tpm = text.partition("/")
+            text = "{" + ", ".join(f"{k} = {v.strip()}" for k, v in (("rpm", rpm), ("tpm", tpm)) if v.strip()) + "}"
+        try:
+            return model.strip(), tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            raise UsageError(f"{where} {item}: the limit is not RPM/TPM in numbers (e.g. 500/200000); fix it") from None
+
+    table, subject = _table_of(name, where, raw, limit, "{" + example + "}", f"limits ([{name}] with one model per line, {example})")
     for model, limit in table.items():
         if not isinstance(limit, dict) or not limit:
             hint = f" (a [{name}] table holds every key below it: put it at the end of the file)" if model in SPECS else ""

@@ -212,6 +212,16 @@ def test_every_bad_model_argument_is_one_line_naming_where_it_came_from(tmp_path
         assert "sk-x" not in message.replace("'sk-x'", "")  # a key is never echoed back but as the value refused
 
 
+def test_rate_limits_from_file_environment_and_flags_merge_model_by_model(tmp_path):
+    from evolver.cli.commands import _overrides, build_parser
+
+    (tmp_path / "evolver.toml").write_text('[rate_limits]\n"openai/gpt-4.1-mini" = {rpm = 500, tpm = 200000}\n"openai/gpt-4.1" = {rpm = 100}\n')
+    flags = _overrides(build_parser().parse_args(["run", "--rate-limit", "openai/gpt-4.1=60/30000", "--rate-limit", "local/agent=/1000"]))
+    cfg = load_config(tmp_path, flags, environ={"EVOLVER_RATE_LIMITS": '{"openai/o3" = {tpm = 5e4}}'})
+    assert cfg.rate_limits == {"openai/gpt-4.1-mini": {"rpm": 500, "tpm": 200000}, "openai/gpt-4.1": {"rpm": 60, "tpm": 30000},
+                               "openai/o3": {"tpm": 50000.0}, "local/agent": {"tpm": 1000}}
+
+
 @pytest.mark.parametrize("raw, fragment", [
     ("max_tokens", "is not KEY=VALUE"), ("=4", "is not KEY=VALUE"),
 ])
