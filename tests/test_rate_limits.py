@@ -231,3 +231,32 @@ def test_one_limit_for_every_role_and_worker_learnt_from_429s(repo):
         summary, result = limited_eval(repo, fake)
         assert_held(summary, result, fake)
         assert sum(fake.requests.values()) >= 250  # a few hundred calls
+
+
+def test_the_live_view_and_status_show_each_limited_lane():
+    """The run's view (ConsoleView) names the rate in use, calls waiting, 429s and time waited of every lane that is
+    or was limited; `evolver status`'s table shows the same from status()'s dict."""
+    import io
+
+    from rich.console import Console
+
+    from evolver import events as ev
+    from evolver.cli.console import ConsoleView, status_table
+
+    lanes = {"openai/gpt-4.1-mini": {"rpm": 490.0, "tpm": None, "source": "learnt", "in_use_rpm": 480.0, "waiting": 7, "calls": 1200,
+                                     "limited": 31, "waited": 95.5},
+             "openai/gpt-4.1": {"rpm": None, "tpm": None, "source": "", "in_use_rpm": 3.0, "waiting": 0, "calls": 3, "limited": 0, "waited": 0.0}}
+    view = ConsoleView(Console(file=io.StringIO(), width=300), every=3600)
+    view(ev.RateLimits(lanes))
+    line = view._summary()
+    assert ("openai/gpt-4.1-mini: 490 rpm (learnt), 480 calls in the last minute, 7 waiting; 1,200 calls, 31 answered 429, "
+            "95.5 s waited for a turn") in line
+    assert "openai/gpt-4.1:" not in line  # never limited: nothing to say
+    view(ev.Ended("stopped", "done", "run-x"))
+    out = io.StringIO()
+    info = {"run_id": "run-x", "status": "finished", "step": None, "stop_reason": None, "iterations_done": 1, "iterations_target": 1,
+            "candidates_per_iteration": 1, "best": {"iteration": 0, "gate": None, "branch": "b"}, "decisions": 0, "expected_false_keeps": 0.0,
+            "simulations_done": 1, "simulations_planned_at_most": 1, "infra_errors": {}, "elapsed_seconds": 1.0, "eta_seconds_at_most": None,
+            "usage": {}, "cost_text": "$0", "models": {}, "split_note": "", "rate_limits": {"openai/m": {"calls": 9, "limited": 2, "waited": 1.5}}}
+    Console(file=out, width=300).print(status_table(info))
+    assert "openai/m: no limit known; 9 calls, 2 answered 429, 1.5 s waited for a turn" in out.getvalue()
