@@ -341,15 +341,15 @@ def compare_cell(job: tuple) -> dict:
         a: dict = {t: [] for t in world.reference}
         b: dict = {t: [] for t in world.reference}
         previous = 0
-        for look, n in enumerate(config.stages):
-            now = shift_rates(base, drift * look) if drift else base
+        for stage, n in enumerate(config.stages):
+            now = shift_rates(base, drift * stage) if drift else base
             window_a = world.draw(now, n - previous)
             window_b = world.draw(shift_rates(now, effect) if effect else now, n - previous)
             for t in a:
                 a[t] += window_a[t]
                 b[t] += window_b[t]
             previous = n
-            verdict = decide_compare(a, b, config, look=look)
+            verdict = decide_compare(a, b, config, look=stage)
             if verdict.decision != "continue":
                 break
         out["better"] += verdict.decision == "better"

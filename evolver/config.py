@@ -37,7 +37,8 @@ class Spec:
     positive: bool = False  # seconds, more than 0
     flag_only: bool = False  # never from the file or the environment (giving up the sandbox must be typed)
     metavar: Optional[str] = None
-    style: str = "value"  # value; switch (--x/--no-x); flag (--x, true); on_off (--x sets "on", --no-x "off"); table (--x-arg KEY=VALUE, repeated)
+    style: str = "value"  # value; switch (--x/--no-x); flag (--x, true); on_off (--x sets "on", --no-x "off"); table (--x-arg KEY=VALUE, repeated);
+    # limits (--rate-limit MODEL=RPM/TPM, repeated)
 
 
 def setting(default: Any, help: str, group: str, **spec) -> Any:
@@ -52,6 +53,8 @@ def flag_of(name: str) -> str:
     """A setting's flag: --key-name; a table of model arguments takes one KEY=VALUE per --role-arg."""
     if SPECS[name].style == "table":
         return "--" + name.removesuffix("_args").replace("_", "-") + "-arg"
+    if SPECS[name].style == "limits":
+        return "--" + name.removesuffix("s").replace("_", "-")
     return "--" + name.replace("_", "-")
 
 
@@ -99,6 +102,11 @@ class Config:
     judge_args: dict = setting({}, "more litellm arguments for every judge call; with no judge_model, the user's apply first", "models",
                                flags=BOTH, style="table", metavar="KEY=VALUE")
     llm_retries: int = setting(4, "attempts per LLM call before a provider error counts as an infrastructure error", "models", bounds=(0, 20))
+    # One rate limit per provider endpoint and model for every call of the command, every role and process
+    # (evolver.ratelimit); a model not listed is unlimited until its provider answers 429 or declares a limit.
+    rate_limits: dict = setting({}, "requests and tokens per minute a provider allows a model, shared by every role, process and Ray "
+                                    "node, e.g. \"openai/gpt-4.1-mini\" = {rpm = 500, tpm = 200000}; unlisted: learnt from the provider",
+                                "models", flags=BOTH, style="limits", metavar="MODEL=RPM/TPM")
     # Evaluation.
     domain: str = setting("mock", "tau2 domain: airline, retail, telecom or mock", "evaluation", flags=BOTH)
     split: str = setting("", "tau2 task split for `evolver eval` (train or test; mock has only base); empty: all tasks", "evaluation", flags=("eval",))
@@ -343,22 +351,15 @@ def _llm_args(name: str, where: str, raw: Any) -> dict:
     """A role's table of litellm arguments from a file (a TOML table), a variable (a JSON object or a
     TOML inline table) or flags (KEY=VALUE each); every key and value checked, one line on the first fault."""
     role = name.removesuffix("_args")
-    subject = where if where.startswith("--") else f"{where}: {name}"
-    if isinstance(raw, list):  # flags
-        table = {}
-        for item in raw:
-            key, sep, text = str(item).partition("=")
-            if not sep or not key.strip():
-                raise UsageError(f"{where} {item} is not KEY=VALUE (e.g. {where} max_tokens=2048); fix it")
-            table[key.strip()] = _arg_value(text.strip())
-    elif isinstance(raw, str):  # a variable
-        table = _arg_value(raw.strip())
-        if not isinstance(table, dict):
-            raise UsageError(f"{subject} = {raw!r} is not a table: write {{max_tokens = 2048}} or {{\"max_tokens\": 2048}}; fix it")
-    elif isinstance(raw, dict):
-        table = raw
-    else:
-        raise UsageError(f"{subject} = {raw!r} is not a table of model arguments ([{name}] with one key per line); fix it")
+
+    def argument(item: str) -> tuple[str, Any]:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{where} {item} is not KEY=VALUE (e.g. {where} max_tokens=2048); fix it")
+        return key.strip(), _arg_value(text.strip())
+
+    table, subject = _table_of(name, where, raw, argument, '{max_tokens = 2048} or {"max_tokens": 2048}',
+                               f"model arguments ([{name}] with one key per line)")
     for key, value in table.items():
         if key in OWN_SETTINGS and role in OWN_SETTINGS[key]:
             raise UsageError(f"{subject}: '{key}' has a setting of its own: set {OWN_SETTINGS[key][role]} instead")
@@ -373,9 +374,62 @@ def _llm_args(name: str, where: str, raw: Any) -> dict:
     return dict(table)
 
 
+def _table_of(name: str, where: str, raw: Any, item, example: str, what: str) -> tuple[dict, str]:
+    """A table setting as given: from a file (a TOML table), a variable (a JSON object or a TOML inline table,
+    e.g. ``example``) or flags (one ``item`` each, read into a key and a value). Returns it and how a fault names it."""
+    subject = where if where.startswith("--") else f"{where}: {name}"
+    if isinstance(raw, list):  # flags
+        return dict(item(str(entry)) for entry in raw), subject
+    if isinstance(raw, str):  # a variable
+        table = _arg_value(raw.strip())
+        if not isinstance(table, dict):
+            raise UsageError(f"{subject} = {raw!r} is not a table: write {example}; fix it")
+        return table, subject
+    if isinstance(raw, dict):
+        return raw, subject
+    raise UsageError(f"{subject} = {raw!r} is not a table of {what}; fix it")
+
+
+LIMIT_KEYS = ("rpm", "tpm")
+
+
+def _rate_limits(name: str, where: str, raw: Any) -> dict:
+    """rate_limits from a file ([rate_limits] with "MODEL" = {rpm = 500, tpm = 200000} per line), a variable (a
+    JSON object or a TOML inline table of the same) or flags (MODEL=RPM/TPM each: 500, 500/200000, /200000,
+    or MODEL={rpm = 500}); one line on the first fault."""
+    example = '"openai/gpt-4.1-mini" = {rpm = 500, tpm = 200000}'
+
+    def limit(item: str) -> tuple[str, Any]:
+        model, sep, text = item.partition("=")
+        if not sep or not model.strip() or not text.strip():
+            raise UsageError(f"{where} {item} is not MODEL=RPM/TPM (e.g. {where} openai/gpt-4.1-mini=500/200000); fix it")
+        text = text.strip()
+        if "{" not in text:
+            rpm, _, tpm = text.partition("/")
+            text = "{" + ", ".join(f"{k} = {v.strip()}" for k, v in (("rpm", rpm), ("tpm", tpm)) if v.strip()) + "}"
+        try:
+            return model.strip(), tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            raise UsageError(f"{where} {item}: the limit is not RPM/TPM in numbers (e.g. 500/200000); fix it") from None
+
+    table, subject = _table_of(name, where, raw, limit, "{" + example + "}", f"limits ([{name}] with one model per line, {example})")
+    for model, limit in table.items():
+        if not isinstance(limit, dict) or not limit:
+            hint = f" (a [{name}] table holds every key below it: put it at the end of the file)" if model in SPECS else ""
+            raise UsageError(f"{subject}: '{model}' = {json.dumps(limit)} is not a limit{hint}; write {example}; fix it")
+        for key, value in limit.items():
+            if key not in LIMIT_KEYS:
+                raise UsageError(f"{subject}: '{model}' has '{key}': a limit takes rpm (requests per minute) and tpm (tokens per minute); fix it")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value == value or value in (float("inf"),) or value <= 0:
+                raise UsageError(f"{subject}: '{model}' {key} = {json.dumps(value)} is not a number more than 0; fix it")
+    return {model: dict(limit) for model, limit in table.items()}
+
+
 def _coerce(name: str, where: str, raw: Any, default: Any) -> Any:
     """The value of one setting from ``where`` (a file, a variable or a flag), strictly typed and in range."""
     kind = type(default)
+    if SPECS[name].style == "limits":
+        return _rate_limits(name, where, raw)
     if kind is dict:
         return _llm_args(name, where, raw)
     value, problem = _convert(raw, kind)

@@ -125,6 +125,25 @@ def cost_text(usages) -> str:
     return f"${known:.4f} + unknown" if known else "unknown"
 
 
+class RateTally(BaseModel):
+    """What the calls to one provider endpoint and model met in its rate limit (evolver.ratelimit):
+    permits (calls made, retries included), 429s answered, seconds spent waiting for a permit."""
+
+    calls: int = 0
+    limited: int = 0
+    waited: float = 0.0
+
+    def add(self, other: "RateTally") -> "RateTally":
+        return RateTally(calls=self.calls + other.calls, limited=self.limited + other.limited, waited=self.waited + other.waited)
+
+
+def add_tallies(into: dict[str, RateTally], more: dict[str, RateTally]) -> dict[str, RateTally]:
+    """``into`` with ``more`` added, lane by lane."""
+    for key, tally in more.items():
+        into[key] = into.get(key, RateTally()).add(tally)
+    return into
+
+
 Outcome = Literal["ok", "failed", "infra_error"]
 
 
@@ -151,6 +170,7 @@ class SimRecord(BaseModel):
     steps: int = 0
     duration: float = 0.0
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
+    rate_limits: dict[str, RateTally] = Field(default_factory=dict)  # per provider endpoint and model (evolver.ratelimit)
     error: Optional[str] = None
     trajectory_file: Optional[str] = None
 
@@ -174,6 +194,8 @@ class EvalSummary(BaseModel):
     pass_hat_k: dict[str, float]
     usage: dict[str, RoleUsage]
     duration: float
+    # Per provider endpoint and model: permits, 429s and seconds waited by the simulations (evolver.ratelimit).
+    rate_limits: dict[str, RateTally] = Field(default_factory=dict)
 
 
 class EvalResult(BaseModel):

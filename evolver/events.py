@@ -92,7 +92,12 @@ class Ended:
     run_id: str
 
 
-Event = Phase | Baseline | NoiseFloor | Estimate | Spent | EvalProgress | EvalFinished | Proposing | Decided | Holdout | Ended
+@dataclass(frozen=True)
+class RateLimits:
+    lanes: dict  # provider endpoint and model -> the rate in use, calls waiting, 429s, seconds waited (evolver.ratelimit's snapshot)
+
+
+Event = Phase | Baseline | NoiseFloor | Estimate | Spent | EvalProgress | EvalFinished | Proposing | Decided | Holdout | Ended | RateLimits
 
 
 class Events:

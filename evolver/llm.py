@@ -106,36 +106,62 @@ def _chain(exc: BaseException | None):
         exc = exc.__cause__ or exc.__context__
 
 
+# 429s one call may meet before it counts as an infrastructure error: each waits for its next turn in
+# the rate limiter (evolver.ratelimit), which slows the lane, so only a provider that keeps refusing
+# (an exhausted quota) gets this far.
+LIMITED_ATTEMPTS = 12
+
+
 def retrying(fn: Callable, attempts: int, role: str) -> Callable:
-    """Wrap a litellm completion function for one role: back off and retry transient provider errors,
-    then raise what error_table says: ProviderError (an infrastructure error), ConversationError (the
+    """Wrap a litellm completion function for one role: every attempt waits for its turn in the rate
+    limit of its provider and model (evolver.ratelimit), transient provider errors are backed off and
+    retried (429s with attempts of their own, LIMITED_ATTEMPTS), then it raises what error_table says: ProviderError (an infrastructure error), ConversationError (the
     simulation fails, named), or the provider's own error for the candidate to handle."""
-    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+    import litellm
+    from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
+
+    from evolver import ratelimit
 
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
     first_wait = float(os.environ.get("EVOLVER_RETRY_WAIT", "1.0"))
+    backoff = wait_exponential_jitter(multiplier=first_wait, max=30, jitter=first_wait)
 
     def call(*args, **kwargs):
         kwargs.pop("num_retries", None)  # retries happen here, with backoff, not inside litellm
         if kwargs.get("api_base") and str(kwargs.get("model", "")).startswith("openai/") and not (kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY")):
             kwargs["api_key"] = "no-key"  # a vLLM, Ollama or llama.cpp server wants none, but the OpenAI client insists on one
+        failed = {"limited": 0, "other": 0}  # a 429 waits in the rate limiter's queue: it has attempts of its own
+        paced = not ratelimit.switched_off()
+        if paced:  # the OpenAI client's own retries would hide 429s from the rate limiter and send more of them
+            kwargs["max_retries"] = 0
+
+        def stop(state) -> bool:
+            kind = "limited" if paced and isinstance(state.outcome.exception(), litellm.RateLimitError) else "other"
+            failed[kind] += 1
+            return failed[kind] >= (LIMITED_ATTEMPTS if kind == "limited" else max(1, attempts))
+
+        def wait(state) -> float:  # the next permit paces a 429's retry (Retry-After, the learnt rate): no backoff of its own
+            return 0.0 if paced and isinstance(state.outcome.exception(), litellm.RateLimitError) else backoff(state)
+
         try:
-            for attempt in Retrying(
-                retry=retry_if_exception(lambda exc: verdict(role, exc) == RETRY),
-                stop=stop_after_attempt(max(1, attempts)),
-                wait=wait_exponential_jitter(multiplier=first_wait, max=30, jitter=first_wait),
-                reraise=True,
-            ):
+            for attempt in Retrying(retry=retry_if_exception(lambda exc: verdict(role, exc) == RETRY), stop=stop, wait=wait, reraise=True):
                 with attempt:
-                    return fn(*args, **kwargs)
+                    turn = ratelimit.permit(str(kwargs.get("model", "")), kwargs.get("api_base"), kwargs)
+                    try:
+                        response = fn(*args, **kwargs)
+                    except Exception as exc:
+                        turn.failed(exc, limited=isinstance(exc, litellm.RateLimitError))
+                        raise
+                    turn.answered(response)
+                    return response
         except Exception as exc:
             meaning = verdict(role, exc)
             if isinstance(exc, ProviderError) or meaning in (None, CANDIDATE):
                 raise
             if meaning in (CONTEXT_OVERFLOW, CONTENT_POLICY):
                 raise ConversationError(f"the {role}'s provider refused the conversation: {type(exc).__name__}: {exc}", role, meaning) from exc
-            tries = f" after {attempts} attempt(s)" if meaning == RETRY else ""
+            tries = f" after {sum(failed.values())} attempt(s)" if meaning == RETRY else ""
             raise ProviderError(f"{role}: {type(exc).__name__}{tries}: {exc}", role) from exc
 
     return call

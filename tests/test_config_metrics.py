@@ -212,6 +212,16 @@ def test_every_bad_model_argument_is_one_line_naming_where_it_came_from(tmp_path
         assert "sk-x" not in message.replace("'sk-x'", "")  # a key is never echoed back but as the value refused
 
 
+def test_rate_limits_from_file_environment_and_flags_merge_model_by_model(tmp_path):
+    from evolver.cli.commands import _overrides, build_parser
+
+    (tmp_path / "evolver.toml").write_text('[rate_limits]\n"openai/gpt-4.1-mini" = {rpm = 500, tpm = 200000}\n"openai/gpt-4.1" = {rpm = 100}\n')
+    flags = _overrides(build_parser().parse_args(["run", "--rate-limit", "openai/gpt-4.1=60/30000", "--rate-limit", "local/agent=/1000"]))
+    cfg = load_config(tmp_path, flags, environ={"EVOLVER_RATE_LIMITS": '{"openai/o3" = {tpm = 5e4}}'})
+    assert cfg.rate_limits == {"openai/gpt-4.1-mini": {"rpm": 500, "tpm": 200000}, "openai/gpt-4.1": {"rpm": 60, "tpm": 30000},
+                               "openai/o3": {"tpm": 50000.0}, "local/agent": {"tpm": 1000}}
+
+
 @pytest.mark.parametrize("raw, fragment", [
     ("max_tokens", "is not KEY=VALUE"), ("=4", "is not KEY=VALUE"),
 ])
@@ -229,19 +239,19 @@ def test_a_table_header_that_swallows_later_keys_is_explained(tmp_path):
 
 
 def test_a_run_recorded_before_model_arguments_resumes_without_them():
-    """run.json of schema 2 has none of the new keys: it opens as schema 3 with every role sending what it sent."""
+    """run.json of schema 2 has none of the new keys: it opens as schema 4 with every role sending what it sent, no limit configured."""
     import dataclasses
 
     from evolver.config import Config
     from evolver.store.runstate import MANIFEST_SCHEMA, Manifest
 
     config = {k: v for k, v in dataclasses.asdict(Config()).items()
-              if not k.endswith(("_args", "_reasoning_effort")) and k != "learnings_file"}
+              if not k.endswith(("_args", "_reasoning_effort")) and k not in ("learnings_file", "rate_limits")}
     config.update(agent_model="openai/a", user_model="openai/u", meta_model="openai/m")
     old = {"schema": 2, "run_id": "run-x", "created": 0.0, "repo": "/r", "base_commit": "c", "base_branch": "main", "config": config,
            "versions": {}, "models": {}, "analysis_tasks": [], "gate_tasks": [], "holdout_tasks": [], "split_note": "", "gate": {}}
     manifest = Manifest.model_validate(old)
-    assert MANIFEST_SCHEMA == 3 and manifest.schema_version == 3
+    assert MANIFEST_SCHEMA == 4 and manifest.schema_version == 4
     cfg = Config(**manifest.config)
     assert [cfg.role(r).llm_args for r in ("agent", "user", "meta", "judge")] == [{"temperature": 0.0}] * 4
-    assert cfg.learnings_file == "" and json.loads(manifest.model_dump_json())["schema"] == 3
+    assert cfg.learnings_file == "" and cfg.rate_limits == {} and json.loads(manifest.model_dump_json())["schema"] == 4

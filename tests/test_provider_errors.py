@@ -65,8 +65,20 @@ def _failing(exc):
     return completion, calls
 
 
+@pytest.fixture(autouse=True)
+def own_limiter():
+    """Each test's calls in this process wait in a rate limiter of their own (what a 429 taught one test's
+    lane stays with that test)."""
+    from evolver import ratelimit
+
+    ratelimit.install(ratelimit.Limiter())
+    yield
+    ratelimit.install(None)
+
+
 @pytest.mark.parametrize("name, role, meaning", ROWS, ids=[f"{n}-{r}" for n, r, _ in ROWS])
-def test_each_row_of_the_error_table(name, role, meaning):
+def test_each_row_of_the_error_table(name, role, meaning, monkeypatch):
+    monkeypatch.setenv("EVOLVER_RATE_LIMITER", "off")  # each call on its own, as before the rate limiter: the table alone decides
     llm.prepare_environment()
     exc = _error(name)
     completion, calls = _failing(exc)
@@ -136,8 +148,8 @@ MODELS = ["--agent-model", "openai/agent", "--user-model", "openai/user", "--jud
 TASKS = ["--task-ids", "create_task_1,update_task_1"]
 
 
-def fake_eval(repo: Path, fake: FakeOpenAI, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None, dict | None]:
-    proc = run_cli(["eval", str(repo), "--json", *MODELS, "--api-base", fake.api_base, *TASKS, *extra])
+def fake_eval(repo: Path, fake: FakeOpenAI, *extra: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None, dict | None]:
+    proc = run_cli(["eval", str(repo), "--json", *MODELS, "--api-base", fake.api_base, *TASKS, *extra], env=env)
     summary = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
     result = json.loads(Path(summary["result_file"]).read_text()) if summary else None
     return proc, summary, result
@@ -224,6 +236,19 @@ def test_a_rate_limited_customer_is_waited_for_and_nothing_is_lost(repo):
 
 
 
+def test_a_simulation_that_still_fails_after_its_retries_gets_a_second_chance_at_the_end(repo):
+    """The customer's provider is down for its first call and every call gets one attempt: that simulation is an
+    infrastructure error in the first pass, runs again once the grid has run, and is scored; its first line stays."""
+    with FakeOpenAI({"user": Fault(failing=1)}) as fake:
+        proc, summary, result = fake_eval(repo, fake, "--concurrency", "1", env={"EVOLVER_LLM_RETRIES": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert_real_simulations(summary, result)
+    assert summary["scored"] == 2 and summary["infra_errors"] == 0
+    lines = [json.loads(line) for line in (Path(summary["result_file"]).parent / "sims.jsonl").read_text().splitlines()]
+    assert [line["outcome"] for line in lines] == ["infra_error", "ok", "ok"], lines
+    assert lines[0]["error_role"] == "user" and (lines[0]["task_id"], lines[0]["trial"]) == (lines[2]["task_id"], lines[2]["trial"])
+
+
 def test_a_conversation_that_overflows_the_customers_context_is_the_candidates_failure(repo):
     agent = repo / "agent" / "agent.py"
     agent.write_text(agent.read_text() + FLOOD)
@@ -252,12 +277,18 @@ def test_run_through_an_openai_compatible_server(repo, monkeypatch):
         assert all(b.get("max_tokens") == 222 and "reasoning_effort" not in b for b in fake.bodies_of("wrong"))
     [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
     manifest = json.loads((repo / "runs" / run_id / "run.json").read_text())
-    assert manifest["schema"] == 3 and manifest["config"]["meta_args"] == {"max_tokens": 4321}
+    assert manifest["schema"] == 4 and manifest["config"]["meta_args"] == {"max_tokens": 4321}
     assert manifest["models"]["meta"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "low", "max_tokens": 4321}
     history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)
     assert history["candidates"][0]["verdict"] in ("accepted", "rejected"), history  # it reached the gate
     status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
     assert status["infra_errors"] == {} and status["simulations_done"] > 0
+    # Every call waited for its turn in its model's rate limit, counted per lane: the meta-LLM's in the iteration's record.
+    lanes = {lane.split(" @ ")[0]: tally for lane, tally in status["rate_limits"].items()}
+    assert set(lanes) == {"openai/wrong", "openai/user", "openai/meta"} and all(t["calls"] > 0 for t in lanes.values()), lanes  # mock: no judge
+    assert all(t["waited"] == 0 and t["limited"] == 0 for t in lanes.values()), lanes  # no limit known: nobody waited
+    [iteration] = (repo / "runs" / run_id / "iterations").glob("*.json")
+    assert json.loads(iteration.read_text())["rate_limits"][f"openai/meta @ {fake.api_base}"]["calls"] == fake.requests["meta"]
     evals = sorted((repo / "runs" / run_id / "evals").glob("*/result-*.json"))
     assert {p.parent.name.split("-")[0] for p in evals} >= {"analysis", "reference", "iter"}
     for path in evals:

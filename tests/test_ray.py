@@ -413,3 +413,49 @@ class TestInProcess:
         assert self.zygote_processes(backend) == 1  # the warm zygote stays; no worker or agent process is left
         later = backend.evaluate(self.request(repo, tmp_path / "later", ["create_task_1"], trials=1), "later", timeout=300)
         assert later.simulations[0].reward == 1.0  # cancel() stopped what was in flight, not the backend
+
+    def test_one_rate_limit_for_the_cluster_and_a_lost_limiter_costs_nothing(self, backend, repo, tmp_path, capsys):
+        """Every group's workers take their turn in the cluster's limiter (a Ray actor): against a provider
+        that allows 600 calls a minute, 64 simulations with 24 at once lose nothing and meet few 429s. Then the
+        actor is killed mid-evaluation: every node goes on with its share, says so once, and loses nothing."""
+        from evolver import ratelimit
+        import ray
+
+        from evolver.evaluation.backends import ray as ray_backend
+        from evolver.evaluation.backends.ray_limits import RemoteLimiter
+        from tests.scripts.fake_openai import FakeOpenAI, Limit
+        from tests.test_rate_limits import SHORT, TASKS
+
+        def request(fake, out, trials=16):
+            roles = {f"{r}_model": "openai/shared" for r in ("agent", "user", "judge")}
+            roles.update({f"{r}_args": [f'extra_body={{fake_role = "{r}"}}'] for r in ("agent", "user", "judge")})
+            cfg = load_config(repo, {**roles, "api_base": fake.api_base})
+            return eval_request(cfg, repo, out, local_api_base=None, task_ids=TASKS, trials=trials, concurrency=24, seed=5)
+
+        with FakeOpenAI(limit=Limit(**SHORT)) as fake:
+            result = backend.evaluate(request(fake, tmp_path / "shared"), "shared", timeout=600)
+            [(lane, tally)] = result.summary.rate_limits.items()
+            assert result.summary.infra_errors == 0 and result.summary.scored == 64
+            assert tally.limited == sum(fake.limited.values()) and tally.calls == sum(fake.requests.values()) >= 250
+            assert tally.limited <= 0.1 * tally.calls, tally
+            assert ray.get(backend.actor.snapshot.remote())[lane]["calls"] == tally.calls  # the one limiter saw them all
+
+        with FakeOpenAI(limit=Limit(**SHORT)) as fake:
+            out, done = tmp_path / "lost", {}
+            runner = threading.Thread(target=lambda: done.update(result=backend.evaluate(request(fake, out, trials=8), "lost", timeout=600)))
+            runner.start()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not ((out / "sims.jsonl").exists() and (out / "sims.jsonl").read_text().count("\n") >= 8):
+                time.sleep(0.05)
+            ray.kill(backend.actor)
+            runner.join(600)
+            try:
+                result = done["result"]
+                assert result.summary.infra_errors == 0 and result.summary.scored == 32 and result.worker_note is None
+                log = (out / "worker.log").read_text()
+                assert log.count("the cluster's rate limiter was lost") == 1, log  # one group: said once
+                assert "this process goes on with 1/1 of the limits on its own" in log
+                assert capsys.readouterr().err.count("the cluster's rate limiter was lost") == 1
+            finally:  # the class's later tests get a limiter again
+                backend.actor = ray_backend._limiter_actor(ray, {})
+                ratelimit.install(RemoteLimiter(backend.actor, {}, say=backend.say))

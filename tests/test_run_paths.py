@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STORE = "store"
 # The names in a run directory and in each evaluation's folder (docs/run-directory.md).
 NAMES = {"runs", "evals", "iterations", "proposals", "worktrees", "run.json", "state.json", "log.jsonl", "holdout.json",
-         "scan-identifiers.json", "lock", "report.html", "request.json", "sims.jsonl", "trajectories", "claims", "worker.log",
+         "scan-identifiers.json", "lock", "report.html", "rate_limits.json", "request.json", "sims.jsonl", "trajectories", "claims", "worker.log",
          "result.json"}
 PREFIXES = ("result-", "status-", "request-")  # result-<T>.json, status-<i>.json, request-<i>.json
 JOINS = {"glob", "rglob", "joinpath", "with_name", "Path", "PurePath", "join"}  # calls that make a path of their arguments

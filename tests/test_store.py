@@ -149,14 +149,17 @@ def test_records_written_before_they_carried_a_schema_are_version_1_and_migrated
     assert runstate._state_v1_to_v2(state) == state and runstate._iteration_v1_to_v2(iteration) == iteration  # nothing to change
     # Read through the steps, and written back: what the older evolver wrote, plus the version.
     again = json.loads(RunState.model_validate(state).model_dump_json())
+    assert again.pop("rate_limits") == {}  # a field added since, empty: an older evolver ignores it
     assert again == {"schema": 2, **state}
     again = json.loads(IterationRecord.model_validate(iteration).model_dump_json())
     candidates = again.pop("candidates")
+    assert again.pop("rate_limits") == {}
     assert again == {"schema": 2, **{k: v for k, v in iteration.items() if k != "candidates"}}
     assert candidates == [{**c, "investigation": {}} for c in iteration["candidates"]]  # the field added since, empty
-    manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own steps, v1 -> v2 -> v3
-    assert manifest.schema_version == 3 and manifest.config["proposer"] == "oneshot" and "local_api_base" not in manifest.config
+    manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own steps, v1 -> v2 -> v3 -> v4
+    assert manifest.schema_version == 4 and manifest.config["proposer"] == "oneshot" and "local_api_base" not in manifest.config
     assert manifest.config["agent_args"] == {} and manifest.config["learnings_file"] == ""  # v2 -> v3: no per-role argument
+    assert manifest.config["rate_limits"] == {}  # v3 -> v4: no configured rate limit
 
 
 def test_new_records_say_their_schema_first(tmp_path):

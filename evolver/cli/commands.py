@@ -107,8 +107,9 @@ def _add_setting_flags(p: argparse.ArgumentParser, command: str, extra: dict[str
                 g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=_flag_help(name, spec))
             elif spec.style == "flag":
                 g.add_argument(flag, action="store_true", default=None, help=spec.help)
-            elif spec.style == "table":  # --agent-arg max_tokens=2048 --agent-arg top_p=0.9
-                g.add_argument(flag_of(name), dest=name, action="append", metavar=spec.metavar, help=spec.help + "; repeat it per argument")
+            elif spec.style in ("table", "limits"):  # --agent-arg max_tokens=2048 --agent-arg top_p=0.9; --rate-limit M=500/200000
+                g.add_argument(flag_of(name), dest=name, action="append", metavar=spec.metavar,
+                               help=spec.help + ("; repeat it per argument" if spec.style == "table" else "; repeat it per model"))
             elif spec.style == "on_off":  # --holdout / --no-holdout; auto when neither is given
                 g.add_argument(flag, dest=name, action="store_const", const="on", help=spec.help)
                 g.add_argument("--no-" + flag[2:], dest=name, action="store_const", const="off", help=f"no {name.replace('_', ' ')} (default: auto)")
@@ -288,7 +289,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
-        with make_backend(cfg.backend, cfg.ray_address) as backend:
+        with make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits) as backend:
             if cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails before minutes of model start-up
                 backend.list_tasks(listing_request(cfg, checkout, evaluation.listing().path, task_ids=task_ids, num_tasks=args.num_tasks))
             if note:
@@ -351,7 +352,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         arms = [resolve(spec, repo, name, out, lineage, run) for name, spec in (("a", args.a), ("b", args.b))]
         exclude_runs_dir(repo)
-        with make_backend(cfg.backend, cfg.ray_address) as backend:
+        with make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits) as backend:
             backend.list_tasks(listing_request(cfg, arms[0].checkout, out.listing().path, task_ids=task_ids, num_tasks=args.num_tasks))
             if note:
                 console.print(note)
@@ -403,7 +404,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     console = Console(stderr=True, soft_wrap=True)
     lineage = Lineage(repo, run.run_id)
     try:
-        with make_backend(cfg.backend, cfg.ray_address) as backend:
+        with make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits) as backend:
             backend.list_tasks(listing_request(cfg, repo, run.transfer(transfer_id).listing().path, task_ids=tasks))
             with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
                 record = transfer(run, cfg, backend, local_api_base, each=args.each, tasks=tasks, transfer_id=transfer_id, lineage=lineage,
@@ -540,7 +541,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             stack.enter_context(run.lock())  # before anything is read or written: one driver per run
             iterations = None if args.iterations is None else checked("iterations", args.iterations, "--iterations")
             loop = resume_run(run, iterations, console)
-            loop.backend = stack.enter_context(make_backend(loop.cfg.backend, loop.cfg.ray_address))
+            loop.backend = stack.enter_context(make_backend(loop.cfg.backend, loop.cfg.ray_address, loop.cfg.rate_limits))
         else:
             cfg = load_config(repo, _overrides(args))
             note = apply_default_models(cfg)  # said once the run could start: bad input gets one line
@@ -548,7 +549,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
             require_sandbox(cfg)
             cap_concurrency(cfg, console)  # before the estimate, which divides by it
-            backend = stack.enter_context(make_backend(cfg.backend, cfg.ray_address))
+            backend = stack.enter_context(make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits))
             if args.pilot and not args.dry_run:
                 raise UsageError("--pilot measures for a --dry-run's forecast; add --dry-run (a run measures its baseline anyway)")
             pilot = _pilot(cfg, backend, console, repo, args.pilot) if args.pilot else None

@@ -33,6 +33,8 @@ def eval_table(result: EvalResult) -> Table:
             ended[sim.termination_reason or "?"] = ended.get(sim.termination_reason or "?", 0) + 1
         table.add_row("messages per simulation", f"{sum(sim.steps for sim in scored) / len(scored):.1f}")
         table.add_row("ended by", ", ".join(f"{reason} {n}" for reason, n in sorted(ended.items(), key=lambda kv: -kv[1])))
+    for lane, tally in sorted(s.rate_limits.items()):
+        table.add_row("rate limit", f"{lane}: {tally_text(tally.calls, tally.limited, tally.waited)}")
     table.add_row("failed by the agent", str(s.failed))
     table.add_row("infrastructure errors", f"[red]{s.infra_errors}[/red]" if s.infra_errors else "0")
     for role, tally in sorted(s.infra_by_role.items()):
@@ -60,6 +62,21 @@ def infra_line(role: str, count: int, first: str) -> str:
     from rich.markup import escape
 
     return f"[red]{role}: {count} infra error{'' if count == 1 else 's'}[/red], first: {escape(first[:300])}"
+
+
+def tally_text(calls: int, limited: int, waited: float) -> str:
+    """What the calls to one provider endpoint and model met in its rate limit."""
+    return f"{calls:,} calls, {limited:,} answered 429, {waited:,.1f} s waited for a turn"
+
+
+def lane_text(lane: str, view: dict, live: bool = True) -> str:
+    """One lane of the rate limiter (evolver.ratelimit's snapshot): the rate in use and where it comes from,
+    calls waiting now (``live``), and what its calls met so far."""
+    rate = "no limit known" if view.get("rpm") is None else f"{view['rpm']:g} rpm ({view.get('source') or '?'})"
+    if view.get("tpm"):
+        rate += f", {view['tpm']:,} tpm"
+    now = f", {view.get('in_use_rpm', 0):g} calls in the last minute, {view.get('waiting', 0)} waiting" if live else ""
+    return f"{lane}: {rate}{now}; {tally_text(view.get('calls', 0), view.get('limited', 0), view.get('waited', 0.0))}"
 
 
 def _bar_label(name: str, mean: Optional[float]) -> str:
@@ -108,7 +125,7 @@ class ConsoleView:
     def __init__(self, console: Console, every: float = 60.0):
         self.console, self.every = console, every
         self.lock = threading.Lock()
-        self.phase, self.spent = "starting", ""
+        self.phase, self.spent, self.limits = "starting", "", ""
         self.evals: dict[str, tuple[int, int]] = {}  # evaluation in flight -> (done, total)
         self.proposing: dict[str, str] = {}  # candidate being proposed -> its proposer's turn and last tool
         self.finished_sims = 0
@@ -127,6 +144,9 @@ class ConsoleView:
                 self._reset_phase_clock()
             elif isinstance(event, ev.Spent):
                 self.spent = _spent_text(event)
+            elif isinstance(event, ev.RateLimits):  # only lanes that are limited or have been: the others say nothing
+                self.limits = " | ".join(lane_text(lane, view) for lane, view in sorted(event.lanes.items())
+                                         if view.get("rpm") or view.get("tpm") or view.get("limited") or view.get("waiting"))
             elif isinstance(event, ev.EvalProgress):
                 self.evals[event.name] = (event.done, event.total, event.mean)
                 if self.live is not None:
@@ -157,7 +177,7 @@ class ConsoleView:
         parts = [self.phase, *[self.proposing[label] for label in sorted(self.proposing)], f"{done:,} simulations done"]
         if each:
             parts += [_bar_label(f"{name} {d}/{t}", mean) for name, (d, t, mean) in sorted(self.evals.items())]
-        return " | ".join(parts + ([self.spent] if self.spent else []))
+        return " | ".join(parts + ([self.spent] if self.spent else []) + ([f"rate limits: {self.limits}"] if self.limits else []))
 
     def _refresh(self) -> None:
         if not self.console.is_terminal or self.ended.is_set():
@@ -360,6 +380,8 @@ def status_table(info: dict) -> Table:
     table.add_row("simulations", f"{info['simulations_done']:,} done, at most {info['simulations_planned_at_most']:,} in all")
     for role, tally in sorted(info["infra_errors"].items()):
         table.add_row("infrastructure errors", infra_line(role, tally["count"], tally["first"]))
+    for lane, view in sorted(info.get("rate_limits", {}).items()):
+        table.add_row("rate limit", lane_text(lane, view, live="waiting" in view))
     table.add_row("elapsed", _duration(info["elapsed_seconds"]))
     if info["eta_seconds_at_most"] is not None:
         table.add_row("time left", f"at most {_duration(info['eta_seconds_at_most'])} "

@@ -9,7 +9,7 @@ from typing import Optional
 
 from evolver.cli.compare import transfer_rows
 from evolver.config import Config
-from evolver.data import RoleUsage, cost_text
+from evolver.data import RoleUsage, add_tallies, cost_text
 from evolver.errors import UsageError
 from evolver.evaluation.metrics import infra_by_role, mean_reward, rewards_by_task
 from evolver.evolution.evidence import flipped
@@ -80,6 +80,7 @@ def status(run: RunDir) -> dict:
         "cost_text": cost_text(usage.values()),
         "simulations_done": done,
         "infra_errors": {role: tally.model_dump() for role, tally in infra.items()},  # by the side that failed
+        "rate_limits": rate_limits(run, state, running),
         "transfers": transfer_rows(run.transfers()),
         "simulations_planned_at_most": planned,
         "seconds_per_simulation": seconds_per_sim,
@@ -90,6 +91,20 @@ def status(run: RunDir) -> dict:
         "split_note": manifest.split_note,
         "models": {k: v.model for k, v in manifest.models.items()},
     }
+
+
+def rate_limits(run: RunDir, state, running: bool) -> dict:
+    """Per provider endpoint and model: permits, 429s and seconds waited by the run's finished evaluations and
+    its meta-LLM (as charged: the iteration in progress included); while it runs, the rate in use and the
+    calls waiting now, as its driver last wrote them."""
+    current = run.iteration(state.next_iteration)
+    totals = add_tallies(dict(state.rate_limits), current.rate_limits if current else {})
+    lanes = {lane: tally.model_dump() for lane, tally in totals.items()}
+    live = run.rate_limits().get("lanes", {}) if running else {}
+    for lane, view in live.items():
+        now = {k: view[k] for k in ("rpm", "tpm", "source", "in_use_rpm", "waiting") if k in view}
+        lanes[lane] = {**lanes.get(lane, {"calls": view.get("calls", 0), "limited": view.get("limited", 0), "waited": view.get("waited", 0.0)}), **now}
+    return lanes
 
 
 def runs(repo) -> list[dict]:

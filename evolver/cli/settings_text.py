@@ -87,6 +87,8 @@ def _accepts(f, spec) -> str:
     kind = type(_default(f))
     if spec.choices:
         return ", ".join(f"`{c}`" for c in spec.choices if c) + (", or empty" if "" in spec.choices else "")
+    if spec.style == "limits":
+        return "a table: one model per line, `\"MODEL\" = {rpm = N, tpm = N}` (either or both)"
     if kind is dict:
         return "a table of model arguments ([the list](#model-arguments-per-role))"
     if kind is bool:
@@ -106,7 +108,7 @@ def _accepts(f, spec) -> str:
 
 def _sources(name: str, spec) -> str:
     flag = flag_of(name)
-    shown = f"`{flag} KEY=VALUE`, repeated" if spec.style == "table" else f"`{flag}`"
+    shown = f"`{flag} {spec.metavar}`, repeated" if spec.style in ("table", "limits") else f"`{flag}`"
     flags = (f"`{flag}` / `--no-{flag[2:]}`" if spec.style in ("switch", "on_off") else shown) + f" ({', '.join(spec.flags)})"
     if spec.flag_only:
         return f"{flags} only"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from math import comb
 
-from evolver.data import EvalSummary, InfraTally, RoleUsage, SimRecord
+from evolver.data import EvalSummary, InfraTally, RoleUsage, SimRecord, add_tallies
 
 
 def rewards_by_task(records: list[SimRecord]) -> dict[str, list[float | None]]:
@@ -60,9 +60,11 @@ def infra_by_role(records: list[SimRecord]) -> dict[str, InfraTally]:
 def summarize(records: list[SimRecord], num_tasks: int, num_trials: int, duration: float) -> EvalSummary:
     scored = [r for r in records if r.outcome != "infra_error"]
     usage: dict[str, RoleUsage] = defaultdict(RoleUsage)
+    limits: dict = {}
     for r in records:
         for role, u in r.usage.items():
             usage[role] = usage[role].add(u)
+        add_tallies(limits, r.rate_limits)
     return EvalSummary(
         num_tasks=num_tasks,
         num_trials=num_trials,
@@ -75,4 +77,5 @@ def summarize(records: list[SimRecord], num_tasks: int, num_trials: int, duratio
         pass_hat_k=pass_hat_k(rewards_by_task(records), num_trials),
         usage=dict(usage),
         duration=duration,
+        rate_limits=limits,
     )

@@ -29,7 +29,9 @@ import threading
 import traceback
 from collections import defaultdict
 from pathlib import Path
+from typing import Optional
 
+from evolver import ratelimit
 from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord
 from evolver.llm import ConversationError, ProviderError, missing_api_key, prepare_environment
 from evolver.local.providers import register_providers
@@ -266,6 +268,7 @@ class Recorder:
         self.claimed: dict[tuple, int] = defaultdict(int)
         # Resume: simulations already scored on disk are not run again; infra errors are retried.
         self.done = set(self.evaluation.measured())
+        self.again: Optional[set] = None  # in the second pass: the simulations that get their second chance
         self.claims = req.shards > 1  # the workers of this evaluation share its grid through claims/
         if self.claims:
             self.evaluation.open_claims()
@@ -293,7 +296,7 @@ class Recorder:
 
         task, seed = kwargs["task"], kwargs.get("seed")
         trial = self._trial(task.id, seed, sys._getframe(1))
-        if (task.id, trial) in self.done or not self._claim(task.id, trial):
+        if (task.id, trial) in self.done or (self.again is not None and (task.id, trial) not in self.again) or not self._claim(task.id, trial):
             return self._placeholder(task.id, trial, seed)
         with self.lock:
             self.started += 1
@@ -301,7 +304,8 @@ class Recorder:
         self.unevaluated.simulation = None
         kwargs["llm_args_user"] = user_simulator_args(task, kwargs.get("llm_args_user"))
         try:
-            sim = self.run_task(*args, **kwargs)
+            with ratelimit.tracking() as limits:  # every role's calls of this simulation run in this thread
+                sim = self.run_task(*args, **kwargs)
         except Exception as exc:
             source = _infra_source(exc, context)
             conversation = _raised(exc, ConversationError)
@@ -319,7 +323,7 @@ class Recorder:
                 reward=None if source else 0.0,
                 termination_reason=termination, error_role=source,
                 steps=len(finished.messages) if finished else 0, duration=finished.duration if finished else 0.0,
-                usage={"agent": context.usage},
+                usage={"agent": context.usage}, rate_limits=limits,
                 error=("tau2's evaluation raised " if finished else "") + f"{type(exc).__name__}: {exc}"
                 + ("" if source or candidate or conversation else "\n" + "".join(traceback.format_exception(exc)[-3:])),
             )
@@ -336,7 +340,7 @@ class Recorder:
             termination_reason=str(getattr(sim.termination_reason, "value", sim.termination_reason)),
             steps=len(sim.messages), duration=sim.duration,
             # The agent's usage as the trusted side counted it; its messages' own figures are not evidence.
-            usage={"agent": context.usage, "user": _usage(sim.messages, UserMessage)},
+            usage={"agent": context.usage, "user": _usage(sim.messages, UserMessage)}, rate_limits=limits,
         )
         self._write(record, sim)
         return sim
@@ -374,7 +378,17 @@ class Recorder:
         """First come, first served between the workers of an evaluation: a shared queue
         balances them where a fixed split of the tasks leaves one idle while the other
         still runs the long ones."""
-        return not self.claims or self.evaluation.claim(task_id, trial)
+        return not self.claims or self.evaluation.claim(task_id, trial, again=self.again is not None)
+
+    def second_chance(self) -> list:
+        """Once the grid has run: the simulations whose latest record is an infrastructure error (a provider
+        that stayed down through the rate limiter and the retries, a sandbox that failed) get one more
+        run, at the end, before they count as missing. Returns the task ids to run again; from now on
+        only those simulations run, each claimed once more between the workers."""
+        records = self.evaluation.records()
+        self.done = {(r.task_id, r.trial) for r in records if r.outcome != "infra_error"}
+        self.again = {(r.task_id, r.trial) for r in records if r.outcome == "infra_error"}
+        return sorted({task for task, _ in self.again})
 
     @staticmethod
     def _placeholder(task_id: str, trial: int, seed):
@@ -460,15 +474,17 @@ def _simulate(req: EvalRequest, tasks: list, checked) -> None:
     tau2.run.run_task = recorder
     tau2.run.evaluate_simulation = recorder.keeping_simulation(tau2.run.evaluate_simulation)
     proxy_agent.pool = proxy_agent.AgentPool(proxy_agent.settings, lambda: min(req.concurrency, PREFORK, recorder.waiting()), ready=(checked,))
+    grid = dict(domain=req.domain, agent=AGENT_NAME, user="user_simulator",
+                llm_agent=req.agent.model, llm_args_agent=req.agent.litellm_args(),
+                llm_user=req.user.model, llm_args_user=req.user.litellm_args(),
+                num_trials=req.trials, max_steps=req.max_steps, max_errors=req.max_errors,
+                save_to=None, console_display=False, max_concurrency=req.concurrency,
+                seed=req.seed, log_level="ERROR")
     try:
-        tau2.run.run_tasks(
-            domain=req.domain, tasks=tasks, agent=AGENT_NAME, user="user_simulator",
-            llm_agent=req.agent.model, llm_args_agent=req.agent.litellm_args(),
-            llm_user=req.user.model, llm_args_user=req.user.litellm_args(),
-            num_trials=req.trials, max_steps=req.max_steps, max_errors=req.max_errors,
-            save_to=None, console_display=False, max_concurrency=req.concurrency,
-            seed=req.seed, log_level="ERROR",
-        )
+        tau2.run.run_tasks(tasks=tasks, **grid)
+        again = set(recorder.second_chance())  # tau2 draws a trial's seed from the request's seed alone: the same seeds again
+        if again:
+            tau2.run.run_tasks(tasks=[t for t in tasks if t.id in again], **grid)
     finally:
         proxy_agent.pool.close()
         proxy_agent.pool = None

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from evolver import events as ev
+from evolver import ratelimit
 from evolver.config import Config, eval_request
-from evolver.data import EvalResult, RoleUsage
+from evolver.data import EvalResult, RoleUsage, add_tallies
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.metrics import mean_reward, rewards_by_task
 from evolver.evolution import gate as gatelib
@@ -38,6 +39,7 @@ from evolver.store.lineage import Lineage, commit_message
 from evolver.store.runstate import FINAL_STATUSES, BestChange, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, charge, measured, slug
 
 SMOKE_TIMEOUT = 600.0
+RATE_LIMITS_EVERY = 2.0  # seconds between looks at the rate limiter while a run is driven
 # How far a candidate got, best first: an iteration is as far as its furthest candidate.
 PROGRESS = ("accepted", "rejected", "undecided", "invalid", "refused", "no_patch")
 
@@ -68,6 +70,8 @@ class Loop:
     def drive(self, local_api_base: Optional[str] = None) -> None:
         """Run until a stop condition; ``local_api_base`` is the embedded server the command started, if any."""
         self.local_api_base = local_api_base
+        watching = threading.Event()  # set when the run stops being driven
+        threading.Thread(target=self.watch_rate_limits, args=(watching,), name="rate-limits", daemon=True).start()
         try:
             self.measure_baseline()
             while True:
@@ -95,6 +99,21 @@ class Loop:
         except BaseException as exc:  # the command reports it; the views only close
             self.events.emit(ev.Ended("failed", str(exc), self.run.run_id))
             raise
+        finally:
+            watching.set()
+
+    def watch_rate_limits(self, stop: threading.Event, every: float = RATE_LIMITS_EVERY) -> None:
+        """Every few seconds while the run is driven: the command's rate limiter, per provider endpoint and
+        model, to the views and to the run directory (for `evolver status`)."""
+        while not stop.wait(every):
+            limiter = ratelimit.current()
+            try:
+                lanes = limiter.snapshot() if limiter is not None else {}
+            except OSError:
+                continue
+            if lanes:
+                self.run.save_rate_limits(lanes)
+                self.events.emit(ev.RateLimits(lanes))
 
     def iterate(self, n: int) -> None:
         record = self.run.iteration(n) or self.new_iteration(n)
@@ -182,7 +201,8 @@ class Loop:
             workdir=workdir, prompts_dir=self.prompts_dir, digest_chars=self.cfg.digest_chars, try_agent=try_agent,
             progress=lambda turn, turns, doing: self.events.emit(ev.Proposing(cand.label, turn, turns, doing)),
         )
-        outcome = self.proposer.propose(request)
+        with ratelimit.tracking() as limits:  # the meta-LLM's calls, made in this thread
+            outcome = self.proposer.propose(request)
         cand.responses, cand.errors, cand.findings = outcome.responses, outcome.errors, outcome.findings
         cand.investigation = outcome.stats
         if outcome.proposal is None:
@@ -192,7 +212,7 @@ class Loop:
             cand.title, cand.rationale = p.title, p.rationale
             cand.edits = [dataclasses.asdict(e) for e in p.edits]
             cand.status, cand.reason = ("refused", outcome.refused) if outcome.refused else ("evaluating", "")
-        self.add_usage(record, "meta", outcome.usage)  # saves the candidate's outcome with the meta-LLM's charge
+        self.add_usage(record, "meta", outcome.usage, limits)  # saves the candidate's outcome with the meta-LLM's charge
         self.run.log("proposed", iteration=record.iteration, candidate=cand.label, status=cand.status, title=cand.title)
         self.lineage.remove_worktree(parent_tree)
 
@@ -347,6 +367,7 @@ class Loop:
             self.state.next_iteration = n + 1
             for name, usage in record.usage.items():
                 self.state.usage[name] = self.state.usage.get(name, RoleUsage()).add(usage)
+            add_tallies(self.state.rate_limits, record.rate_limits)
         if not self.run.logged("decided", iteration=n):  # before the state moves on, once: a kill never loses it
             self.run.log("decided", iteration=n, status=record.status, kept=record.kept, reason=record.reason)
         self.save_state()
@@ -493,9 +514,10 @@ class Loop:
                 lines.append(f"- Iteration {c.label}: \"{c.title or '(no patch)'}\" -> {c.status}{delta}. {c.reason}")
         return lines
 
-    def add_usage(self, record: IterationRecord, role: str, usage: RoleUsage) -> None:
+    def add_usage(self, record: IterationRecord, role: str, usage: RoleUsage, limits: Optional[dict] = None) -> None:
         with self.saving:
             record.usage[role] = record.usage.get(role, RoleUsage()).add(usage)
+            add_tallies(record.rate_limits, limits or {})
             self.run.save_iteration(record)
         self.report_spent(record)
 

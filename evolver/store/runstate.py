@@ -26,7 +26,7 @@ from typing import Iterable, Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from evolver.data import RoleModel, RoleUsage, SimRecord, write_json_atomic
+from evolver.data import RateTally, RoleModel, RoleUsage, SimRecord, add_tallies, write_json_atomic
 from evolver.errors import UsageError
 from evolver.store.comparisons import ComparisonDir, TransferDir
 from evolver.store.evaldir import EvalDir
@@ -39,7 +39,7 @@ FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "und
 
 
 RUNS = "runs"  # in the evaluated repository: every run and evaluation, ignored by git
-MANIFEST_SCHEMA = 3
+MANIFEST_SCHEMA = 4
 STATE_SCHEMA = 2
 ITERATION_SCHEMA = 2
 
@@ -73,8 +73,14 @@ def _manifest_v2_to_v3(data: dict) -> dict:
     return {**data, "config": {**none, **data.get("config", {})}, "schema": 3}
 
 
+def _manifest_v3_to_v4(data: dict) -> dict:
+    """v3 predates configured rate limits (rate_limits): a v3 run configured none, and goes on learning each
+    provider's limit from its answers, as every run does for a model it has no limit for."""
+    return {**data, "config": {"rate_limits": {}, **data.get("config", {})}}
+
+
 # Named steps from each older schema to the next; a run is opened through all it needs.
-MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2, 2: _manifest_v2_to_v3}
+MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2, 2: _manifest_v2_to_v3, 3: _manifest_v3_to_v4}
 STATE_MIGRATIONS = {1: _state_v1_to_v2}
 ITERATION_MIGRATIONS = {1: _iteration_v1_to_v2}
 
@@ -121,6 +127,7 @@ class RunState(Versioned):
     consecutive_rejections: int = 0
     decisions: int = 0  # candidates that reached the gate's final word
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
+    rate_limits: dict[str, RateTally] = Field(default_factory=dict)  # per provider endpoint and model, as usage is per role
     best_history: list[BestChange] = Field(default_factory=list)
     elapsed: float = 0.0  # seconds spent driving the run, summed over resumes
     updated_at: float = 0.0  # when the driver last wrote this file (status adds the time since, while it runs)
@@ -166,6 +173,8 @@ class IterationRecord(Versioned):
     gate_stages: list[dict] = Field(default_factory=list)  # the gate's decision over the set, stage by stage
     analysis: Optional[float] = None  # the kept candidate's analysis score, once measured
     usage: dict[str, RoleUsage] = Field(default_factory=dict)  # every role, all candidates together
+    # Per provider endpoint and model: permits, 429s and seconds waited for the rate limit (evolver.ratelimit), meta-LLM included.
+    rate_limits: dict[str, RateTally] = Field(default_factory=dict)
     charged: dict[str, dict[str, str]] = Field(default_factory=dict)  # as RunState.charged, for this iteration's evaluations
 
     def candidate(self, label: str) -> CandidateRecord:
@@ -196,6 +205,7 @@ def charge(holder: RunState | IterationRecord, name: str, simulations: Iterable[
         charged[key] = mark
         for role, usage in sim.usage.items():
             holder.usage[role] = holder.usage.get(role, RoleUsage()).add(usage)
+        add_tallies(holder.rate_limits, sim.rate_limits)
 
 
 def _fingerprint(sim: SimRecord) -> str:
@@ -261,6 +271,22 @@ class RunDir:
     @property
     def report_file(self) -> Path:
         return self.path / "report.html"
+
+    @property
+    def rate_limits_file(self) -> Path:
+        return self.path / "rate_limits.json"
+
+    def save_rate_limits(self, lanes: dict) -> None:
+        """The driver's rate limiter as it is now (evolver.ratelimit's snapshot, per lane), for `evolver status`."""
+        write_json_atomic(self.rate_limits_file, {"at": time.time(), "lanes": lanes})
+
+    def rate_limits(self) -> dict:
+        """The last snapshot the driver wrote ({"at": when, "lanes": {...}}); {} when there is none or it is unreadable."""
+        try:
+            found = json.loads(self.rate_limits_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) and isinstance(found.get("lanes"), dict) else {}
 
     def transfer(self, transfer_id: str) -> "TransferDir":
         """One `evolver transfer` of the run: a comparison per pair of kept steps, and transfer.json."""

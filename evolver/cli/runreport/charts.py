@@ -129,6 +129,25 @@ def cost_chart(facts: RunFacts) -> go.Figure:
     return fig
 
 
+def rate_limit_chart(facts: RunFacts) -> go.Figure:
+    """Per iteration and provider endpoint and model: 429s answered (bars) and seconds spent waiting for a
+    turn in the rate limit (line, right axis)."""
+    names = [OUTSIDE_ITERATIONS if iteration is None else str(iteration) for iteration, _ in facts.rate_limits]
+    lanes = sorted({lane for _, row in facts.rate_limits for lane in row})
+    fig = go.Figure()
+    for lane in lanes:
+        counts = [row.get(lane, {}) for _, row in facts.rate_limits]
+        fig.add_trace(go.Bar(x=names, y=[c.get("limited", 0) for c in counts], name=f"{lane}: 429s",
+                             customdata=[c.get("calls", 0) for c in counts], hovertemplate="%{y} 429s of %{customdata} calls<extra></extra>"))
+        fig.add_trace(go.Scatter(x=names, y=[round(c.get("waited", 0.0), 1) for c in counts], name=f"{lane}: s waited", yaxis="y2",
+                                 mode="lines+markers"))
+    fig.update_layout(**LAYOUT, title="Rate limits per iteration: 429s answered and seconds waited for a turn", height=360,
+                      legend=dict(orientation="h", y=-0.25), yaxis2=dict(title="seconds waited", overlaying="y", side="right", rangemode="tozero"))
+    fig.update_xaxes(title=f"iteration ('{OUTSIDE_ITERATIONS}': outside the iterations)", type="category")
+    fig.update_yaxes(title="429s", rangemode="tozero")
+    return fig
+
+
 def task_grid(facts: RunFacts) -> go.Figure:
     """Pass rate per gate task and candidate; ▲/▼ where a candidate's rate rose/fell against its incumbent's."""
     grid = facts.grid

@@ -120,6 +120,8 @@ class RunFacts:
     alpha: float
     transfers: list[dict] = field(default_factory=list)  # evolver.cli.compare.transfer_rows
     triage: list[dict] = field(default_factory=list)  # the flagged tasks (evolver.evolution.triage): task, flags, why
+    # Per iteration (None: outside the iterations), per provider endpoint and model: permits, 429s, seconds waited.
+    rate_limits: list[tuple[Optional[int], dict]] = field(default_factory=list)
     generated: float = field(default_factory=time.time)
     evolver_version: str = __version__
 
@@ -198,7 +200,20 @@ def collect(run: RunDir) -> RunFacts:
         decisions=state.decisions, alpha=float(manifest.gate.get("alpha", 0.05)),
         transfers=transfer_rows(run.transfers()),
         triage=[{"task": t.task, "flags": t.flags, "why": t.why} for t in triage(measured(run.repo, run.run_id)) if t.flags],
+        rate_limits=_rate_limits(records, state),
     )
+
+
+def _rate_limits(records, state) -> list[tuple[Optional[int], dict]]:
+    """Each iteration's rate-limit counts, then what the run met outside them (the run's total minus its iterations')."""
+    rows = [(r.iteration, {lane: t.model_dump() for lane, t in r.rate_limits.items()}) for r in records]
+    outside = {}
+    for lane, total in state.rate_limits.items():
+        spent = [r.rate_limits[lane] for r in records if lane in r.rate_limits and r.iteration < state.next_iteration]
+        left = {k: getattr(total, k) - sum(getattr(t, k) for t in spent) for k in ("calls", "limited", "waited")}
+        if any(v > 0 for v in left.values()):
+            outside[lane] = left
+    return rows + ([(None, outside)] if outside else [])
 
 
 def _costs(records, state) -> list[CostRow]:

@@ -41,6 +41,7 @@ def render(facts: RunFacts) -> str:
         "score-chart": charts.score_chart(facts),
         "lineage-chart": charts.lineage_chart(facts),
         "cost-chart": charts.cost_chart(facts),
+        "rate-limit-chart": charts.rate_limit_chart(facts),
         "task-grid": charts.task_grid(facts),
     }
     plots = {div: fig.to_html(full_html=False, include_plotlyjs=False, div_id=div, config=PLOT_CONFIG) for div, fig in figures.items()}
@@ -67,6 +68,11 @@ candidates per iteration the gate tests each at &alpha;/K). {_never_gated(facts)
 <section id="costs"><h2>Cost</h2>
 {plots["cost-chart"]}
 {_cost_table(facts)}
+</section>
+<section id="rate-limits"><h2>Rate limits</h2>
+{plots["rate-limit-chart"]}
+<p class="note">Every call of every role waits for its turn in one rate limit per provider endpoint and model, configured
+(<code>rate_limits</code>) or learnt from the provider's 429s and headers; a 429 is waited for and retried, not lost.</p>
 </section>
 <section id="tasks"><h2>Gate tasks</h2>
 {plots["task-grid"]}

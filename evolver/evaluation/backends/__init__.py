@@ -53,11 +53,17 @@ class Backend(Protocol):
         ...
 
 
-def make_backend(name: str, ray_address: str = "") -> Backend:
+def make_backend(name: str, ray_address: str = "", rate_limits: Optional[dict] = None) -> Backend:
+    """The backend of one command. It holds the command's rate limiter (evolver.ratelimit), configured with
+    ``rate_limits``: this process's own calls (the meta-LLM) and every worker's wait their turn in it."""
+    from evolver import ratelimit
+
     if name == "ray":
         from evolver.evaluation.backends.ray import RayBackend
 
-        return RayBackend(ray_address)
+        return RayBackend(ray_address, rate_limits)
     from evolver.evaluation.backends.local import LocalBackend
 
-    return LocalBackend()
+    limiter = ratelimit.Limiter(rate_limits)
+    ratelimit.install(limiter)
+    return LocalBackend(limiter=limiter)

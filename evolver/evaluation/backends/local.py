@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from evolver import ratelimit
 from evolver.data import EvalRequest, EvalResult
 from evolver.errors import UsageError
 from evolver.evaluation import zygote_client
@@ -96,20 +97,37 @@ def _shards(req: EvalRequest) -> list[EvalRequest]:
 class LocalBackend:
     """Evaluations on this machine. Several may run at once (one per thread: the candidates of an
     iteration); each holds its own connection to the zygote, kept for the next one afterwards.
-    The workers get ``environment`` (default: this process's), e.g. a Ray driver's keys on a Ray node."""
+    The workers get ``environment`` (default: this process's), e.g. a Ray driver's keys on a Ray node,
+    and ``limiter`` (the command's rate limiter, or a Ray node's relay to the cluster's) on a Unix
+    socket in the runtime directory: every worker's LLM calls wait their turn in it."""
 
     name = "local"
 
-    def __init__(self, environment: Optional[dict] = None) -> None:
+    def __init__(self, environment: Optional[dict] = None, limiter=None) -> None:
         self.environment = environment
+        self.limiter = None if ratelimit.switched_off() else limiter
+        self.service: Optional[ratelimit.Service] = None
         self.idle: list[Zygote] = []
         self.lock = threading.Lock()
         self.cancelled = threading.Event()
 
     def evaluate(self, req: EvalRequest, run_id: str, *, timeout: float, on_progress: Optional[Progress] = None) -> EvalResult:
-        """Evaluate; simulations already on disk in req.out_dir are kept, not run again."""
+        """Evaluate; simulations already on disk in req.out_dir are kept, not run again. Time its calls
+        spent waiting for the rate limit does not count against ``timeout``."""
         with self._connection() as zygote:
-            return _evaluate(zygote, req, run_id, timeout, on_progress, self.cancelled)
+            return _evaluate(zygote, req, run_id, timeout, on_progress, self.cancelled, self._throttled)
+
+    def _throttled(self) -> float:
+        return self.limiter.throttled() if self.limiter is not None else 0.0
+
+    def _workers_environment(self) -> dict:
+        env = dict(os.environ) if self.environment is None else dict(self.environment)
+        with self.lock:
+            if self.limiter is not None and self.service is None:
+                self.service = ratelimit.Service(self.limiter, zygote_client.runtime_dir())
+        if self.service is not None:
+            env[ratelimit.ENV] = str(self.service.path)
+        return env
 
     def list_tasks(self, req: EvalRequest) -> TaskListing:
         with self._connection() as zygote:
@@ -123,6 +141,9 @@ class LocalBackend:
             for zygote in self.idle:
                 zygote.conn.close()
             self.idle.clear()
+            if self.service is not None:
+                self.service.close()
+                self.service = None
 
     def __enter__(self) -> "LocalBackend":
         return self
@@ -135,7 +156,7 @@ class LocalBackend:
         with self.lock:
             zygote = self.idle.pop() if self.idle else None
         if zygote is None or zygote.conn.closed:
-            zygote = Zygote(self.environment)
+            zygote = Zygote(self._workers_environment())
         try:
             yield zygote
         finally:
@@ -144,22 +165,23 @@ class LocalBackend:
 
 
 def _run_worker(zygote: Zygote, req: EvalRequest, timeout: float, cancelled: threading.Event,
-                on_tick: Optional[Callable[[], None]] = None) -> tuple[dict, Optional[str], int]:
-    """Run the workers of one evaluation to the end, the time limit or a cancel.
-    Returns (merged status, why they were stopped, worst exit code)."""
+                on_tick: Optional[Callable[[], None]] = None, throttled: Callable[[], float] = lambda: 0.0) -> tuple[dict, Optional[str], int]:
+    """Run the workers of one evaluation to the end, the time limit (the time during which calls waited
+    for the rate limit, ``throttled``, not counted) or a cancel. Returns (merged status, why they were
+    stopped, worst exit code)."""
     evaluation = EvalDir(req.out_dir)
     evaluation.begin(req)  # a resumed evaluation reads neither the last workers' verdict nor their claims
     shards = _shards(req)
     pids = []
     for shard in shards:
         pids.append(zygote.spawn(evaluation.write_shard_request(shard), evaluation.log_file, req.checkout))
-    started = time.monotonic()
+    started, throttled_before = time.monotonic(), throttled()
     note = None
     try:
         while any(zygote.exit_code(pid) is None for pid in pids):
             if cancelled.is_set():
                 raise Cancelled("the evaluation was cancelled")
-            if time.monotonic() - started > timeout:
+            if time.monotonic() - started - (throttled() - throttled_before) > timeout:
                 note = f"the worker was stopped at the wall-clock limit of {timeout:g} s"
                 for pid in pids:
                     _stop(zygote, pid)
@@ -188,7 +210,7 @@ def _list_tasks(zygote: Zygote, req: EvalRequest, cancelled: threading.Event) ->
 
 
 def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_progress: Optional[Progress],
-              cancelled: threading.Event) -> EvalResult:
+              cancelled: threading.Event, throttled: Callable[[], float]) -> EvalResult:
     evaluation = EvalDir(req.out_dir)
     started = time.monotonic()
 
@@ -199,7 +221,7 @@ def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_
             tasks = _merge(evaluation.statuses() or [{}])["tasks"]
             on_progress(*tally.progress(len(tasks) * req.trials))
 
-    status, note, code = _run_worker(zygote, req, timeout, cancelled, tick)
+    status, note, code = _run_worker(zygote, req, timeout, cancelled, tick, throttled)
     state = status.get("state")
     candidate_error = status.get("message") if state == "candidate_error" else None
     if state == "importing" and note:

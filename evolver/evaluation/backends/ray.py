@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -30,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from evolver import ratelimit
 from evolver.data import EvalRequest, EvalResult, SimRecord
 from evolver.errors import UsageError
-from evolver.evaluation.backends import Cancelled, Progress, TaskListing, ray_node
+from evolver.evaluation.backends import Cancelled, Progress, TaskListing, ray_limits, ray_node
 from evolver.evaluation.backends.local import WORKER_PROCESSES
 from evolver.evaluation.backends.results import eval_result  # the result is built as the local backend builds it
 from evolver.store.evaldir import EvalDir
@@ -88,7 +90,7 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, address: str = "") -> None:
+    def __init__(self, address: str = "", rate_limits: Optional[dict] = None) -> None:
         self.ray = _import_ray()
         # Where evolver starts the instance, it and its zygotes live in one private folder, removed in close().
         self.root = Path(tempfile.mkdtemp(prefix="evolver-ray-")) if not address else None
@@ -106,6 +108,27 @@ class RayBackend:
         self.environment = self.ray.put(worker_environment(dict(os.environ)))
         self.run_group = self.ray.remote(num_returns="streaming", max_retries=0)(ray_node.run_group)
         self.list_remote = self.ray.remote(max_retries=ATTEMPTS - 1)(ray_node.list_tasks)
+        self.rate_limits, self.said = dict(rate_limits or {}), set()
+        self.actor = None if ratelimit.switched_off() else _limiter_actor(self.ray, self.rate_limits)
+        if self.actor is not None:  # this process's own calls (the meta-LLM) take their turn in the cluster's limit too
+            ratelimit.install(ray_limits.RemoteLimiter(self.actor, self.rate_limits, say=self.say))
+
+    def throttled(self) -> float:
+        """Seconds during which some call in the cluster waited for the rate limit (0 without its limiter)."""
+        if self.actor is None:
+            return 0.0
+        try:
+            return self.ray.get(self.actor.throttled.remote(), timeout=5)
+        except (self.ray.exceptions.RayError, self.ray.exceptions.GetTimeoutError):
+            return 0.0
+
+    def say(self, text: str) -> None:
+        """A word for the person running the command, once (e.g. that the cluster's rate limiter was lost)."""
+        with self.lock:
+            if text in self.said:
+                return
+            self.said.add(text)
+        print(f"evolver: note: {text}", file=sys.stderr, flush=True)
 
     def evaluate(self, req: EvalRequest, run_id: str, *, timeout: float, on_progress: Optional[Progress] = None) -> EvalResult:
         """Evaluate; simulations already recorded in req.out_dir are kept, not run again."""
@@ -180,6 +203,15 @@ def _start(ray, address: str, root: Optional[Path]) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _limiter_actor(ray, rate_limits: dict):
+    """The cluster's one rate limiter (ray_limits.LimiterActor), on the driver's node where Ray can: its node
+    is then lost only with the driver. It asks for no CPU; its calls never block."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
+    return ray.remote(num_cpus=0, max_restarts=0)(ray_limits.LimiterActor).options(scheduling_strategy=here).remote(rate_limits)
+
+
 def _check_reachable(address: str) -> None:
     """Ray retries an address that does not answer for minutes: try it once first, for 5 s."""
     if address == "auto":
@@ -240,6 +272,7 @@ class _Evaluation:
         self._prepare()
         self.timeout = timeout  # each group's own limit, as the local backend's; the driver's deadline adds a grace
         self.archive = self.ray.put(ray_node.pack_agent(Path(self.req.checkout)))
+        throttled = self.backend.throttled()
         try:
             cpus = int(self.ray.cluster_resources().get("CPU", 1))
             for tasks, concurrency in zip(*plan(self.tasks, self.req.concurrency, cpus)):
@@ -248,7 +281,7 @@ class _Evaluation:
             while self.inflight:
                 if self.stop.is_set():
                     raise Cancelled("the evaluation was cancelled")
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline and time.monotonic() > deadline + self.backend.throttled() - throttled:  # waits for the rate limit not counted
                     self.notes.append(f"the worker was stopped at the wall-clock limit of {timeout:g} s")
                     break
                 ready, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=WAIT)
@@ -274,8 +307,9 @@ class _Evaluation:
         sub = self.req.model_copy(update={"task_ids": group.tasks, "num_tasks": None, "concurrency": group.concurrency})
         done = [self.done[(t, trial)].model_dump_json() + "\n" for t in group.tasks for trial in range(self.req.trials) if (t, trial) in self.done]
         job = {"request": sub.model_dump(mode="json"), "done": done, "timeout": self.timeout}
+        job["rate_limits"] = self.backend.rate_limits  # a node's share of them, should the cluster's limiter be lost
         task = self.backend.run_group.options(num_cpus=min(1.0, group.concurrency / SIMULATIONS_PER_CPU), scheduling_strategy="SPREAD")
-        self.inflight[task.remote(job, self.archive, self.backend.environment)] = group
+        self.inflight[task.remote(job, self.archive, self.backend.environment, self.backend.actor)] = group
 
     def _take(self, gen) -> None:
         """The next item of a group: a finished simulation, its closing item, or its end or failure."""
@@ -291,6 +325,9 @@ class _Evaluation:
             return
         if "record" in item:
             self._write(item, group)
+        elif "note" in item:
+            self._log(item["note"] + "\n")
+            self.backend.say(item["note"])
         elif "usage_error" in item:
             raise UsageError(item["usage_error"])
         else:

@@ -63,11 +63,19 @@ def unpack_agent(archive: bytes, checkout: Path) -> None:
         tar.extractall(checkout, filter="data")
 
 
-def run_group(job: dict, archive: bytes, environment: dict) -> Iterator[dict]:
-    """Run one group (job: the sub-request, the records of its simulations already finished, and the
-    wall-clock limit) and yield {"record": line, "trajectory": text or None} per simulation as it ends,
-    then {"end": {...}} (or {"usage_error": message}). Cancelling the Ray task stops the group's workers."""
+def run_group(job: dict, archive: bytes, environment: dict, limiter=None) -> Iterator[dict]:
+    """Run one group (job: the sub-request, the records of its simulations already finished, the
+    wall-clock limit and the configured rate limits) and yield {"record": line, "trajectory": text or None}
+    per simulation as it ends, {"note": text} for the person running it, then {"end": {...}} (or
+    {"usage_error": message}). ``limiter``: the cluster's rate limiter (a Ray actor), which the group's
+    workers reach through a relay in this process. Cancelling the Ray task stops the group's workers."""
     _keep_zygote_warm()
+    notes: list[str] = []
+    relay = None
+    if limiter is not None:
+        from evolver.evaluation.backends.ray_limits import RemoteLimiter
+
+        relay = RemoteLimiter(limiter, job.get("rate_limits"), say=notes.append)
     with tempfile.TemporaryDirectory(prefix="evolver-group-") as tmp:
         checkout, out = Path(tmp) / "checkout", Path(tmp) / "out"
         unpack_agent(archive, checkout)
@@ -75,7 +83,7 @@ def run_group(job: dict, archive: bytes, environment: dict) -> Iterator[dict]:
         # The worker skips what sims.jsonl already holds, exactly as when a local evaluation resumes.
         offset = EvalDir(out).start_sims([line.rstrip("\n") for line in job["done"]])
         req = EvalRequest.model_validate(job["request"]).model_copy(update={"checkout": str(checkout), "out_dir": str(out)})
-        yield from _stream(req, job["timeout"], {**os.environ, **environment}, offset)
+        yield from _stream(req, job["timeout"], {**os.environ, **environment}, offset, relay, notes)
 
 
 def list_tasks(request: dict, environment: dict) -> dict:
@@ -91,10 +99,12 @@ def list_tasks(request: dict, environment: dict) -> dict:
     return {"tasks": listing.tasks, "splits": listing.splits, "identifiers": listing.identifiers}
 
 
-def _stream(req: EvalRequest, timeout: float, environment: dict, offset: int) -> Iterator[dict]:
+def _stream(req: EvalRequest, timeout: float, environment: dict, offset: int, limiter=None, notes: Optional[list] = None) -> Iterator[dict]:
     """The local evaluation runs in a thread; this generator, in the Ray task's own thread, forwards
-    what it writes. A cancel arrives here (as an exception at a yield or a wait) and stops it."""
-    backend = LocalBackend(environment)
+    what it writes (and ``notes`` as they come). A cancel arrives here (as an exception at a yield or a
+    wait) and stops it."""
+    backend = LocalBackend(environment, limiter)
+    notes = [] if notes is None else notes
     outcome: dict = {}
 
     def evaluate() -> None:
@@ -111,7 +121,11 @@ def _stream(req: EvalRequest, timeout: float, environment: dict, offset: int) ->
         while runner.is_alive():
             runner.join(POLL)
             yield from _finished(evaluation, tail.read())
+            while notes:
+                yield {"note": notes.pop(0)}
         yield from _finished(evaluation, tail.read())
+        while notes:
+            yield {"note": notes.pop(0)}
         yield _closing(outcome, evaluation)
     finally:
         backend.cancel()  # a no-op once the evaluation ended; otherwise its workers are stopped
