@@ -125,6 +125,16 @@ def test_an_edit_applied_tried_and_submitted_becomes_the_candidate(analysis, tmp
     assert (repo / "agent" / "agent.py").read_text() == edit.search  # the parent's file is untouched
 
 
+def test_a_reply_in_prose_stays_out_of_the_conversation_so_a_small_model_cannot_copy_it(analysis, tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:planning_meta")
+    s = session(analysis, tmp_path, budget=Budget(turns=4, tokens=1_000_000, tries=0, seconds=120))
+    outcome = s.run()
+    assert outcome.stats["tools"] == {"list_files": 3}  # the plan once, then calls: it never saw its plan again
+    transcript = json.loads((tmp_path / "proposal" / "transcript.json").read_text())
+    assert [m["role"] for m in transcript["messages"]][:5] == ["system", "user", "assistant", "user", "assistant"]
+    assert "Use the tools" in transcript["messages"][3]["content"]  # the transcript keeps what was said
+
+
 def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monkeypatch):
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:busy_meta")
     s = session(analysis, tmp_path, budget=Budget(turns=3, tokens=1_000_000, tries=0, seconds=120))

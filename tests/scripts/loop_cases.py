@@ -151,6 +151,20 @@ def busy_meta(name, messages, tools):
     return Reply(tool_calls=[("list_files", {})]) if name == "meta" else script(name, messages, tools)
 
 
+PLAN = "Here is my plan:\n1. **List failures**\n2. **Read a trajectory**\n3. **Fix it**"
+
+
+def planning_meta(name, messages, tools):
+    """A small model's habit: it answers with a plan in prose, and once its plan is in the conversation it
+    copies it every turn; it makes a call only while its own prose is out of sight."""
+    if name != "meta":
+        return script(name, messages, tools)
+    if any(m.get("role") == "assistant" and PLAN in str(m.get("content")) for m in messages):
+        return Reply(PLAN)
+    said = sum(1 for m in messages if m.get("role") == "user" and "Use the tools" in str(m.get("content")))
+    return Reply(tool_calls=[("list_files", {})]) if said else Reply(PLAN)
+
+
 def learned_fix_script(name, messages, tools):
     """The meta-LLM proposes the fix only when the learnings brought from earlier work (learnings_file, e.g.
     auto-harness's workspace/learnings.md) are in its prompt: a candidate then shows they reached it."""

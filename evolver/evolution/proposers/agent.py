@@ -30,6 +30,7 @@ from evolver.evolution.scratch import Scratch
 
 TEMPERATURE = 0.4  # a retry, or a second proposal from the same parent, should not repeat the first word for word
 ANSWER_TOKENS = 1500
+TOOLS_PLEASE = "Use the tools: answer with a tool call, not text."
 MAX_TRY_TASKS = 3
 TRY_LINES = 8  # the end of a failed try's conversation, shown with its result
 MAX_RESULT_CHARS = 4000  # a tool result the model reads in full: longer ones are cut (the tools page their output)
@@ -197,19 +198,26 @@ class Session:
             calls = list(message.tool_calls or [])[:1]  # one at a time: the next depends on this one's answer
             if not calls and (written := written_call(message.content or "")):
                 calls = [written]  # a small model writes `read_file(path="agent/agent.py")` as text
-            messages.append(_assistant(message, calls))
             self.log("assistant", message.content or "", calls=[{"name": c.function.name, "arguments": c.function.arguments} for c in calls],
                      usage=usage.model_dump())
             if not calls:
-                note = self.patch_in_text(message.content or "") + " " + self.next_step()
+                answer = self.patch_in_text(message.content or "")
                 if self.submitted is None:
+                    note = (answer or TOOLS_PLEASE) + " " + self.next_step()
                     if (message.content or "") in self.said:  # the same words again: a small model is looping
                         note += " You wrote exactly this before: do something different now."
                         self.repeats += 1
                     self.said.add(message.content or "")
+                    # A reply that is neither a call nor a patch stays out of the conversation: a small model
+                    # copies its own earlier prose (a plan, said again every turn) instead of calling a tool.
+                    if answer:
+                        messages.append(_assistant(message, calls))
+                    elif len(messages) > 2 and messages[-1]["role"] == "user":
+                        messages.pop()  # the note it did not follow: the new one replaces it
                     messages.append({"role": "user", "content": note})
                     self.log("user", note)
                 continue
+            messages.append(_assistant(message, calls))
             call = calls[0]
             result = self.call(call.function.name, call.function.arguments)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
@@ -336,11 +344,11 @@ class Session:
 
     def patch_in_text(self, text: str) -> str:
         """A model that answers with a whole patch in the guide's format instead of calling tools: its edits
-        go through the same checks, one by one, and a clean result is its submission. Else what to do next."""
+        go through the same checks, one by one, and a clean result is its submission ("" when the text holds no patch)."""
         try:
             proposal = parse_proposal(text)
         except ParseError:
-            return "Use the tools: answer with a tool call, not text."
+            return ""
         answers = [self.edited(self.scratch.apply(edit)) for edit in proposal.edits]
         refused = [a for a in answers if not a.startswith("applied")]
         if refused:
