@@ -259,6 +259,17 @@ def test_a_call_to_a_made_up_tool_is_re_asked_with_constrained_decoding(fake_ser
     assert serving.stats()["agent"]["constrained_tool_calls"] == 1
 
 
+def test_a_request_that_requires_a_call_is_constrained_to_one_from_the_start(fake_server):
+    seen, replies = fake_server
+    replies += [_reply('{"name": "create_task", "arguments": {}}'), _reply("Here is my plan: first, read.")]
+    required = serving.complete("meta", [{"role": "user", "content": "go"}], "http://x/v1", {"tools": TOOLS, "tool_choice": "required"})
+    assert [c.function.name for c in required.choices[0].message.tool_calls] == ["create_task"]
+    schema = seen[0][1]["response_format"]["json_schema"]["schema"]
+    assert [o["properties"]["name"]["const"] for o in schema["anyOf"]] == ["create_task"]
+    free = serving.complete("agent", [{"role": "user", "content": "hi"}], "http://x/v1", {"tools": TOOLS})
+    assert "response_format" not in seen[1][1] and free.choices[0].message.content == "Here is my plan: first, read."
+
+
 def test_a_repetition_loop_yields_one_call(fake_server):
     _, replies = fake_server
     loop = _reply('{"name": "create_task", "arguments": {"a": 1}}\n' * 5 + '{"name": "create_task", "argu')

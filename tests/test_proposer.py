@@ -33,10 +33,10 @@ def analysis(tmp_path_factory):
     return repo, EvalResult.model_validate_json(path.read_text()), path.parent
 
 
-def session(analysis, tmp_path, *, tries=None, budget=Budget(turns=6, tokens=50_000, tries=2, seconds=60)) -> Session:
+def session(analysis, tmp_path, *, tries=None, budget=Budget(turns=6, tokens=50_000, tries=2, seconds=60), meta="scripted/meta") -> Session:
     repo, result, folder = analysis
     request = Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder), learnings=[], guide="# Guide\nLayers.\n",
-                      identifiers=frozenset({"create_task_1"}), meta=RoleModel(model="scripted/meta"), llm_retries=1,
+                      identifiers=frozenset({"create_task_1"}), meta=RoleModel(model=meta), llm_retries=1,
                       context_tokens=32000, budget=budget, workdir=tmp_path / "proposal", prompts_dir=ROOT / "prompts", try_agent=tries)
     return Session(request)
 
@@ -133,6 +133,25 @@ def test_a_reply_in_prose_stays_out_of_the_conversation_so_a_small_model_cannot_
     transcript = json.loads((tmp_path / "proposal" / "transcript.json").read_text())
     assert [m["role"] for m in transcript["messages"]][:5] == ["system", "user", "assistant", "user", "assistant"]
     assert "Use the tools" in transcript["messages"][3]["content"]  # the transcript keeps what was said
+
+
+@pytest.mark.parametrize("meta, choice", [("local/meta", {"tool_choice": "required"}), ("scripted/meta", {})])
+def test_a_meta_llm_on_a_local_server_is_held_to_a_call_per_reply(analysis, tmp_path, monkeypatch, meta, choice):
+    from types import SimpleNamespace
+
+    from evolver.data import RoleUsage
+    from evolver.evolution.proposers import agent
+
+    asked = []
+
+    def fake_call(role, messages, retries, **extra):
+        asked.append({k: v for k, v in extra.items() if k == "tool_choice"})
+        call = SimpleNamespace(id="c1", function=SimpleNamespace(name="list_files", arguments="{}"))
+        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="", tool_calls=[call]))]), RoleUsage()
+
+    monkeypatch.setattr(agent, "meta_call", fake_call)
+    session(analysis, tmp_path, budget=Budget(turns=2, tokens=1_000_000, tries=0, seconds=120), meta=meta).run()
+    assert asked == [choice, choice]
 
 
 def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monkeypatch):
@@ -233,7 +252,7 @@ def command_request(analysis, tmp_path, seconds: float = 60) -> Request:
     (run / "state.json").parent.mkdir(parents=True)
     (run / "state.json").write_text('{"secret": "run state"}')
     return Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder), learnings=["- Iteration 0: nothing yet"],
-                   guide="# Guide\n", identifiers=frozenset({"create_task_1"}), meta=RoleModel(model="scripted/meta"), llm_retries=1,
+                   guide="# Guide\n", identifiers=frozenset({"create_task_1"}), meta=RoleModel(model=meta), llm_retries=1,
                    context_tokens=32000, budget=Budget(seconds=seconds), workdir=run / "proposals" / "001", prompts_dir=ROOT / "prompts")
 
 

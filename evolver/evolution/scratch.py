@@ -56,7 +56,7 @@ class Scratch:
         start = max(1, _int(start, 1))
         end = min(len(lines), _int(end, start + READ_LINES - 1), start + READ_LINES - 1)
         if start > len(lines):
-            return f"{path} has {len(lines)} lines"
+            return f"not that far: {path} has {len(lines)} lines; read from start=1, or search_code for what you look for"
         shown = [f"{n:4d}| {lines[n - 1]}" for n in range(start, end + 1)]
         more = f"\n({path}: lines {start}-{end} of {len(lines)}; read on with start={end + 1})" if end < len(lines) else ""
         return "\n".join(shown) + more

@@ -15,6 +15,8 @@ litellm's OpenAI-compatible route and then:
 - re-asks once with decoding constrained to the real tools' schemas when the
   reply is a call to a tool that does not exist (constrained decoding for every
   reply would also force a call where the user needs an answer: measured);
+  a request with `tool_choice="required"` (the investigating proposer's: it
+  wants nothing but calls) is constrained from the start;
 - drops repeated calls of a repetition loop;
 - for the label `user` (tau2's user simulator), presents the conversation so that
   a small model plays the customer instead of a second assistant
@@ -147,6 +149,11 @@ def _customer_reply(messages: list, api_base: str, params: dict, tool_names: lis
 
 def _complete(label: str, messages: list, api_base: str, params: dict, tool_names: list[str]):
     _count(label, "requests")
+    if params.get("tool_choice") == "required" and tool_names:
+        # llama.cpp does not hold a small Qwen to a call with this template (measured: prose, or empty
+        # <tools></tools>); a caller that wants nothing but calls gets decoding constrained to one.
+        _count(label, "required_calls")
+        params = {**params, "response_format": _call_schema(params["tools"])}
     response = _forward(label, messages, api_base, params)
     _count(label, "replies")
     if _is_empty(response, tool_names):

@@ -171,6 +171,10 @@ class Session:
         self.said: set[str] = set()  # replies without a tool call, to tell a loop
         self.repeats = 0
         self.handlers: dict[str, Callable] = self._handlers()
+        # A model on a local server is held to one call per reply (evolver.local.serving constrains its decoding):
+        # the embedded 1.5B otherwise spent most turns on prose and empty tags. Hosted models call tools
+        # natively and keep the choice, so a provider without "required" is never asked for it.
+        self.choice = {"tool_choice": "required"} if request.meta.model.startswith("local/") else {}
 
     # -- the conversation ---------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -192,7 +196,8 @@ class Session:
             # (a server with a fixed seed would otherwise repeat the same sample forever).
             temperature = min(1.0, TEMPERATURE + 0.2 * self.repeats)
             response, usage = meta_call(self.request.meta, messages, self.request.llm_retries, tools=schemas, max_tokens=ANSWER_TOKENS,
-                                        temperature=temperature, seed=self.turns, timeout=max(60.0, self.budget.seconds - self.elapsed()))
+                                        temperature=temperature, seed=self.turns, timeout=max(60.0, self.budget.seconds - self.elapsed()),
+                                        **self.choice)
             self.usage = self.usage.add(usage)
             message = response.choices[0].message
             calls = list(message.tool_calls or [])[:1]  # one at a time: the next depends on this one's answer
