@@ -161,6 +161,8 @@ def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monk
     assert outcome.proposal is None and outcome.errors == ["no candidate submitted: used all 3 turns"]
     assert outcome.stats["turns"] == 3 and outcome.stats["tools"] == {"list_files": 3}
     transcript = json.loads((tmp_path / "proposal" / "transcript.json").read_text())
+    answers = [m["content"] for m in transcript["messages"] if m["role"] == "tool"]
+    assert "exactly this call before" not in answers[0] and all("exactly this call before" in a for a in answers[1:])
     assert [m["role"] for m in transcript["messages"]][:4] == ["system", "user", "assistant", "tool"]
     assert transcript["usage"]["prompt_tokens"] > 0
     s = session(analysis, tmp_path, budget=Budget(turns=50, tokens=1_500, tries=0, seconds=120))
@@ -252,7 +254,7 @@ def command_request(analysis, tmp_path, seconds: float = 60) -> Request:
     (run / "state.json").parent.mkdir(parents=True)
     (run / "state.json").write_text('{"secret": "run state"}')
     return Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder), learnings=["- Iteration 0: nothing yet"],
-                   guide="# Guide\n", identifiers=frozenset({"create_task_1"}), meta=RoleModel(model=meta), llm_retries=1,
+                   guide="# Guide\n", identifiers=frozenset({"create_task_1"}), meta=RoleModel(model="scripted/meta"), llm_retries=1,
                    context_tokens=32000, budget=Budget(seconds=seconds), workdir=run / "proposals" / "001", prompts_dir=ROOT / "prompts")
 
 
