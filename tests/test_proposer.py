@@ -154,6 +154,17 @@ def test_a_meta_llm_on_a_local_server_is_held_to_a_call_per_reply(analysis, tmp_
     assert asked == [choice, choice]
 
 
+def test_text_copied_with_read_files_line_numbers_is_matched_without_them(analysis, tmp_path):
+    s = session(analysis, tmp_path)
+    shown = s.call("read_file", json.dumps({"path": "agent/agent.py", "start": 1, "end": 3})).split("\n(")[0]
+    numbered_new = "\n".join(line if n else line + "  # kept" for n, line in enumerate(shown.splitlines()))
+    answer = s.call("replace_in_file", json.dumps({"path": "agent/agent.py", "old": shown, "new": numbered_new}))
+    assert answer.startswith("applied to agent/agent.py"), answer
+    [edit] = s.scratch.edits()
+    assert "  # kept" in edit.replace and "   1| " not in edit.replace
+    assert "old and new are the same" in s.call("replace_in_file", json.dumps({"path": "agent/agent.py", "old": "  7| x", "new": "x"}))
+
+
 def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monkeypatch):
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:busy_meta")
     s = session(analysis, tmp_path, budget=Budget(turns=3, tokens=1_000_000, tries=0, seconds=120))

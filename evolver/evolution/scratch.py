@@ -80,6 +80,7 @@ class Scratch:
     def replace(self, path: str, old: str, new: str) -> str:
         if not isinstance(old, str) or not isinstance(new, str) or not old:
             return "give the exact text to replace (old, at least one character) and its replacement (new), both as text"
+        old, new = _unnumbered(old), _unnumbered(new)
         if old == new:
             return "old and new are the same: this edit changes nothing"
         return self._apply(path, Edit(path=path, search=old, replace=new))
@@ -201,3 +202,13 @@ def _int(value, default: int) -> int:
 def _short(value, limit: int = 60) -> str:
     text = str(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+NUMBERED = re.compile(r"^ *\d+\| ?", re.M)
+
+
+def _unnumbered(text: str) -> str:
+    """Text copied from read_file with its line numbers ("  12| code"), as a small model does: the numbers
+    go when every line has one, since no line of a file starts that way by chance on every line."""
+    lines = text.splitlines()
+    return NUMBERED.sub("", text) if lines and all(NUMBERED.match(line) for line in lines) else text

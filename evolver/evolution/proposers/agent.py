@@ -170,7 +170,7 @@ class Session:
         self.tried: list[dict] = []
         self.said: set[str] = set()  # replies without a tool call, to tell a loop
         self.repeats = 0
-        self.last_call: tuple | None = None
+        self.calls_made: set[tuple] = set()
         self.handlers: dict[str, Callable] = self._handlers()
         # A model on a local server is held to one call per reply (evolver.local.serving constrains its decoding):
         # the embedded 1.5B otherwise spent most turns on prose and empty tags. Hosted models call tools
@@ -226,10 +226,10 @@ class Session:
             messages.append(_assistant(message, calls))
             call = calls[0]
             result = self.call(call.function.name, call.function.arguments)
-            if (call.function.name, call.function.arguments) == self.last_call:  # a small model's loop, in calls this time
+            if (call.function.name, call.function.arguments) in self.calls_made:  # a small model's loop, in calls this time
                 self.repeats += 1
                 result += f"\nYou made exactly this call before: do something different now. {self.next_step()}"
-            self.last_call = (call.function.name, call.function.arguments)
+            self.calls_made.add((call.function.name, call.function.arguments))
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
             self.log("tool", result, name=call.function.name)
         return self.outcome(stop)
