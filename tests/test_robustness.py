@@ -54,6 +54,17 @@ def test_a_skill_without_h5_is_refused_and_a_prompt_edit_always_counts(tmp_path)
     assert inert_edit_reason(*_pair(tmp_path / "b", prompt)) is None
 
 
+def test_a_comment_or_a_docstring_is_refused(tmp_path):
+    # the embedded 1.5B's whole fix in the README's main job: a comment among the imports
+    comment = ("TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nfrom pathlib import Path\n=======\n"
+               "# Add the missing required information\nfrom pathlib import Path\n>>>>>>> REPLACE\n")
+    assert "only comments, layout or a docstring" in inert_edit_reason(*_pair(tmp_path / "a", comment))
+    docstring = ("TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\n"
+                 '    """A tau2 local agent; tau2 builds one per simulation."""\n=======\n'
+                 '    """A tau2 local agent, one per simulation."""\n>>>>>>> REPLACE\n')
+    assert "only comments, layout or a docstring" in inert_edit_reason(*_pair(tmp_path / "b", docstring))
+
+
 def test_the_worker_reads_the_trial_from_tau2_and_never_guesses(tmp_path):
     from evolver.data import EvalRequest, RoleModel
     from evolver.evaluation.worker import Recorder

@@ -3,8 +3,9 @@
 A layer that is off does nothing (Harness.md), so a patch whose edits all lie
 inside layers left off in the candidate's agent/harness.toml cannot change a
 single simulation: the embedded meta model was seen pasting a Harness.md
-example into the H2 layer while H2 was off. (A tree identical to an earlier
-candidate's is caught by git, in the loop.)
+example into the H2 layer while H2 was off, and adding a comment to agent.py
+as its whole fix. (A tree identical to an earlier candidate's is caught by
+git, in the loop.)
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def inert_edit_reason(parent: Path, candidate: Path) -> Optional[str]:
         return None  # a layer was switched: that changes behaviour
     on = {layer for layer in LAYER_NAMES if switches.get(layer, False)}
     needs: list[set[frozenset]] = []  # per changed name or file: the ways it can act, each the layers it needs
-    for rel in _changed_files(parent, candidate):
+    changed = _changed_files(parent, candidate)
+    for rel in changed:
         if rel == "agent/agent.py":
             names = _changed_names(parent / rel, candidate / rel)
             layers = [_layers(root / rel) for root in (candidate, parent)]
@@ -44,7 +46,9 @@ def inert_edit_reason(parent: Path, candidate: Path) -> Optional[str]:
             needs.append({frozenset({SKILLS})})
         else:
             return None  # another file: assume it matters
-    if not needs or any(way <= on for ways in needs for way in ways):
+    if changed and not needs:  # agent.py changed, but not as the parser sees it (a member's docstring is not a member)
+        return "its edits change only comments, layout or a docstring, not code: they cannot change a simulation"
+    if any(way <= on for ways in needs for way in ways):
         return None
     off = sorted({layer for ways in needs for way in ways for layer in way - on if layer in LAYER_NAMES})
     if not off:
