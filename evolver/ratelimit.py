@@ -518,11 +518,13 @@ _install_lock = threading.Lock()
 _tallies = threading.local()
 
 
-def install(limiter) -> None:
-    """Make ``limiter`` (a Limiter, or anything with acquire/report/snapshot) this process's."""
+def install(limiter):
+    """Make ``limiter`` (a Limiter, or anything with acquire/report/snapshot; None: the default again) this
+    process's; the one it replaces is returned, for whoever installed it for a while to put it back."""
     global _installed
     with _install_lock:
-        _installed = limiter
+        previous, _installed = _installed, limiter
+    return previous
 
 
 def switched_off() -> bool:

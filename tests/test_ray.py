@@ -300,6 +300,11 @@ def backend():
         with RayBackend("") as backend:
             yield backend
     assert not backend.root.exists() and left_behind(str(backend.root)) == []
+    from evolver import ratelimit
+    from evolver.evaluation.backends.ray_limits import RemoteLimiter
+
+    # the cluster's limiter leaves with the cluster: a later call of this process (the next test's meta-LLM) must not ask it
+    assert not isinstance(ratelimit.current(), RemoteLimiter)
 
 
 @pytest.fixture(scope="class")

@@ -110,8 +110,10 @@ class RayBackend:
         self.list_remote = self.ray.remote(max_retries=ATTEMPTS - 1)(ray_node.list_tasks)
         self.rate_limits, self.said = dict(rate_limits or {}), set()
         self.actor = None if ratelimit.switched_off() else _limiter_actor(self.ray, self.rate_limits)
+        self.own_limiter = None
         if self.actor is not None:  # this process's own calls (the meta-LLM) take their turn in the cluster's limit too
-            ratelimit.install(ray_limits.RemoteLimiter(self.actor, self.rate_limits, say=self.say))
+            self.own_limiter = ray_limits.RemoteLimiter(self.actor, self.rate_limits, say=self.say)
+            self.previous_limiter = ratelimit.install(self.own_limiter)
 
     def throttled(self) -> float:
         """Seconds during which some call in the cluster waited for the rate limit (0 without its limiter)."""
@@ -170,6 +172,8 @@ class RayBackend:
             return
         self.closed = True
         self.cancel()
+        if self.own_limiter is not None:  # its actor dies with the cluster: later calls of this process must not ask it
+            ratelimit.install(self.previous_limiter)
         self.ray.shutdown()
         if self.root is not None:
             _await_zygotes(self.root / "zygote")
