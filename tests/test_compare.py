@@ -138,13 +138,15 @@ def test_transfer_says_helps_for_one_model_and_hurts_for_another(kept_run):
 
 def test_compare_names_a_runs_candidates_as_the_readme_shows(kept_run):
     repo, run_id = kept_run
-    proc = run_cli(["compare", "--run", run_id, "base", "1", "--repo", str(repo), "--json", "--agent-model", "scripted/agent",
-                    "--concurrency", "8"], env=ENV, timeout=900)
+    # the kept candidate against the run's best, which it is: the names resolve to commits, and the same agent twice
+    # stops at the futility look (base's resolution is the transfers' above)
+    proc = run_cli(["compare", "--run", run_id, "1", "best", "--repo", str(repo), "--json", "--agent-model", "scripted/agent",
+                    "--concurrency", "8", "--num-tasks", "6"], env=ENV, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(proc.stdout)
-    branch = f"evolver/{run_id}/iter-001"
-    assert record["b"]["commit"] == git(repo, "rev-parse", branch).strip() and record["a"]["commit"] == git(repo, "rev-parse", f"{branch}~1").strip()
-    assert record["decision"] == "better" and record["effect"] > 0.3  # the kept rule, as the transfer to the same model says
+    kept = git(repo, "rev-parse", f"evolver/{run_id}/iter-001").strip()
+    assert record["a"]["commit"] == kept and record["b"]["commit"] == git(repo, "rev-parse", f"evolver/{run_id}/best").strip() == kept
+    assert record["decision"] == "no evidence" and len(record["looks"]) == 2
 
 
 def test_triage_flags_an_impossible_task_and_a_customer_who_leaves(tmp_path):
