@@ -17,17 +17,13 @@ from evolver.errors import UsageError
 from evolver.store.evaldir import EvalDir
 
 
-class ComparisonDir:
-    FILE = "comparison.json"
+class _RecordDir:
+    """A folder with one JSON record (FILE), its task listing, and nothing worth keeping if discarded."""
+
+    FILE = ""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-
-    def arm(self, name: str) -> EvalDir:
-        return EvalDir(self.path / name)
-
-    def checkout_dir(self, name: str) -> Path:
-        return self.path / f"checkout-{name}"
 
     def listing(self) -> EvalDir:
         return EvalDir(self.path / "tasks")
@@ -45,31 +41,24 @@ class ComparisonDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-class TransferDir:
-    FILE = "transfer.json"
+class ComparisonDir(_RecordDir):
+    FILE = "comparison.json"
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    def arm(self, name: str) -> EvalDir:
+        return EvalDir(self.path / name)
+
+    def checkout_dir(self, name: str) -> Path:
+        return self.path / f"checkout-{name}"
+
+
+class TransferDir(_RecordDir):
+    FILE = "transfer.json"
 
     def pair(self, name: str) -> ComparisonDir:
         return ComparisonDir(self.path / name)
-
-    def listing(self) -> EvalDir:
-        return EvalDir(self.path / "tasks")
-
-    @property
-    def file(self) -> Path:
-        return self.path / self.FILE
-
-    def save(self, summary: dict) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.file, summary)
 
     def read(self) -> dict:
         try:
             return json.loads(self.file.read_text())
         except (OSError, ValueError):
             raise UsageError(f"{self.file} is unreadable or corrupt; remove it, or run the transfer again") from None
-
-    def discard(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
