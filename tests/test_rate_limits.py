@@ -216,14 +216,30 @@ def limited_eval(repo, fake: FakeOpenAI, *extra: str, env: dict | None = None) -
     return summary, json.loads(open(summary["result_file"]).read())
 
 
+LEARNING = 5.0  # seconds from the first call: the opening burst (24 calls at once against a bucket of 10) and the first cuts
+
+
 def assert_held(summary: dict, result: dict, fake: FakeOpenAI) -> None:
-    """Nothing lost; every call and 429 the provider saw is counted in result.json, per simulation and in all."""
+    """Nothing lost; every call and 429 the provider saw is counted in result.json, per simulation and in all; once the
+    limiter has learnt the limit, at most 5% of calls are refused (assert_learnt)."""
     assert summary["num_simulations"] == 64 and summary["infra_errors"] == 0 and summary["scored"] == 64
     [(lane, tally)] = summary["rate_limits"].items()
     assert lane == f"openai/shared @ {fake.api_base}"
     assert tally["limited"] == sum(fake.limited.values()) and tally["calls"] == sum(fake.requests.values())
     assert sum(s["rate_limits"][lane]["calls"] for s in result["simulations"]) == tally["calls"]
-    assert tally["limited"] <= 0.1 * tally["calls"], tally  # the limiter learnt the limit: few calls refused
+    assert_learnt(fake)
+
+
+def assert_learnt(fake: FakeOpenAI) -> None:
+    """At most 5% of the calls after the learning seconds are refused (the issue's target; without a limiter about 80%
+    are). The opening seconds are left out: how many calls the first burst sends before the first 429 comes back
+    depends on the machine's load, not on the limiter."""
+    start = min(fake.answered + fake.refused)
+    late_refused = sum(t - start >= LEARNING for t in fake.refused)
+    late_answered = sum(t - start >= LEARNING for t in fake.answered)
+    assert late_answered >= 100, late_answered  # most of the evaluation comes after the learning
+    assert late_refused <= 0.05 * (late_refused + late_answered), (  # the limiter learnt the limit: few calls refused
+        sorted(round(t - start, 1) for t in fake.refused), late_answered)
 
 
 def test_one_limit_for_every_role_and_worker_learnt_from_429s(repo):
