@@ -30,7 +30,8 @@ all of the run's evaluations (its meta-LLM's calls counted with the rest).
 and a closed loop of callers, the lane of evolver.ratelimit with each rule: additive increase (which
 needs to know the limit's size: an upper bound on what it can do), multiplicative growth with a cut of
 the rate, or a cut to a share of the throughput measured over the last 10 s; at two bucket sizes, with
-and without Retry-After. Achieved rate / limit and the share of 429s after the first minute, and the
+and without Retry-After, with steady demand and with demand stopping every other 30 s (as a run's does between
+evaluations). Achieved rate / limit (over the seconds calls were asked for) and the share of 429s after the first minute, and the
 share of 429s over the whole 600 s (the first minute's learning included).
 """
 
@@ -68,7 +69,7 @@ class AIMD:
     per hold), add ``step`` requests per second every second without one."""
 
     def __init__(self, step: float, hold: float = 2.0):
-        self.rate, self.step, self.hold, self.cut_at, self.grown_at = None, step, hold, -1e9, 0.0
+        self.rate, self.step, self.hold, self.cut_at, self.grown_at, self.pressed = None, step, hold, -1e9, 0.0, False
 
     def limited(self, now: float, through: float) -> bool:
         if now - self.cut_at < self.hold:
@@ -77,15 +78,20 @@ class AIMD:
         self.cut_at = self.grown_at = now
         return True
 
-    def answered(self, now: float) -> None:
-        if self.rate is not None and now - self.cut_at >= self.hold:
+    def answered(self, now: float, pressed: bool = True) -> None:
+        if self.rate is not None and now - self.cut_at >= self.hold and pressed and self.pressed:
             self.rate += self.step * (now - self.grown_at)
-        self.grown_at = now
+        self.grown_at, self.pressed = now, pressed
 
 
-def simulate(learner, rpm: float, burst: float, latency: float, demand: float, seconds: float, retry_after: bool = True) -> dict:
+QUIET = 30.0  # seconds: with quiet=True, demand stops for this long after every QUIET seconds of calls
+
+
+def simulate(learner, rpm: float, burst: float, latency: float, demand: float, seconds: float, retry_after: bool = True,
+             quiet: bool = False) -> dict:
     """Callers in a closed loop (each: permit, call, next) against a token bucket of ``rpm`` holding
-    ``burst`` seconds of it; the lane (evolver.ratelimit.Lane) with ``learner``, in virtual time."""
+    ``burst`` seconds of it; the lane (evolver.ratelimit.Lane) with ``learner``, in virtual time. ``quiet``:
+    the callers stop every other QUIET seconds, as a run's calls do between evaluations."""
     from evolver import ratelimit
 
     rate = rpm / 60
@@ -100,26 +106,33 @@ def simulate(learner, rpm: float, burst: float, latency: float, demand: float, s
     while events and now < seconds:
         now, what = heapq.heappop(events)
         if what == "ask":
-            queue.append(now)
+            if quiet and int(now // QUIET) % 2:
+                heapq.heappush(events, ((now // QUIET + 1) * QUIET, "ask"))
+                continue
+            queue.append(lane.book(now, 1))
         elif what == "ok":
+            lane.move(now)
             lane.answers.append(now)
-            learner.answered(now)
+            learner.answered(now, pressed=bool(queue))
             heapq.heappush(events, (now, "ask"))
         elif what.startswith("429"):
+            lane.move(now)
             wait = float(what.split(":")[1])
             if retry_after and wait:
                 lane.paused_until = max(lane.paused_until, now + wait)
+            before = lane.rates()
             learner.limited(now, lane.through(now))
+            lane.appeared(now, before)
             heapq.heappush(events, (now, "ask"))
         while queue:  # grant the head of the queue when it is due
-            due = lane.due(now, 1)
-            if due > now:
-                if not now < tick_at <= due:  # one wake-up at a time, the earliest needed
-                    tick_at = due
-                    heapq.heappush(events, (due, "tick"))
+            delay = lane.wait(now, queue[0])
+            if delay > 0:
+                if not now < tick_at <= now + delay:  # one wake-up at a time, the earliest needed
+                    tick_at = now + delay
+                    heapq.heappush(events, (tick_at, "tick"))
                 break
             queue.pop(0)
-            lane.take(now, 1)
+            lane.granted.append(now)
             level, filled = min(capacity, level + (now - filled) * rate), now
             late = now >= 60
             if level >= 1:
@@ -131,7 +144,7 @@ def simulate(learner, rpm: float, burst: float, latency: float, demand: float, s
                 limited += 1
                 limited_late += late
                 heapq.heappush(events, (now + 0.005, f"429:{(1 - level) / rate:.4f}"))
-    late_seconds = max(1.0, seconds - 60)
+    late_seconds = max(1.0, seconds - 60) / (2 if quiet else 1)  # the seconds calls were asked for
     return {"achieved": answered_late / late_seconds / rate, "share_429_late": limited_late / max(1, limited_late + answered_late),
             "share_429": limited / max(1, limited + answered), "final_rpm": None if learner.rate is None else learner.rate * 60}
 
@@ -147,13 +160,16 @@ def controllers(args) -> None:
              "+3%/s, x0.8 of measured throughput": lambda rpm: Learner(cut=0.8, growth=0.03, measured=True),
              "+5%/s, x0.5 of measured throughput": lambda rpm: Learner(cut=0.5, growth=0.05, measured=True)}
     print(f"virtual time, {args.rpm:g} rpm, latency {args.latency:g} s, demand {args.demand:g}x the limit, 600 s; after the first minute:")
-    print(f"{'rule (growth, cut)':38} {'bucket':>7} {'Retry-After':>12} {'achieved/limit':>15} {'429 share':>10} {'(all 600 s)':>11} {'final rpm':>10}")
+    print(f"{'rule (growth, cut)':38} {'bucket':>7} {'Retry-After':>12} {'demand':>7} {'achieved/limit':>15} {'429 share':>10} "
+          f"{'(all 600 s)':>11} {'final rpm':>10}")
     for name, make in rules.items():
         for retry_after in (True, False):
             for burst in (2.0, 60.0):
-                got = simulate(make(args.rpm), args.rpm, burst, args.latency, args.demand, 600.0, retry_after)
-                print(f"{name:38} {burst:>6g}s {'read' if retry_after else 'none':>12} {got['achieved']:>15.3f} "
-                      f"{got['share_429_late']:>10.3f} {got['share_429']:>11.3f} {got['final_rpm'] or 0:>10.0f}", flush=True)
+                for quiet in (False, True):
+                    got = simulate(make(args.rpm), args.rpm, burst, args.latency, args.demand, 600.0, retry_after, quiet)
+                    print(f"{name:38} {burst:>6g}s {'read' if retry_after else 'none':>12} {'gaps' if quiet else 'steady':>7} "
+                          f"{got['achieved']:>15.3f} {got['share_429_late']:>10.3f} {got['share_429']:>11.3f} {got['final_rpm'] or 0:>10.0f}",
+                          flush=True)
 
 
 # ---- evolver against the fake provider --------------------------------------------------------
@@ -258,7 +274,18 @@ def measure(kind: str, backend: str, mode: str, args, root: Path, address: str =
             "achieved": (len(answered) / span * 60 / args.rpm) if span else 0.0,
             "wall": wall, "ideal": len(answered) / (args.rpm / 60), "late_calls": len(late),
             "share_429_late": len(late_refused) / max(1, len(late_refused) + len(late)),
+            "timeline": _timeline(answered, refused, started),
             "summary": [r["summary"].get("rate_limits") for r in results], "stderr": proc.stderr[-1500:] if proc.returncode else ""}
+
+
+def _timeline(answered: list[float], refused: list[float], started: float, step: float = 5.0) -> list[list[int]]:
+    """[seconds from the start, calls answered, calls refused] per ``step`` seconds: where the 429s fall."""
+    bins: dict[int, list[int]] = {}
+    for index, times in ((1, answered), (2, refused)):
+        for t in times:
+            row = bins.setdefault(int((t - started) // step), [0, 0, 0])
+            row[0], row[index] = int((t - started) // step * step), row[index] + 1
+    return [bins[k] for k in sorted(bins)]
 
 
 def table(rows: list[dict], args) -> str:
@@ -299,7 +326,7 @@ def main(argv=None) -> int:
                     for kind in args.kinds.split(","):
                         row = measure(kind, backend, mode, args, Path(tmp), address)
                         rows.append(row)
-                        print(json.dumps({k: v for k, v in row.items() if k != "summary"}), file=sys.stderr, flush=True)
+                        print(json.dumps({k: v for k, v in row.items() if k not in ("summary", "timeline")}), file=sys.stderr, flush=True)
     print(f"limit {args.rpm:g} rpm" + (f", {args.tpm:g} tpm" if args.tpm else "") + f", latency {args.latency:g} s, "
           f"demand {args.demand:g}x the limit, provider bucket {args.burst:g} s")
     print(json.dumps(rows, indent=2) if args.json else table(rows, args))

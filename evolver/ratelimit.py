@@ -11,20 +11,20 @@ answered. The permits come from one Limiter per command:
   socket to it (evolver.evaluation.backends.ray_limits), falling back to a per-node share if it is lost.
 
 A lane (one provider endpoint and model) hands out permits first come, first served, spaced by
-its rate (GCRA: a burst of about a second, then evenly), for requests and for tokens per minute.
+its rate (GCRA: a burst of about a second, then evenly), for requests and for tokens per minute; a
+call waiting keeps its place in the queue when the rate changes (Lane).
 Its rate is the smallest of what is configured (`rate_limits`), what the provider's
 x-ratelimit-limit-* headers declare, and what the lane has learnt from 429s; none of them: no
 limit at all. Learning (Learner, chosen by benchmarks/rate_limits.py --controllers over cutting to
 a share of the measured throughput each time, and over additive increase): the first 429 sets the
 rate to half of what the provider let through over the last seconds, each later one halves it, at
 most once per HOLD seconds (the calls already in flight cut no more), and Retry-After pauses the
-lane; every second of answers without a 429 grows the rate by 5 %.
+lane; every second of answers without a 429 while calls wait for their turn grows the rate by 5 %.
 A call waits for its permit instead of failing, and a 429 is retried through the lane.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import os
@@ -50,6 +50,7 @@ GROWTH = 0.05  # share of the rate added per second of answers without a 429
 HEADROOM = 0.98  # share of a limit a provider declares (x-ratelimit-limit-*) that the lane uses
 FLOOR = 1.0 / 60  # requests per second a learnt rate never goes below: one a minute
 CHARS_PER_TOKEN = 4
+ASK_AGAIN = 1.0  # seconds a waiting call sleeps at most before it asks again (a rate that grew lets it go sooner)
 
 
 # ---- what people configure --------------------------------------------------------------------
@@ -166,6 +167,7 @@ class Learner:
         self.rate: Optional[float] = None
         self.cut_at = -math.inf
         self.grown_at = 0.0
+        self.pressed = False  # whether calls were waiting at the last answer
 
     def limited(self, now: float, through: float) -> bool:
         """A 429 at ``now``, the provider having let ``through`` calls a second through lately; True when it cut."""
@@ -179,27 +181,34 @@ class Learner:
         self.cut_at = self.grown_at = now
         return True
 
-    def answered(self, now: float) -> None:
-        """An answer without a 429: the rate grows, once the hold after the last cut has passed."""
-        if self.rate is None or now - self.cut_at < self.hold:
-            self.grown_at = now
-            return
-        self.rate *= (1 + self.growth) ** max(0.0, now - max(self.grown_at, self.cut_at + self.hold))
-        self.grown_at = now
+    def answered(self, now: float, pressed: bool = True) -> None:
+        """An answer without a 429: the rate grows over the time since the last answer, once the hold after the last
+        cut has passed, if calls were waiting for their turn (``pressed``) at both answers. A rate nobody presses on
+        is not raised: it would be untested, and the next burst of demand (a run's next evaluation, after a quiet
+        stretch) would meet the provider's limit all at once."""
+        if self.rate is not None and pressed and self.pressed:
+            self.rate *= (1 + self.growth) ** max(0.0, now - max(self.grown_at, self.cut_at + self.hold))
+        self.grown_at, self.pressed = now, pressed
 
 
 # ---- one lane ---------------------------------------------------------------------------------
 
 class Lane:
-    """One provider endpoint and model: its permits, rate and counts. Not thread-safe: Limiter locks."""
+    """One provider endpoint and model: its permits, rate and counts. Not thread-safe: Limiter locks.
+
+    A call books a position in the lane's queue (one for requests, its tokens for tokens) and may go once
+    the lane's frontier, which moves at the lane's current rate (not while Retry-After pauses it), is within
+    a burst of it (GCRA, counted in calls and tokens rather than in time). A call waiting when the rate
+    changes keeps its place: a faster rate lets it go sooner at once, a slower one later."""
 
     def __init__(self, key: str, configured: Limit, learner: Callable[[], Learner]):
         self.key, self.configured, self.learner = key, configured, learner()
         self.declared = Limit()  # what the provider's headers say
-        self.next_request = self.next_token = 0.0  # GCRA: when the next permit is due, for requests and for tokens
+        self.front = [0.0, 0.0]  # the frontier, for requests and for tokens: calls and tokens released so far
+        self.next = [0.0, 0.0]  # the next position to book, for requests and for tokens
+        self.moved_at = -math.inf  # when the frontier was last moved
         self.paused_until = 0.0  # Retry-After
-        self.epoch = 0  # bumps when the lane slows down: permits booked before are booked again
-        self.booked: list[float] = []  # when the calls waiting now are due (a heap)
+        self.due_at: dict[int, float] = {}  # calls waiting now: when each is expected to go
         self.tally = RateTally()
         self.answers: deque[float] = deque()  # when calls were answered without a 429, the last WINDOW seconds
         self.granted: deque[float] = deque()  # permits of the last minute, for the rate in use
@@ -217,35 +226,46 @@ class Lane:
         tokens = [t / 60 for t in (self.configured.tpm, self.declared.tpm * HEADROOM if self.declared.tpm else None) if t]
         return requests, (min(tokens) if tokens else None), source or ("configured" if tokens else "")
 
-    def due(self, now: float, tokens: int) -> float:
-        """When a call of ``tokens`` may start (<= now: at once)."""
-        requests, per_token, _ = self.rates()
-        at = self.paused_until
-        if requests:
-            at = max(at, self.next_request - BURST)
-        if per_token:
-            at = max(at, self.next_token - BURST)
-        return at
+    def move(self, now: float) -> None:
+        """Move the frontier to ``now`` at the current rates; called before every change of them."""
+        since = max(self.moved_at, self.paused_until)
+        if since < now:
+            for i, rate in enumerate(self.rates()[:2]):
+                if rate:
+                    self.front[i] += (now - since) * rate
+        self.moved_at = max(self.moved_at, now)
 
-    def take(self, at: float, tokens: int) -> None:
-        """Book the permit due at ``at``."""
-        requests, per_token, _ = self.rates()
-        if requests:
-            self.next_request = max(self.next_request, at) + 1 / requests
-        if per_token:
-            self.next_token = max(self.next_token, at) + tokens / per_token
-        self.granted.append(at)
+    def book(self, now: float, tokens: int) -> tuple[float, float]:
+        """A new call's positions: behind every call booked before it, and never before the frontier (an idle
+        lane saves no more than a burst)."""
+        self.move(now)
+        booked = []
+        for i, cost in enumerate((1, tokens)):
+            at = max(self.next[i], self.front[i])
+            self.next[i] = at + cost
+            booked.append(at)
+        return booked[0], booked[1]
 
-    def slow_down(self, now: float) -> None:
-        """The lane's rate fell or it is paused: what was booked is booked again, spaced from now on."""
-        self.epoch += 1
-        self.next_request = self.next_token = max(now, self.paused_until) + BURST
+    def wait(self, now: float, positions) -> float:
+        """Seconds until a call booked at ``positions`` may go (0: now)."""
+        self.move(now)
+        delay = 0.0
+        for i, rate in enumerate(self.rates()[:2]):
+            if rate:
+                delay = max(delay, (positions[i] - self.front[i]) / rate - BURST)
+        delay += max(0.0, self.paused_until - now)
+        return delay if delay > 1e-6 else 0.0  # a position the frontier just reached, give or take rounding
+
+    def appeared(self, now: float, before: tuple) -> None:
+        """A limit that was not there before (the first 429, the provider's headers): spaced from now on, no burst."""
+        for i, (rate, was) in enumerate(zip(self.rates()[:2], before[:2])):
+            if rate and not was:
+                self.front[i] = self.next[i] - BURST * rate
 
     def correct(self, estimated: int, used: Optional[int]) -> None:
         """The call used ``used`` tokens where ``estimated`` were booked: book the difference."""
-        _, per_token, _ = self.rates()
-        if per_token and used is not None:
-            self.next_token += (used - estimated) / per_token
+        if used is not None:
+            self.next[1] += used - estimated
 
     def through(self, now: float) -> float:
         """Calls a second the provider answered without a 429 lately (over the last WINDOW seconds); with
@@ -257,9 +277,9 @@ class Lane:
         return max(FLOOR, len(times) / min(WINDOW, max(1.0, now - times[0])) if times else FLOOR)
 
     def waiting(self, now: float) -> int:
-        while self.booked and self.booked[0] <= now:
-            heapq.heappop(self.booked)
-        return len(self.booked)
+        for ticket in [t for t, at in self.due_at.items() if at <= now]:  # gone, or about to ask again
+            del self.due_at[ticket]
+        return len(self.due_at)
 
     def view(self, now: float) -> dict:
         requests, per_token, source = self.rates()
@@ -272,7 +292,7 @@ class Lane:
 
 # ---- the limiter ------------------------------------------------------------------------------
 
-Ticket = tuple  # (epoch, when the permit is due): what a caller holds while it waits
+Ticket = tuple  # (number, request position, token position): what a caller holds while it waits
 
 
 class Throttled:
@@ -303,6 +323,7 @@ class Limiter:
         self.lanes: dict[str, Lane] = {}
         self.lock = threading.Lock()
         self.busy = Throttled(clock)
+        self.booked = 0  # tickets handed out: each one's number
 
     def _configured(self, key: str) -> Limit:
         return next((limit for name, limit in self.limits.items() if matches(name, key)), Limit())
@@ -317,17 +338,19 @@ class Limiter:
         """(seconds to wait, ticket): 0 when the call may go now. Called again with its ticket once waited."""
         with self.lock:
             lane, now = self._lane(key), self.clock()
-            if ticket is not None and ticket[0] == lane.epoch:
-                return max(0.0, ticket[1] - now), ticket
             if ticket is None:
                 lane.tally.calls += 1
-            at = max(now, lane.due(now, tokens))
-            lane.take(at, tokens)
-            if at > now:
-                heapq.heappush(lane.booked, at)
-                lane.tally.waited += at - now
-                self.busy.add(now, at)
-            return at - now, (lane.epoch, at)
+                self.booked += 1
+                ticket = (self.booked, *lane.book(now, tokens), now)
+            delay = lane.wait(now, ticket[1:3])
+            if delay > 0:
+                lane.due_at[ticket[0]] = now + delay
+                self.busy.add(now, now + delay)
+                return delay, ticket
+            lane.due_at.pop(ticket[0], None)
+            lane.tally.waited += now - ticket[3]
+            lane.granted.append(now)
+            return 0.0, ticket
 
     def acquire(self, key: str, tokens: int = 1) -> float:
         return wait_for_permit(self.reserve, key, tokens)
@@ -336,23 +359,21 @@ class Limiter:
         """What the provider answered a call that had its permit."""
         with self.lock:
             lane, now = self._lane(key), self.clock()
+            lane.move(now)  # what was released at the old rates stays released
             before = lane.rates()
             if answer.limit_requests or answer.limit_tokens:
                 lane.declared = Limit(answer.limit_requests or lane.declared.rpm, answer.limit_tokens or lane.declared.tpm)
             if answer.limited:
                 lane.tally.limited += 1
-                paused = bool(answer.retry_after) and now + answer.retry_after > lane.paused_until
-                if paused:
-                    lane.paused_until = now + answer.retry_after
-                declared = lane.declared.rpm or lane.declared.tpm  # the provider's own word: nothing to learn
-                if (not declared and lane.learner.limited(now, lane.through(now))) or paused:
-                    lane.slow_down(now)
+                if answer.retry_after:
+                    lane.paused_until = max(lane.paused_until, now + answer.retry_after)
+                if not (lane.declared.rpm or lane.declared.tpm):  # the provider's own word: nothing to learn
+                    lane.learner.limited(now, lane.through(now))
             else:
                 lane.answers.append(now)
-                lane.learner.answered(now)
+                lane.learner.answered(now, pressed=lane.waiting(now) > 0)
                 lane.correct(estimated, answer.tokens)
-                if _slower(lane.rates(), before):
-                    lane.slow_down(now)
+            lane.appeared(now, before)
 
     def throttled(self) -> float:
         """Seconds of this limiter's life during which some call waited for a permit."""
@@ -367,24 +388,19 @@ class Limiter:
             return {key: lane.view(now) for key, lane in sorted(self.lanes.items())}
 
 
-def _slower(now: tuple, before: tuple) -> bool:
-    """Whether a lane's (requests, tokens) rates fell: a limit that appeared, or a lower one."""
-    return any(b is None and n is not None or (b is not None and n is not None and n < b) for n, b in zip(now[:2], before[:2]))
-
-
 def _limit(value) -> Limit:
     return value if isinstance(value, Limit) else Limit(**value)
 
 
 def wait_for_permit(reserve: Callable[..., tuple[float, Ticket]], key: str, tokens: int) -> float:
     """Book a permit with ``reserve`` (a Limiter's, over a socket or on a Ray actor), wait for it, confirm
-    it (booked again if the lane slowed down meanwhile); returns the seconds waited."""
+    it (asking again at least every ASK_AGAIN seconds: the lane's rate may have changed); returns the seconds waited."""
     started = time.monotonic()
     delay, ticket = reserve(key, tokens)
     if delay <= 0:
         return 0.0  # its turn at once: asking is no wait
     while delay > 0:
-        time.sleep(min(delay, 5.0))
+        time.sleep(min(delay, ASK_AGAIN))
         delay, ticket = reserve(key, tokens, ticket)
     return time.monotonic() - started
 

@@ -35,30 +35,35 @@ class Clock:
 def test_a_configured_limit_spaces_permits_first_come_first_served():
     clock = Clock()
     limiter = Limiter({"gpt-4.1-mini": {"rpm": 600}}, clock=clock)  # 10 a second; a second's burst at once
-    delays = [limiter.reserve("openai/gpt-4.1-mini", 1)[0] for _ in range(20)]
+    booked = [limiter.reserve("openai/gpt-4.1-mini", 1) for _ in range(20)]
+    delays = [delay for delay, _ in booked]
     assert delays == pytest.approx([0.0] * 11 + [0.1 * k for k in range(1, 10)])
     assert limiter.reserve("openai/other", 1)[0] == 0.0  # another model is another lane, unlimited
     view = limiter.snapshot()["openai/gpt-4.1-mini"]
     assert (view["rpm"], view["source"], view["calls"], view["waiting"]) == (600, "configured", 20, 9)
-    assert view["waited"] == pytest.approx(sum(delays))
-    clock.now += 1.0
-    assert limiter.snapshot()["openai/gpt-4.1-mini"]["waiting"] == 0
+    started = clock.now
+    for delay, ticket in booked[11:]:  # each comes back when it was told to: its turn
+        clock.now = started + delay
+        assert limiter.reserve("openai/gpt-4.1-mini", 1, ticket)[0] == 0.0
+    view = limiter.snapshot()["openai/gpt-4.1-mini"]
+    assert view["waited"] == pytest.approx(sum(delays)) and view["waiting"] == 0
     assert limiter.throttled() == pytest.approx(0.9)  # the span during which some call waited
 
 
-def test_a_ticket_stands_unless_the_lane_slows_down_and_a_retry_after_pauses_the_lane():
+def test_a_waiting_call_keeps_its_place_when_the_rate_changes_and_a_retry_after_pauses_the_lane():
     clock = Clock()
-    limiter = Limiter({"m": {"rpm": 60}}, clock=clock)
-    for _ in range(2):
-        limiter.reserve("m")
-    delay, ticket = limiter.reserve("m")
-    assert delay == pytest.approx(1.0)
+    limiter = Limiter(clock=clock)
+    limiter.report("m", Answer(limit_requests=60 / ratelimit.HEADROOM))  # the provider declares 1 a second
+    tickets = [limiter.reserve("m") for _ in range(4)]
+    assert [d for d, _ in tickets] == pytest.approx([0.0, 1.0, 2.0, 3.0])  # a limit that just appeared: no burst
     clock.now += 1.0
-    assert limiter.reserve("m", 1, ticket) == (0.0, ticket)  # waited its turn: it goes
-    delay, ticket = limiter.reserve("m")
+    assert limiter.reserve("m", 1, tickets[1][1]) == (0.0, tickets[1][1])  # waited its turn: it goes
+    limiter.report("m", Answer(limit_requests=120 / ratelimit.HEADROOM))  # now 2 a second
+    assert limiter.reserve("m", 1, tickets[2][1])[0] == 0.0  # told 1 s, goes now: a second's burst is now 2 calls
+    assert limiter.reserve("m", 1, tickets[3][1])[0] == pytest.approx(0.5)  # told 2 s: half a second, still after it
     limiter.report("m", Answer(limited=True, retry_after=5.0))  # the provider says: nobody for 5 s
-    again, new = limiter.reserve("m", 1, ticket)
-    assert new != ticket and again >= 5.0  # booked again behind the pause
+    again, same = limiter.reserve("m", 1, tickets[3][1])
+    assert same == tickets[3][1] and again == pytest.approx(5.5)  # its place, behind the pause
     assert limiter.snapshot()["m"]["limited"] == 1
 
 
@@ -82,7 +87,16 @@ def test_429s_teach_a_rate_that_halves_and_sustained_success_grows_it():
     limiter.report("m", Answer())
     clock.now += 10
     limiter.report("m", Answer())
-    assert limiter.snapshot()["m"]["rpm"] == pytest.approx(first * ratelimit.CUT * (1 + ratelimit.GROWTH) ** 10, abs=0.1)  # 10 s of growth, after the hold
+    cut = first * ratelimit.CUT
+    assert limiter.snapshot()["m"]["rpm"] == pytest.approx(cut)  # nobody waited for a turn: the rate was not what held calls back
+
+    for _ in range(30):  # calls waiting for their turn: now the rate is what holds them back
+        limiter.reserve("m")
+    assert limiter.snapshot()["m"]["waiting"] > 0
+    limiter.report("m", Answer())
+    clock.now += 10
+    limiter.report("m", Answer())
+    assert limiter.snapshot()["m"]["rpm"] == pytest.approx(cut * (1 + ratelimit.GROWTH) ** 10, abs=0.1)  # 10 s of growth
 
 
 def test_a_limit_the_provider_declares_wins_and_tokens_are_booked_and_corrected():
