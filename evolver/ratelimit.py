@@ -292,7 +292,7 @@ class Lane:
 
 # ---- the limiter ------------------------------------------------------------------------------
 
-Ticket = tuple  # (number, request position, token position): what a caller holds while it waits
+Ticket = tuple  # (number, request position, token position, when booked): what a caller holds while it waits
 
 
 class Throttled:
