@@ -27,7 +27,7 @@ agent, a scripted meta model proposing four distinct candidates, the same provid
 all of the run's evaluations (its meta-LLM's calls counted with the rest).
 
 --controllers compares learning rules in virtual time (no processes): the same token-bucket provider
-and a closed loop of callers, the lane of evolver.ratelimit with each rule: additive increase (which
+and a closed loop of callers, evolver's Limiter on a virtual clock with each rule: additive increase (which
 needs to know the limit's size: an upper bound on what it can do), multiplicative growth with a cut of
 the rate, or a cut to a share of the throughput measured over the last 10 s; at two bucket sizes, with
 and without Retry-After, with steady demand and with demand stopping every other 30 s (as a run's does between
@@ -90,60 +90,63 @@ QUIET = 30.0  # seconds: with quiet=True, demand stops for this long after every
 def simulate(learner, rpm: float, burst: float, latency: float, demand: float, seconds: float, retry_after: bool = True,
              quiet: bool = False) -> dict:
     """Callers in a closed loop (each: permit, call, next) against a token bucket of ``rpm`` holding
-    ``burst`` seconds of it; the lane (evolver.ratelimit.Lane) with ``learner``, in virtual time. ``quiet``:
-    the callers stop every other QUIET seconds, as a run's calls do between evaluations."""
+    ``burst`` seconds of it; evolver's Limiter with ``learner`` on a virtual clock, asked and told as
+    evolver.llm does. ``quiet``: the callers stop every other QUIET seconds, as a run's calls do between
+    evaluations."""
     from evolver import ratelimit
 
     rate = rpm / 60
     callers = max(1, round(demand * rate * latency))
-    lane = ratelimit.Lane(MODEL, ratelimit.Limit(), lambda: learner)
+    now = 0.0
+    limiter = ratelimit.Limiter(learner=lambda: learner, clock=lambda: now)
     capacity, level, filled = max(1.0, rate * burst), max(1.0, rate * burst), 0.0
-    queue: list[float] = []  # callers waiting for a permit: when each asked (FIFO by time)
+    queue: list[tuple] = []  # the tickets of callers waiting for their turn, first come first served
     events = [(0.0, "ask")] * callers
     heapq.heapify(events)
     answered, limited, limited_late, answered_late = 0, 0, 0, 0
-    now, tick_at = 0.0, -1.0
+    tick_at = -1.0
+
+    def send() -> None:  # a call with its permit, against the provider's bucket
+        nonlocal level, filled, answered, answered_late, limited, limited_late
+        level, filled = min(capacity, level + (now - filled) * rate), now
+        late = now >= 60
+        if level >= 1:
+            level -= 1
+            answered += 1
+            answered_late += late
+            heapq.heappush(events, (now + latency, "ok"))
+        else:
+            limited += 1
+            limited_late += late
+            heapq.heappush(events, (now + 0.005, f"429:{(1 - level) / rate:.4f}"))
+
     while events and now < seconds:
         now, what = heapq.heappop(events)
         if what == "ask":
             if quiet and int(now // QUIET) % 2:
                 heapq.heappush(events, ((now // QUIET + 1) * QUIET, "ask"))
                 continue
-            queue.append(lane.book(now, 1))
+            delay, ticket = limiter.reserve(MODEL)
+            if delay > 0:
+                queue.append(ticket)
+            else:
+                send()
         elif what == "ok":
-            lane.move(now)
-            lane.answers.append(now)
-            learner.answered(now, pressed=bool(queue))
+            limiter.report(MODEL, ratelimit.Answer())
             heapq.heappush(events, (now, "ask"))
         elif what.startswith("429"):
-            lane.move(now)
             wait = float(what.split(":")[1])
-            if retry_after and wait:
-                lane.paused_until = max(lane.paused_until, now + wait)
-            before = lane.rates()
-            learner.limited(now, lane.through(now))
-            lane.appeared(now, before)
+            limiter.report(MODEL, ratelimit.Answer(limited=True, retry_after=wait if retry_after and wait else None))
             heapq.heappush(events, (now, "ask"))
-        while queue:  # grant the head of the queue when it is due
-            delay = lane.wait(now, queue[0])
+        while queue:  # the head of the queue asks again when it is due
+            delay, _ = limiter.reserve(MODEL, 1, queue[0])
             if delay > 0:
                 if not now < tick_at <= now + delay:  # one wake-up at a time, the earliest needed
                     tick_at = now + delay
                     heapq.heappush(events, (tick_at, "tick"))
                 break
             queue.pop(0)
-            lane.granted.append(now)
-            level, filled = min(capacity, level + (now - filled) * rate), now
-            late = now >= 60
-            if level >= 1:
-                level -= 1
-                answered += 1
-                answered_late += late
-                heapq.heappush(events, (now + latency, "ok"))
-            else:
-                limited += 1
-                limited_late += late
-                heapq.heappush(events, (now + 0.005, f"429:{(1 - level) / rate:.4f}"))
+            send()
     late_seconds = max(1.0, seconds - 60) / (2 if quiet else 1)  # the seconds calls were asked for
     return {"achieved": answered_late / late_seconds / rate, "share_429_late": limited_late / max(1, limited_late + answered_late),
             "share_429": limited / max(1, limited + answered), "final_rpm": None if learner.rate is None else learner.rate * 60}
