@@ -15,8 +15,9 @@ import urllib.request
 import pytest
 
 from evolver.llm import prepare_environment
-from tests.scripts import fake_openai
+from tests.scripts import fake_openai, gemini_rules
 from tests.scripts.fake_anthropic import FakeAnthropic
+from tests.scripts.fake_gemini import FakeGemini
 from tests.scripts.fake_openai import FakeOpenAI
 from tests.scripts.fake_server import REDACTED, Fault
 from tests.scripts.meta_agent import Fix, investigate
@@ -360,3 +361,93 @@ def test_anthropic_faults_and_lifetime(litellm):
     short.timer.join(5)  # it stops by itself
     with pytest.raises(urllib.error.URLError):
         anthropic_post(short, {})
+
+
+# ---- Gemini ---------------------------------------------------------------------------------
+
+GEMINI_ROLES = {name: "agent" for name in ("gemini-2.5-flash", "gemini-2.5-pro", "gemini-3-pro-preview")}
+
+
+@pytest.fixture(scope="module")
+def gemini():
+    with FakeGemini(roles=GEMINI_ROLES, faults={"gemini-2.5-flash-lite": Fault(rate_limited=1)}) as fake:
+        fake.roles["gemini-2.5-flash-lite"] = "agent"
+        yield fake
+
+
+def gemini_call(litellm, fake: FakeGemini, messages: list[dict], model: str = "gemini-2.5-flash", **kw):
+    return litellm.completion(model=f"gemini/{model}", messages=messages, api_base=fake.api_base, api_key=KEY, **kw)
+
+
+def gemini_post(fake: FakeGemini, body: dict, model: str = "gemini-2.5-flash", key: str | None = KEY) -> tuple[int, dict]:
+    sent = {"contents": [{"role": "user", "parts": [{"text": ASK}]}], **body}
+    return post(f"{fake.api_base}/models/{model}:generateContent", {k: v for k, v in sent.items() if v is not None}, {"x-goog-api-key": key} if key else {})
+
+
+CALL = {"role": "model", "parts": [{"functionCall": {"name": "create_task", "args": {"user_id": "user_1", "title": "Buy milk"}}}]}
+ANSWER = {"role": "user", "parts": [{"functionResponse": {"name": "create_task", "response": {"content": "created task_9"}}}]}
+
+
+def test_gemini_answers_litellm_function_calls_round_trip_and_usage_counts_thoughts_and_cache(gemini, litellm):
+    messages = conversation(POLICY * 2)  # over 2,048 tokens: implicitly cached by Gemini 2.5
+    first = gemini_call(litellm, gemini, messages, tools=TOOLS)
+    [call] = first.choices[0].message.tool_calls
+    assert json.loads(call.function.arguments) == {"user_id": "user_1", "title": "Buy milk"}
+    assert first.usage.completion_tokens_details.reasoning_tokens == 256 and not first.usage.prompt_tokens_details.cached_tokens
+    again = gemini_call(litellm, gemini, messages, tools=TOOLS).usage  # the same prefix again: read from the cache
+    assert again.prompt_tokens - 128 < again.prompt_tokens_details.cached_tokens <= again.prompt_tokens
+    reply = gemini_call(litellm, gemini, [*messages, first.choices[0].message, {"role": "tool", "tool_call_id": call.id, "content": "created task_9"}], tools=TOOLS)
+    assert reply.choices[0].message.content == "Done: the change was made successfully."
+    sent = gemini.received[-1]
+    assert sent.path == "/v1beta/models/gemini-2.5-flash:generateContent" and sent.headers["x-goog-api-key"] == REDACTED
+    assert sent.body["contents"][-1]["parts"][0]["function_response"]["name"] == "create_task"  # litellm's snake_case, taken as Google takes it
+    no_key_kept(gemini)
+
+
+@pytest.mark.parametrize("body, model, status, message", [
+    ({"seed": 3}, "gemini-2.5-flash", 400, 'Invalid JSON payload received. Unknown name "seed": Cannot find field.'),
+    ({"generationConfig": {"reasoning_effort": "low"}}, "gemini-2.5-flash", 400,
+     "Invalid JSON payload received. Unknown name \"reasoning_effort\" at 'generation_config': Cannot find field."),
+    ({"tools": [{"functionDeclarations": [{"name": "create_task", "parameters": {"type": "object", "properties": {"title": {"type": "string"}},
+                                                                                 "additionalProperties": False}}]}]}, "gemini-2.5-flash", 400,
+     "Invalid JSON payload received. Unknown name \"additionalProperties\" at 'tools[0].function_declarations[0].parameters': Cannot find field."),
+    ({"contents": [{"role": "assistant", "parts": [{"text": "Hi."}]}]}, "gemini-2.5-flash", 400, "Please use a valid role: user, model."),
+    ({"contents": [CALL]}, "gemini-2.5-flash", 400,
+     "Please ensure that function call turn comes immediately after a user turn or after a function response turn."),
+    ({"contents": [{"role": "user", "parts": [{"text": ASK}]}, ANSWER]}, "gemini-2.5-flash", 400,
+     "Please ensure that function response turn comes immediately after a function call turn."),
+    ({"contents": [{"role": "user", "parts": [{"text": ASK}]}, CALL, {"role": "user", "parts": ANSWER["parts"] * 2}]}, "gemini-2.5-flash", 400,
+     "Please ensure that the number of function response parts is equal to the number of function call parts of the function call turn."),
+    ({"generationConfig": {"thinkingConfig": {"thinkingBudget": 0}}}, "gemini-2.5-pro", 400, "Budget 0 is invalid. This model only works in thinking mode."),
+    ({"generationConfig": {"thinkingConfig": {"thinkingBudget": 40000}}}, "gemini-2.5-pro", 400, "The thinking budget (40000) is invalid."),
+    ({"contents": [{"role": "user", "parts": [{"text": ASK}]}, CALL, ANSWER]}, "gemini-3-pro-preview", 400,
+     "Function call is missing a thought_signature in functionCall parts."),
+    ({"contents": [{"role": "user", "parts": [{"text": ASK}]}, {"role": "model", "parts": [{**CALL["parts"][0], "thoughtSignature": "c2lnbmVk"}]}, ANSWER]},
+     "gemini-3-pro-preview", 400, "Thought signature is not valid."),
+    ({}, "gemini-9", 404, "models/gemini-9 is not found for API version v1beta"),
+    ({"generationConfig": {"thinkingConfig": {"thinkingBudget": 0}}}, "gemini-2.5-flash", 200, None),  # Flash may stop thinking
+    ({"contents": [{"role": "user", "parts": [{"text": ASK}]}, {"role": "model", "parts": [{**CALL["parts"][0], "thoughtSignature":
+      "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I="}]}, ANSWER]}, "gemini-3-pro-preview", 200, None),  # Google's documented dummy
+], ids=["seed", "unknown-config-field", "json-schema-key", "role", "call-first", "answer-without-call", "answer-count", "pro-budget-0",
+        "pro-budget-too-big", "gemini-3-no-signature", "gemini-3-forged-signature", "unknown-model", "flash-budget-0", "gemini-3-dummy-signature"])
+def test_gemini_refuses_what_generate_content_refuses(gemini, body, model, status, message):
+    got, answer = gemini_post(gemini, body, model)
+    assert got == status, answer
+    if message:
+        assert answer["error"]["status"] == {400: "INVALID_ARGUMENT", 404: "NOT_FOUND"}[status] and answer["error"]["message"].startswith(message), answer
+
+
+def test_gemini_through_litellm_thinking_budgets_signatures_key_and_faults(gemini, litellm):
+    with pytest.raises(litellm.BadRequestError, match="Budget 0 is invalid"):  # litellm maps "disable" to a budget of 0
+        gemini_call(litellm, gemini, conversation(), model="gemini-2.5-pro", reasoning_effort="disable")
+    cut = gemini_call(litellm, gemini, conversation(), model="gemini-2.5-pro", reasoning_effort="low", max_tokens=100)
+    assert cut.choices[0].finish_reason == "length" and not cut.choices[0].message.content  # the thoughts used up the output tokens
+    first = gemini_call(litellm, gemini, conversation(), model="gemini-3-pro-preview", tools=TOOLS).choices[0].message
+    [call] = first.tool_calls
+    follow = [*conversation(), first, {"role": "tool", "tool_call_id": call.id, "content": "created task_9"}]
+    assert gemini_call(litellm, gemini, follow, model="gemini-3-pro-preview", tools=TOOLS).choices[0].message.content
+    assert gemini.received[-1].body["contents"][1]["parts"][0]["thoughtSignature"]  # handed back as issued
+    assert gemini_post(gemini, {}, key=None)[1]["error"] == {"code": 403, "message": gemini_rules.NO_KEY, "status": "PERMISSION_DENIED"}
+    with pytest.raises(litellm.RateLimitError):
+        gemini_call(litellm, gemini, conversation(), model="gemini-2.5-flash-lite")
+    assert gemini_call(litellm, gemini, conversation(), model="gemini-2.5-flash-lite", tools=TOOLS).choices[0].finish_reason == "tool_calls"

@@ -25,17 +25,14 @@ repeats, found at a marked block or up to 20 blocks before one, within the entry
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import json
-import os
 from typing import Optional
 
 from evolver.scripted import Reply
 from tests.scripts import anthropic_rules
 from tests.scripts.anthropic_rules import Refusal, Turn, family, thinking_budget
-from tests.scripts.fake_server import Answer, FakeProvider, Received, tokens
+from tests.scripts.fake_server import Answer, FakeProvider, Received, Signer, tokens
 from tests.scripts.prompt_cache import PrefixCache, prefixes
 
 PATH = "/v1/messages"
@@ -56,7 +53,7 @@ class FakeAnthropic(FakeProvider):
     thread_name = "fake-anthropic"
 
     def __init__(self, roles: Optional[dict[str, str]] = None, faults=None, lifetime: float = 900.0):
-        self.secret = os.urandom(32)
+        self.signer = Signer()
         self.cache = PrefixCache(TTL["5m"])
         super().__init__(roles, faults, lifetime)
 
@@ -72,12 +69,6 @@ class FakeAnthropic(FakeProvider):
         names = list(self.roles)
         return {"data": [{"type": "model", "id": n, "display_name": n, "created_at": "2025-09-29T00:00:00Z"} for n in names],
                 "has_more": False, "first_id": names[0] if names else None, "last_id": names[-1] if names else None}
-
-    def sign(self, thinking: str) -> str:
-        return base64.b64encode(hmac.new(self.secret, thinking.encode(), hashlib.sha256).digest()).decode()
-
-    def signed(self, thinking: str, signature: str) -> bool:
-        return isinstance(thinking, str) and isinstance(signature, str) and hmac.compare_digest(self.sign(thinking), signature)
 
     def answer(self, request: Received, headers: dict) -> Answer:
         key, version = headers.get("x-api-key"), headers.get("anthropic-version")
@@ -97,7 +88,7 @@ class FakeAnthropic(FakeProvider):
         if forced is not None:
             return forced
         try:
-            turns = anthropic_rules.check(body, self.signed)
+            turns = anthropic_rules.check(body, self.signer.signed)
         except Refusal as refusal:
             return refusal.status, self.error(refusal.status, refusal.message), {}
         messages = openai_messages(body, turns)
@@ -109,7 +100,7 @@ class FakeAnthropic(FakeProvider):
         budget = thinking_budget(body)
         if budget:
             text = f"The conversation has {len(turns)} turns; it ends with: {_last_words(messages)[:200]}"
-            blocks.append({"type": "thinking", "thinking": text, "signature": self.sign(text)})
+            blocks.append({"type": "thinking", "thinking": text, "signature": self.signer.sign(text)})
             thought = min(budget, tokens(text) + 1)
         text, calls, stop, sequence = reply.content or "", list(reply.tool_calls), None, None
         for candidate in body.get("stop_sequences") or []:

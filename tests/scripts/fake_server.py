@@ -13,8 +13,12 @@ not in it does not exist (the provider's 404); without one, the model's name is 
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import http.server
 import json
+import os
 import threading
 import urllib.parse
 from collections import Counter
@@ -56,6 +60,20 @@ def tokens(text: str) -> int:
     return len(text) // 4
 
 
+class Signer:
+    """Signatures only this server can issue (an HMAC under a secret of its own), so a thinking block or a thought
+    signature that comes back changed, moved from another server or invented is told apart from one it gave."""
+
+    def __init__(self):
+        self.secret = os.urandom(32)
+
+    def sign(self, text: str) -> str:
+        return base64.b64encode(hmac.new(self.secret, text.encode(), hashlib.sha256).digest()).decode()
+
+    def signed(self, text, signature) -> bool:
+        return isinstance(text, str) and isinstance(signature, str) and hmac.compare_digest(self.sign(text), signature)
+
+
 class FakeProvider:
     """The server and its bookkeeping; a subclass answers (``answer``) in its provider's format and
     says what its errors look like (``error``)."""
@@ -70,7 +88,7 @@ class FakeProvider:
         self.lock = threading.Lock()
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True, name=self.thread_name).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name=self.thread_name).start()
         self.timer = threading.Timer(lifetime, self.close)
         self.timer.daemon = True
         self.timer.start()
