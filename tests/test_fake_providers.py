@@ -181,8 +181,7 @@ def anthropic_post(fake: FakeAnthropic, body: dict, headers: dict | None = None,
 
 def tool_turn(litellm, fake: FakeAnthropic, **kw):
     """The agent's first turn (a create_task call) and the conversation that answers it."""
-    first = claude(litellm, fake, conversation(), tools=TOOLS, **kw)
-    message = first.choices[0].message
+    message = claude(litellm, fake, conversation(), tools=TOOLS, **kw).choices[0].message
     [call] = message.tool_calls
     return message, lambda handed_back: [*conversation(), handed_back, {"role": "tool", "tool_call_id": call.id, "content": "created task_9"}]
 
@@ -276,16 +275,14 @@ def test_anthropic_caches_marked_prefixes_only(anthropic, litellm):
     assert first.cache_creation_input_tokens > 1024 and first.prompt_tokens_details.cached_tokens == 0
     again = claude(litellm, anthropic, marked, model="claude-opus-4-1").usage  # litellm maps a read to cached_tokens
     assert again.prompt_tokens_details.cached_tokens == first.cache_creation_input_tokens and again.cache_creation_input_tokens == 0
-    raw = anthropic.received[-1]
-    assert raw.body["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert anthropic.received[-1].body["system"][0]["cache_control"] == {"type": "ephemeral"}  # litellm passed the mark on
     unmarked = conversation(POLICY)
     assert [claude(litellm, anthropic, unmarked, model="claude-opus-4-1").usage.prompt_tokens_details.cached_tokens for _ in range(2)] == [0, 0]
-    status, answer = anthropic_post(anthropic, {"model": "claude-opus-4-1", "system": [{"type": "text", "text": POLICY, "cache_control": {"type": "ephemeral"}}]})
-    usage = answer["usage"]  # what neither was read nor written is input_tokens
+    usage = anthropic_post(anthropic, {"model": "claude-opus-4-1", "system": marked[0]["content"]})[1]["usage"]  # input_tokens: neither read nor written
     assert usage["cache_read_input_tokens"] == first.cache_creation_input_tokens and usage["cache_creation_input_tokens"] == 0
     assert 0 < usage["input_tokens"] < 50
-    status, answer = anthropic_post(anthropic, {"model": "claude-haiku-4-5", "system": [{"type": "text", "text": POLICY, "cache_control": {"type": "ephemeral"}}]})
-    assert answer["usage"]["cache_creation_input_tokens"] == 0  # Haiku 4.5 caches 4,096 tokens or more only
+    haiku = anthropic_post(anthropic, {"model": "claude-haiku-4-5", "system": marked[0]["content"]})[1]["usage"]
+    assert haiku["cache_creation_input_tokens"] == 0  # Haiku 4.5 caches 4,096 tokens or more only
 
 
 def test_anthropic_a_growing_conversation_reads_the_prefix_marked_last_turn(anthropic):
@@ -365,13 +362,12 @@ def test_anthropic_faults_and_lifetime(litellm):
 
 # ---- Gemini ---------------------------------------------------------------------------------
 
-GEMINI_ROLES = {name: "agent" for name in ("gemini-2.5-flash", "gemini-2.5-pro", "gemini-3-pro-preview")}
+GEMINI_ROLES = {name: "agent" for name in ("gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.5-pro", "gemini-3-pro-preview")}
 
 
 @pytest.fixture(scope="module")
 def gemini():
     with FakeGemini(roles=GEMINI_ROLES, faults={"gemini-2.5-flash-lite": Fault(rate_limited=1)}) as fake:
-        fake.roles["gemini-2.5-flash-lite"] = "agent"
         yield fake
 
 

@@ -185,7 +185,11 @@ class FakeProvider:
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
-                self._send(*fake.answer(request, {k.lower(): v for k, v in self.headers.items()} | _query(self.path)))
+                try:
+                    answer = fake.answer(request, {k.lower(): v for k, v in self.headers.items()} | _query(self.path))
+                except Exception as exc:  # a script's or the fake's own fault: said, not a dropped connection
+                    answer = 500, fake.error(500, f"fake provider: {type(exc).__name__}: {exc}"), {}
+                self._send(*answer)
 
             def _send(self, status: int, answer: dict, headers: Optional[dict] = None) -> None:
                 data = json.dumps(answer).encode()
