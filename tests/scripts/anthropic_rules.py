@@ -1,6 +1,7 @@
 """What api.anthropic.com refuses in a Messages request (POST /v1/messages), in its words.
 
-Emulated: the Claude 4 / 4.5 generation with budgeted extended thinking. Every refusal is a 400
+Emulated: the Claude 4 / 4.5 generation with budgeted extended thinking (the adaptive thinking of 4.6 and later,
+which litellm sends with output_config, is refused as not emulated). Every refusal is a 400
 invalid_request_error unless said otherwise. The texts, as users quote them from api.anthropic.com:
 
 - unknown top-level keys: "seed: Extra inputs are not permitted" (the pattern of "extra_body: Extra inputs are
@@ -44,7 +45,7 @@ from typing import Callable, Optional
 DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 VERSIONS = ("2023-06-01", "2023-01-01")
 TOP_LEVEL = {"model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream", "temperature", "top_k", "top_p",
-             "tools", "tool_choice", "thinking", "service_tier", "container", "mcp_servers", "context_management"}
+             "tools", "tool_choice", "thinking", "service_tier", "container", "mcp_servers", "context_management", "output_config"}
 BLOCK_FIELDS = {  # the fields of each content block, by role; "cache_control" where it may be set
     "text": {"text", "cache_control", "citations"},
     "tool_use": {"id", "name", "input", "cache_control"},
@@ -224,6 +225,8 @@ def _turns(messages) -> list[Turn]:
 
 def _thinking(body: dict, turns: list[Turn], signed: Callable[[str, str], bool]) -> None:
     thinking = body.get("thinking")
+    if (thinking or {}).get("type") == "adaptive" or "output_config" in body:
+        raise Refusal("fake provider: adaptive thinking and output_config (Claude 4.6 and later) are not emulated")
     if thinking is not None:
         if thinking.get("type") not in ("enabled", "disabled"):
             raise Refusal(f"thinking: Input tag '{thinking.get('type')}' found using 'type' does not match any of the expected tags: 'disabled', 'enabled'")
