@@ -308,6 +308,7 @@ def test_a_command_that_hangs_is_stopped_with_what_it_started(analysis, tmp_path
     outcome = proposer.propose(command_request(analysis, tmp_path, seconds=3))
     assert time.monotonic() - started < 30
     assert outcome.proposal is None and "stopped at the time limit" in outcome.stats["stopped"]
+    assert Path(outcome.stats["log"]).read_text() == "waiting for the model\n"  # what it said before the limit: why it hung
     time.sleep(0.5)
     assert subprocess.run(["pgrep", "-f", "sleep 31338"], capture_output=True).returncode == 1
 
@@ -369,10 +370,11 @@ def test_evolver_run_with_an_installed_coding_agent(tmp_path):
     secrets = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh", "/etc/ssh/ssh_config", "/etc listing", "/etc/ssl/private",
                "home key", "home listing", "home config", "home history")
     assert [name for name in secrets if probe[name].startswith("ok")] == [], probe
-    assert probe["/etc/shadow"] == probe["home key"] == "PermissionError"  # there, and out of reach even for root
+    assert probe["home key"] == "PermissionError" and (probe["/etc/shadow"] == "PermissionError" or not Path("/etc/shadow").exists())
     assert probe["passwd entry"] == f"ok: {pwd.getpwuid(os.getuid()).pw_name}" and probe["localhost"] == "ok: 127.0.0.1"
     assert int(probe["certificates"].removeprefix("ok: ")) > 0
-    assert probe["chown"] == "PermissionError" and probe["cap_sys_admin"] == "ok: 0"  # no capability left, root or not
+    assert probe["chown"] == "PermissionError"  # no capability left, even as root (these machines run tests as root)
+    assert probe["cap_sys_admin"] == "ok: 0" or os.getuid() != 0  # a user without the capability cannot drop it from the bounding set
     given = {"PATH", "HOME", "TMPDIR", "LANG", "TERM", "PLANTED_HOME", "PWD", "SHLVL", "_"}
     assert {"LANG", "TERM", "PLANTED_HOME"} <= set(probe["env"]) and set(probe["env"]) - given <= {n for n in os.environ if n.startswith("LC_")}
 

@@ -56,7 +56,8 @@ def environment_bin() -> Path:
 def installed_bins(readable: tuple[str, ...] = ()) -> list[Path]:
     """Where a command finds programs installed for it: the bin folder of evolver's environment (a CLI installed
     beside evolver, whether or not the environment is active), the --proposer-read folders and their bin folders."""
-    return _unique([environment_bin(), *(q for r in readable for q in (Path(r) / "bin", Path(r)))])
+    folders = [Path(os.path.abspath(r)) for r in readable]  # the command's PATH is read in its workspace
+    return _unique([environment_bin(), *(q for r in folders for q in (r / "bin", r))])
 
 
 def search_path(readable: tuple[str, ...] = ()) -> list[Path]:

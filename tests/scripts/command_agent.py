@@ -101,6 +101,7 @@ def installed() -> None:
 
 
 def sleep() -> None:
+    print("waiting for the model", flush=True)
     subprocess.Popen(["sleep", "31338"])
     import time
 
