@@ -141,9 +141,10 @@ def command_problem(command: str, readable: tuple[str, ...], repo: Path) -> str 
     if program is None:
         return (f"--proposer-command: {word} is not installed: not in your PATH, in {environment_bin()} or a --proposer-read "
                 "folder; install it, or give its full path")
-    why = exposed(program.resolve().parent, (repo,))
+    folder = program.resolve().parent
+    why = exposed(folder, (repo,))
     if why:
-        return f"--proposer-command: {program} runs from {program.resolve().parent}, which the command may not read ({why}); install it elsewhere"
+        return f"--proposer-command: {program} runs from {folder}, which the command may not read ({why}); install it elsewhere"
     return None
 
 

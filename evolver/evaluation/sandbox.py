@@ -321,7 +321,8 @@ def command_grants(extra: tuple[str, ...] = ()) -> tuple[tuple[Path, ...], tuple
     import evolver
 
     own = Path(evolver.__file__).parent.resolve()  # evolver's own code is not the command's business
-    roots = [Path(p) for p in (*COMMAND_ROOTS, *etc_grants(), sys.prefix, sys.base_prefix, *extra)] + [p for p in _readable_roots() if p != own]
+    roots = [Path(p) for p in (*COMMAND_ROOTS, *etc_grants(), sys.prefix, sys.base_prefix, *extra)]
+    roots += [p for p in _readable_roots() if p != own]
     roots = [Path(r).resolve() for r in roots if Path(r).exists()]
     hidden = hidden_paths() + (own,)
     readable = _distinct(p for root in roots for p in _excluding(root, hidden))

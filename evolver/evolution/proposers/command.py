@@ -15,8 +15,9 @@ The command runs there confined (evolver.evaluation.sandbox.confine_command): it
 programs and libraries, the /etc entries programs need, the folders its program is installed in
 (evolver.evaluation.program_folders: found by name as you would find it) and the folders you name,
 reads and writes the workspace only, with no capability even as root, with an environment that holds
-only the variables you name (its own API key), and is stopped at the time limit with everything it started. What it leaves in workspace/agent/ is hostile input: read without
-following links, and checked edit by edit (evolver.evolution.scratch) like every other proposal.
+only the variables you name (its own API key), and is stopped at the time limit with everything it
+started. What it leaves in workspace/agent/ is hostile input: read without following links, and
+checked edit by edit (evolver.evolution.scratch) like every other proposal.
 """
 
 from __future__ import annotations
