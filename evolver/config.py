@@ -170,8 +170,9 @@ class Config:
                                         "trajectories and TASK.md", "proposer", flags=("run",), metavar="CMD")
     proposer_env: list = setting([], "command proposer: names of the environment variables it gets (e.g. its own API key); nothing else "
                                      "of yours", "proposer", flags=("run",), metavar="NAMES")
-    proposer_read: list = setting([], "command proposer: folders it may read besides the system's and Python's (where its CLI is "
-                                      "installed)", "proposer", flags=("run",), metavar="DIRS")
+    proposer_read: list = setting([], "command proposer: folders it may read besides the system's, Python's and its program's (found "
+                                      "by name); never your home or a folder holding it or the repository", "proposer", flags=("run",),
+                                  metavar="DIRS")
     # The gate (docs/gate.md).
     gate_alpha: float = setting(0.05, "false-accept probability per decision for a no-effect candidate", "gate", flags=("run",),
                                 bounds=(0, 0.5))

@@ -68,10 +68,12 @@ def repo(tmp_path: Path) -> Path:
     return init_repo(tmp_path / "target")
 
 
-def run_cli(args: list[str], cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run `python -m evolver ...` as a user would, in a subprocess."""
+def run_cli(args: list[str], cwd: Path | None = None, env: dict | None = None, timeout: float = 600,
+            python: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m evolver ...` as a user would, in a subprocess (with ``python``: from that environment)."""
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "evolver", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([str(python or sys.executable), "-m", "evolver", *args], cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
     return proc
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -292,6 +294,7 @@ def test_a_hostile_command_reaches_nothing_and_its_links_and_pipes_are_refused(a
     report = json.loads((request.workdir / "workspace" / "report.json").read_text())
     reached = {k: v for k, v in report.items() if v == "done"}
     assert reached == {"run_a_program": "done"}, report  # a coding agent runs tools; nothing outside its workspace
+    assert report["read_evolver_environ"] == "failed: PermissionError"  # /proc is readable; evolver's process is not
     assert report["key"] == "" and "EVOLVER_TEST_NAMED" in report["env"] and "OPENAI_API_KEY" not in report["env"]
     assert not Path("/tmp/evolver-command-canary").exists() and not (request.workdir.parents[1] / "forged.json").exists()
     assert outcome.refused and "symbolic link" in " ".join(outcome.errors) and "not a regular file" in " ".join(outcome.errors)
@@ -305,21 +308,75 @@ def test_a_command_that_hangs_is_stopped_with_what_it_started(analysis, tmp_path
     outcome = proposer.propose(command_request(analysis, tmp_path, seconds=3))
     assert time.monotonic() - started < 30
     assert outcome.proposal is None and "stopped at the time limit" in outcome.stats["stopped"]
+    assert Path(outcome.stats["log"]).read_text() == "waiting for the model\n"  # what it said before the limit: why it hung
     time.sleep(0.5)
     assert subprocess.run(["pgrep", "-f", "sleep 31338"], capture_output=True).returncode == 1
 
 
-def test_evolver_run_with_a_command_proposer(tmp_path):
+def planted_wheel(folder: Path) -> Path:
+    """A wheel of tests/scripts/command_agent.py with its two console scripts, as pip would get it from an index."""
+    info = "planted_coder-1.0.dist-info"
+    files = {"planted_coder.py": AGENT_SCRIPT.read_text(),
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: planted-coder\nVersion: 1.0\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             f"{info}/entry_points.txt": "[console_scripts]\nplanted-coder = planted_coder:main\nplanted-probe = planted_coder:probe\n"}
+    wheel = folder / "planted_coder-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+        zf.writestr(f"{info}/RECORD", "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"]))
+    return wheel
+
+
+def pip_install(venv: Path, wheel: Path) -> Path:
+    """A fresh virtual environment at ``venv`` with ``wheel`` installed by pip, offline; its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps", str(wheel)],
+                   check=True, capture_output=True)
+    return python
+
+
+def test_evolver_run_with_an_installed_coding_agent(tmp_path):
+    """Coding agents installed as people install them, found by name: `planted-coder` by pipx into the home folder
+    (a link in ~/.local/bin to a virtual environment of its own), and `planted-probe`, which it runs, installed in
+    the Python environment evolver runs in (its bin folder in no PATH). Its edit is kept by the gate; the probe
+    reaches certificates, names and its own passwd entry, and neither /etc's secrets, nor the home, nor root's powers."""
+    wheel, home = planted_wheel(tmp_path), tmp_path / "home"
+    evolver_python = pip_install(tmp_path / "evolver-env", wheel)
+    site = next((tmp_path / "evolver-env" / "lib").glob("python3*/site-packages"))
+    (site / "evolver.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in sys.path if p.endswith("site-packages")))
+    pipx_venv = home / ".local/share/pipx/venvs/planted-coder"
+    pip_install(pipx_venv, wheel)
+    (home / ".local/bin").mkdir(parents=True)
+    (home / ".local/bin/planted-coder").symlink_to(pipx_venv / "bin/planted-coder")
+    for key in (".ssh/id_ed25519", ".config/gh/hosts.yml", ".bash_history"):
+        (home / key).parent.mkdir(parents=True, exist_ok=True)
+        (home / key).write_text("secret\n")
     repo = make_target(tmp_path / "target")
+    env = {**LOOP_ENV, "HOME": str(home), "PLANTED_HOME": str(home), "PATH": f"{home / '.local/bin'}:{os.environ['PATH']}",
+           "OPENAI_API_KEY": "sk-evolver-canary", "TERM": "dumb"}
     proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS,
-                    "--proposer", "command", "--proposer-command", f"{sys.executable} {AGENT_SCRIPT} honest",
-                    "--proposer-read", str(AGENT_SCRIPT.parent)], env=LOOP_ENV, timeout=900)
+                    "--proposer", "command", "--proposer-command", "planted-coder installed", "--proposer-env", "PLANTED_HOME"],
+                   env=env, timeout=900, python=evolver_python)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
-    history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"]
+    [run] = (repo / "runs").glob("run-*")
+    history = json.loads(run_cli(["history", run.name, "--repo", str(repo), "--json"]).stdout)["candidates"]
     assert [(c["title"], c["verdict"]) for c in history] == [("Keep the user's exact title", "accepted")]
-    shown = run_cli(["show", run_id, "1", "--repo", str(repo)]).stdout
-    assert "command:" in shown and "exit 0" in shown
+    shown = run_cli(["show", run.name, "1", "--repo", str(repo)]).stdout
+    assert f"command: planted-coder installed ({home / '.local/bin/planted-coder'}; exit 0" in " ".join(shown.split()), shown
+
+    [probe] = [json.loads(p.read_text()) for p in run.glob("proposals/*/workspace/probe.json")]
+    secrets = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh", "/etc/ssh/ssh_config", "/etc listing", "/etc/ssl/private",
+               "home key", "home listing", "home config", "home history")
+    assert [name for name in secrets if probe[name].startswith("ok")] == [], probe
+    assert probe["home key"] == "PermissionError" and (probe["/etc/shadow"] == "PermissionError" or not Path("/etc/shadow").exists())
+    assert probe["passwd entry"] == f"ok: {pwd.getpwuid(os.getuid()).pw_name}" and probe["localhost"] == "ok: 127.0.0.1"
+    assert int(probe["certificates"].removeprefix("ok: ")) > 0
+    assert probe["chown"] == "PermissionError"  # no capability left, even as root (these machines run tests as root)
+    assert probe["cap_sys_admin"] == "ok: 0" or os.getuid() != 0  # a user without the capability cannot drop it from the bounding set
+    given = {"PATH", "HOME", "TMPDIR", "LANG", "TERM", "PLANTED_HOME", "PWD", "SHLVL", "_"}
+    assert {"LANG", "TERM", "PLANTED_HOME"} <= set(probe["env"]) and set(probe["env"]) - given <= {n for n in os.environ if n.startswith("LC_")}
 
 
 def test_a_call_written_as_python_text_is_read_never_run():

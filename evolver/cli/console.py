@@ -296,9 +296,10 @@ def investigation_lines(stats: dict) -> list[str]:
             rewards = ", ".join("n/a" if r is None else f"{r:.2f}" for r in t.get("rewards", []))
             lines.append(f"tried on {', '.join(t.get('tasks', []))}: rewards {rewards}")
     if "command" in stats:
-        lines.append(f"command: {stats['command']} (exit {stats.get('exit_code')}, {stats.get('seconds', 0):g} s)"
+        program = f"{stats['program']}; " if stats.get("program") else ""
+        lines.append(f"command: {stats['command']} ({program}exit {stats.get('exit_code')}, {stats.get('seconds', 0):g} s)"
                      + (f"; {stats['stopped']}" if stats.get("stopped") else ""))
-        lines += [f"problem: {p}" for p in stats.get("problems", [])]
+        lines += [f"kept out: {k}" for k in stats.get("kept_out", [])] + [f"problem: {p}" for p in stats.get("problems", [])]
     for key in ("transcript", "log"):
         if stats.get(key):
             lines.append(f"{key}: {stats[key]}")

@@ -18,6 +18,7 @@ from evolver.cli.console import ConsoleView, forecast_lines
 from evolver.config import LOCAL, Config, listing_request
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
+from evolver.evaluation.program_folders import command_problem
 from evolver.evaluation.sandbox import require_sandbox
 from evolver.events import Events
 from evolver.evolution.gate import GateConfig
@@ -105,8 +106,12 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         console.print("[yellow]note:[/yellow] agent/ has uncommitted changes; this run starts from HEAD and does not include them")
     gate = gate_config(cfg)
     tracking.require(cfg.track)
-    if cfg.proposer == "command" and not cfg.proposer_command.strip():
-        raise UsageError("--proposer command needs --proposer-command, the command line of the coding agent to run (see `evolver run --help`)")
+    if cfg.proposer == "command":
+        if not cfg.proposer_command.strip():
+            raise UsageError("--proposer command needs --proposer-command, the command line of the coding agent to run (see `evolver run --help`)")
+        problem = command_problem(cfg.proposer_command, tuple(cfg.proposer_read), repo)
+        if problem:
+            raise UsageError(problem)
     for role in ("agent", "user", "meta"):
         base = cfg.role(role).api_base
         if base:

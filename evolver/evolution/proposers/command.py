@@ -12,10 +12,12 @@ The workspace (the proposal's folder in the run directory, `workspace/`):
     PROPOSAL.md      written by the command, optional: "TITLE: ..." and "RATIONALE: ..." lines
 
 The command runs there confined (evolver.evaluation.sandbox.confine_command): it reads the system's
-programs and libraries and the folders you name, reads and writes the workspace only, with an
-environment that holds only the variables you name (its own API key), and is stopped at the time
-limit with everything it started. What it leaves in workspace/agent/ is hostile input: read without
-following links, and checked edit by edit (evolver.evolution.scratch) like every other proposal.
+programs and libraries, the /etc entries programs need, the folders its program is installed in
+(evolver.evaluation.program_folders: found by name as you would find it) and the folders you name,
+reads and writes the workspace only, with no capability even as root, with an environment that holds
+only the variables you name (its own API key), and is stopped at the time limit with everything it
+started. What it leaves in workspace/agent/ is hostile input: read without following links, and
+checked edit by edit (evolver.evolution.scratch) like every other proposal.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from evolver.evaluation.program_folders import ProgramFolders, exposed, installed_bins, program_folders, search_path
 from evolver.evaluation.scan import in_baseline
 from evolver.evolution.evidence import Evidence
 from evolver.evolution.noop import agent_files
@@ -72,45 +75,66 @@ class CommandProposer:
         prepare_workspace(request, workspace)
         request.progress(1, 1, "running the command")
         started = time.monotonic()
-        code, log = self.run(workspace, request.budget.seconds)
+        program = program_folders(self.command, search_path(self.readable), keep_out=(workspace,))
+        code, log = self.run(workspace, request.budget.seconds, program)
         (request.workdir / "command.log").write_text(log)
-        stats = {"command": self.command, "exit_code": code, "seconds": round(time.monotonic() - started, 1),
-                 "log": str(request.workdir / "command.log")}
+        stats = {"command": self.command, "program": str(program.program or "not found"), "exit_code": code,
+                 "seconds": round(time.monotonic() - started, 1), "log": str(request.workdir / "command.log")}
+        if program.kept_out:
+            stats["kept_out"] = [f"{folder}: {why}" for folder, why in program.kept_out]
         if code is None:
             stats["stopped"] = f"stopped at the time limit ({request.budget.seconds:g} s)"
         outcome = take_patch(request, workspace)
         outcome.stats = {**stats, **outcome.stats}
         return outcome
 
-    def run(self, workspace: Path, seconds: float) -> tuple[int | None, str]:
-        """The command, confined, in the workspace; its exit code (None when it ran out of time) and the end of its output."""
+    def run(self, workspace: Path, seconds: float, program: ProgramFolders) -> tuple[int | None, str]:
+        """The command, confined, in the workspace, with its program's folders; its exit code (None when it ran out
+        of time) and the end of its output."""
         from evolver.evaluation.sandbox import command_grants, confine_command
 
-        readable, listable = command_grants(self.readable)
+        named = tuple(r for r in self.readable if not exposed(Path(r), (workspace,)))  # refused at start; a backstop here
+        readable, listable = command_grants((*program.readable, *named))
         home, tmp = workspace / ".home", workspace / ".tmp"
         home.mkdir(exist_ok=True)
         tmp.mkdir(exist_ok=True)
-        env = {"PATH": os.pathsep.join([*(str(Path(p) / "bin") for p in self.readable), *self.readable, BASE_PATH]),
-               "HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8"}
-        env.update({name: os.environ[name] for name in self.env_names if name in os.environ})
+        env = command_environment(self.env_names, home, tmp, [*program.search, *installed_bins(named)])
         cpu = max(1, int(seconds * 2))
         proc = subprocess.Popen(["/bin/sh", "-c", self.command], cwd=workspace, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=lambda: confine_command(readable, listable, workspace, cpu))
+        code, out = None, b""
         try:
             out, _ = proc.communicate(timeout=seconds)
             code = proc.returncode
         except subprocess.TimeoutExpired:
-            code = None
-            out = b""
-        finally:
+            _kill_group(proc)
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever it started goes with it
-            except ProcessLookupError:
+                out, _ = proc.communicate(timeout=5)  # what it wrote before the limit: why it took so long
+            except subprocess.TimeoutExpired:  # something that left its group holds the pipe
                 pass
+        finally:
+            _kill_group(proc)
             if proc.poll() is None:
                 proc.wait()
         return code, (out or b"").decode("utf-8", "replace")[-LOG_TAIL:]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever it started goes with it
+    except ProcessLookupError:
+        pass
+
+
+def command_environment(names: tuple[str, ...], home: Path, tmp: Path, search: list[Path]) -> dict[str, str]:
+    """All the command gets of evolver's environment: ``search`` then the system's folders as PATH, a HOME and
+    TMPDIR in the workspace, the language and terminal settings, and the variables named (its own API key)."""
+    env = {"PATH": os.pathsep.join(dict.fromkeys([*map(str, search), BASE_PATH])), "HOME": str(home), "TMPDIR": str(tmp)}
+    env.update({k: v for k, v in os.environ.items() if k in ("LANG", "TERM") or k.startswith("LC_")})
+    env.setdefault("LANG", "C.UTF-8")
+    env.update({name: os.environ[name] for name in names if name in os.environ})
+    return env
 
 
 def prepare_workspace(request: Request, workspace: Path) -> None:
