@@ -75,6 +75,9 @@ def status(run: RunDir) -> dict:
         "consecutive_rejections": state.consecutive_rejections,
         "decisions": state.decisions,
         "expected_false_keeps": state.decisions * manifest.gate["alpha"],
+        "gate_policy": manifest.policy.get("name", "per-decision"),
+        "policy": policy_lines(manifest, state),
+        "audits": state.audits,
         "usage": {k: v.model_dump() for k, v in usage.items()},
         "cost": sum(u.cost for u in usage.values()),
         "cost_text": cost_text(usage.values()),
@@ -91,6 +94,22 @@ def status(run: RunDir) -> dict:
         "split_note": manifest.split_note,
         "models": {k: v.model for k, v in manifest.models.items()},
     }
+
+
+def policy_lines(manifest, state) -> list[str]:
+    """What the run's gate policy promised and did (docs/search.md): per-decision, its decisions and expected
+    false keeps; audited, its lenient decisions, the bound on ending worse, and each audit's outcome."""
+    alpha, decisions = manifest.gate["alpha"], state.decisions
+    if not manifest.policy or manifest.policy["name"] == "per-decision":
+        return [f"{decisions} gate decision(s) at a false-accept rate of {alpha:g} each: expected false keeps {decisions * alpha:.2f}"]
+    lines = [f"audited policy: {decisions} gate decision(s) at a lenient alpha of {alpha:g}; the end-of-run audit of the best against "
+             f"the base lets a run end worse than it began at most {manifest.policy['audit']['alpha']:g} of the time"]
+    for audit in state.audits:
+        looks = audit["looks"][-1] if audit["looks"] else None
+        evidence = f" after {looks['n_b_sims'] + looks['n_a_sims']} simulation(s)" if looks else ""
+        outcome = "the best stands" if audit["holds"] else "rolled back to the base"
+        lines.append(f"audit of iteration {audit['best']}{evidence}: {outcome}. {audit['reason']}")
+    return lines
 
 
 def rate_limits(run: RunDir, state, running: bool) -> dict:
