@@ -75,13 +75,16 @@ class Loop:
         threading.Thread(target=self.watch_rate_limits, args=(watching,), name="rate-limits", daemon=True).start()
         try:
             self.measure_baseline()
-            while True:
-                self.check_stop()
-                self.refresh_stale_reference()
-                self.iterate(self.state.next_iteration)
+            try:
+                while True:
+                    self.check_stop()
+                    self.refresh_stale_reference()
+                    self.iterate(self.state.next_iteration)
+            except StopRun:
+                self.audit()  # in the run's own try: a kill during it is an interruption like any other
+                raise
         except StopRun as stop:
             self.state.stop_reason = str(stop)
-            self.audit()
             self.state.status = "finished"
             self.save_state()
             self.run.log("stopped", reason=str(stop))
@@ -387,7 +390,7 @@ class Loop:
         if self.policy.audit is None or self.state.incumbent == 0 or any(a["best_commit"] == best for a in self.state.audits):
             return
         self.step(f"audit: iteration {self.state.incumbent}'s best against the base")
-        arms = [(f"audit-{best[:12]}-{side}", self.checkout(f"audit-{side}", commit))
+        arms = [(f"audit-{self.state.incumbent:03d}-{side}", self.checkout(f"audit-{side}", commit))
                 for side, commit in (("base", self.manifest.base_commit), ("best", best))]
 
         def run(look: search.AuditLook) -> Optional[tuple[dict, dict]]:

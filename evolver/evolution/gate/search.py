@@ -37,7 +37,10 @@ LENIENT_STAGES, LENIENT_FUTILITY = (1, 2, 4), (0.5, 1.0)
 # Before it, each candidate runs one trial per task alone and goes on only when its z against everything
 # measured of the incumbent so far (its history) reaches SCREEN_BAR; the best of those goes on, on fresh trials.
 SCREEN_BAR = 0.5
-AUDIT_STAGES = (1, 2, 3, 4, 6)  # trials per task of each arm at each look of the audit
+# The audit: trials per task of each arm at each look, and the z below which a look stops it with "no evidence".
+# Four trials at most: a lineage that four do not show better is rolled back (docs/search.md: five or six cost more
+# of the search than they save).
+AUDIT_STAGES, AUDIT_FUTILITY = (1, 2, 3, 4), (0.0, 0.5, 0.75)
 BASELINE_TRIALS = 2  # the audited policy's reference of the base: enough to see the noise and an all-pass task set
 
 
@@ -51,6 +54,7 @@ class Policy:
     fresh_reference: bool  # each new incumbent gets a reference of its own (per-decision), or none (audited)
     audit: Optional[CompareConfig]  # the end-of-run audit of the best against the base; None: no audit
     screen_bar: Optional[float] = None  # z a candidate's lone trials must reach against the incumbent's history; None: no such screen
+    keep_on_screen: bool = False  # the best candidate that reaches the bar is kept at once, with no gate after the screen
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -68,8 +72,7 @@ def make_policy(name: str, gate: GateConfig) -> Policy:
     if name == "audited":
         tuned = gate.stages == GateConfig().stages  # the configured stages are the default: the lenient ones replace them
         lenient = replace(gate, alpha=LENIENT_ALPHA, **(dict(stages=LENIENT_STAGES, futility=LENIENT_FUTILITY) if tuned else {}))
-        audit = CompareConfig(alpha=gate.alpha, sided="better", stages=AUDIT_STAGES, futility=(0.0, 0.5, 0.75, 1.0),
-                              permutations=gate.permutations)
+        audit = CompareConfig(alpha=gate.alpha, sided="better", stages=AUDIT_STAGES, futility=AUDIT_FUTILITY, permutations=gate.permutations)
         return Policy(name=name, gate=lenient, reference_trials=BASELINE_TRIALS, fresh_reference=False, audit=audit, screen_bar=SCREEN_BAR)
     raise ValueError(f"unknown gate policy {name!r}; one of {', '.join(GATE_POLICIES)}")
 
@@ -82,7 +85,7 @@ def recorded_policy(policy: Mapping, gate: Mapping) -> Policy:
     audit = policy.get("audit")
     return Policy(name=policy["name"], gate=GateConfig(**_tupled(policy["gate"])), reference_trials=policy["reference_trials"],
                   fresh_reference=policy["fresh_reference"], audit=None if audit is None else CompareConfig(**_tupled(audit)),
-                  screen_bar=policy.get("screen_bar"))
+                  screen_bar=policy.get("screen_bar"), keep_on_screen=policy.get("keep_on_screen", False))
 
 
 def _tupled(data: Mapping) -> dict:
@@ -160,6 +163,10 @@ def _screen_verdict(policy: Policy, history: RewardTable, tables: Mapping[str, R
         verdicts[other] = replace(verdicts[other], decision="reject", reason=f"Screened out: behind {going[0]} against the incumbent's "
                                   f"history ({100 * verdicts[other].effect:+.1f} points, {going[0]} {100 * verdicts[going[0]].effect:+.1f}).")
     winner = going[0] if going else None
+    if winner and policy.keep_on_screen:
+        verdicts[winner] = replace(verdicts[winner], decision="accept", reason=f"Accepted on the screen: {verdicts[winner].reason.removeprefix('Continue: ')}")
+        return SetVerdict(stage=0, decided=True, kept=winner, alive=(), next_incumbent_trials=None, next_trials=None, n_incumbent_sims=0,
+                          reason=f"Kept {winner} of {len(names)}: {verdicts[winner].reason}", verdicts=verdicts)
     after = iteration_gate(policy, history).stages[0]
     reason = (f"{winner} of {len(names)} goes on: {verdicts[winner].reason}" if winner else
               f"Kept none of {len(names)}: none reached z={policy.screen_bar:g} against the incumbent's history.")
