@@ -103,7 +103,7 @@ class Sim:
     """One run's world: the base, the proposer, the windows and their drift, the budget."""
 
     def __init__(self, world: World, seed: int, budget: int):
-        self.world, self.budget, self.spent = world, budget, 0
+        self.world, self.budget, self.spent, self.proposals = world, budget, 0, 0
         self.rng = np.random.default_rng(seed)
         third = 2 * TASKS // 3
         rates = np.concatenate([self.rng.uniform(0, 0.1, third), self.rng.uniform(0.9, 1, third),
@@ -119,6 +119,10 @@ class Sim:
 
     def gain(self, harness: Harness) -> float:
         return 100 * float(np.mean(harness.rates - self.base.rates))
+
+    def checkpoint(self, checkpoints: list, harness: Harness) -> None:
+        """What the run would end with if its budget ended here: (simulations spent, true gain, proposals made)."""
+        checkpoints.append((self.spent, self.gain(harness), self.proposals))
 
     def afford(self, sims: int, reserve: int = 0) -> None:
         if self.spent + sims > self.budget - reserve:
@@ -138,6 +142,7 @@ class Sim:
         return out
 
     def propose(self, parent: Harness) -> Harness:
+        self.proposals += 1
         _, harm, helps = self.world.mix
         u, rates = self.rng.random(), parent.rates.copy()
         if u < harm:
@@ -209,7 +214,7 @@ def evolver_run(sim: Sim, policy: Policy, k: int, checkpoints: list) -> Harness:
             elif not policy.fresh_reference:
                 reference = {t: [*reference[t], *inc.grow(inc.rows.shape[1])[t]] for t in reference}
             incumbent = candidates[kept] if kept else incumbent
-            checkpoints.append((sim.spent, sim.gain(incumbent)))
+            sim.checkpoint(checkpoints, incumbent)
     except OutOfBudget:
         pass
     if policy.audit is None or incumbent is sim.base:
@@ -257,7 +262,7 @@ def auto_harness(sim: Sim, checkpoints: list) -> Harness:
                 if len(failing):
                     recheck = sim.trials(candidate, failing, 1)[:, 0]
                     suite = np.union1d(suite, failing[recheck >= 0.5])
-            checkpoints.append((sim.spent, sim.gain(incumbent)))
+            sim.checkpoint(checkpoints, incumbent)
     except OutOfBudget:
         return incumbent
 
@@ -307,7 +312,7 @@ def gepa_like(sim: Sim, checkpoints: list) -> Harness:
             if after.sum() > before.sum():
                 scores.append(np.nan_to_num(sim.trials(child, GATE, 1)[:, 0]))
                 pool.append(child)
-                checkpoints.append((sim.spent, sim.gain(best_of(pool, scores))))
+            sim.checkpoint(checkpoints, best_of(pool, scores))
     except OutOfBudget:
         return best_of(pool, scores)
 
@@ -324,17 +329,17 @@ def policy_of(name: str) -> Policy:
     return make_policy(name, replace(GateConfig(), permutations=PERMUTATIONS))
 
 
-def one_run(job: tuple) -> tuple[str, str, list[tuple[int, float]]]:
-    """One run of a strategy in a world: (strategy, world, [(budget, true gain)])."""
+def one_run(job: tuple) -> tuple[str, str, list[tuple[int, float, int]]]:
+    """One run of a strategy in a world: (strategy, world, [(budget, true gain, proposals)])."""
     strategy, world, budgets, seed = job
     spec = SPECS[world]
     if strategy.startswith("audited"):  # sized to its budget (the audit is set aside): one run per budget
         out = []
         for budget in budgets:
             sim = Sim(spec, seed, budget)
-            out.append((budget, sim.gain(evolver_run(sim, policy_of("audited"), int(strategy[-1]), []))))
+            out.append((budget, sim.gain(evolver_run(sim, policy_of("audited"), int(strategy[-1]), [])), sim.proposals))
         return strategy, world, out
-    sim, checkpoints = Sim(spec, seed, max(budgets)), [(0, 0.0)]
+    sim, checkpoints = Sim(spec, seed, max(budgets)), [(0, 0.0, 0)]
     if strategy.startswith("per-decision"):
         evolver_run(sim, policy_of("per-decision"), int(strategy[-1]), checkpoints)
     elif strategy == "auto-harness":
@@ -342,7 +347,7 @@ def one_run(job: tuple) -> tuple[str, str, list[tuple[int, float]]]:
     else:
         gepa_like(sim, checkpoints)
     # A run of budget B ends with what the rule held after its last decision within B (these rules do not look at B).
-    return strategy, world, [(b, [g for spent, g in checkpoints if spent <= b][-1]) for b in budgets]
+    return strategy, world, [(b, *[c[1:] for c in checkpoints if c[0] <= b][-1]) for b in budgets]
 
 
 def wilson(k: int, n: int) -> tuple[float, float]:
@@ -382,11 +387,14 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(one_run, jobs, chunksize=4))
     gains: dict[tuple, list[float]] = {}
+    proposals: dict[tuple, list[int]] = {}
     for strategy, world, rows in results:
-        for budget, gain in rows:
+        for budget, gain, made in rows:
             gains.setdefault((world, strategy, budget), []).append(gain)
+            proposals.setdefault((world, strategy, budget), []).append(made)
     rng = np.random.default_rng(args.seed)
-    print(f"{'world':<8} {'strategy':<17} {'budget':>6} {'runs':>5} {'true gain':>9} {'95% interval':>15} {'worse':>6} {'95% interval':>13}")
+    print(f"{'world':<8} {'strategy':<17} {'budget':>6} {'runs':>5} {'proposals':>9} {'true gain':>9} {'95% interval':>15} {'worse':>6} "
+          f"{'95% interval':>13}")
     for world in worlds:
         for strategy in strategies:
             for budget in budgets:
@@ -394,8 +402,8 @@ def main() -> None:
                 worse = int((values < -1e-9).sum())
                 low, high = bootstrap(values, rng)
                 w_low, w_high = wilson(worse, len(values))
-                print(f"{world:<8} {strategy:<17} {budget:>6} {len(values):>5} {values.mean():>9.1f} {f'[{low:.1f}, {high:.1f}]':>15} "
-                      f"{worse / len(values):>6.3f} {f'[{w_low:.3f}, {w_high:.3f}]':>13}")
+                print(f"{world:<8} {strategy:<17} {budget:>6} {len(values):>5} {np.mean(proposals[(world, strategy, budget)]):>9.1f} "
+                      f"{values.mean():>9.1f} {f'[{low:.1f}, {high:.1f}]':>15} {worse / len(values):>6.3f} {f'[{w_low:.3f}, {w_high:.3f}]':>13}")
     print(f"# {len(jobs)} runs in {time.monotonic() - started:.0f} s with {args.jobs} process(es), seed {args.seed}")
 
 

@@ -124,7 +124,7 @@ def test_the_run_level_benchmark_runs_quick_and_prints_every_cell():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line and not line.startswith(("world", "#"))]
-    strategies = {" ".join(r[1:-7]) for r in rows}
+    strategies = {" ".join(r[1:-9]) for r in rows}
     assert {"per-decision K=1", "audited K=1", "auto-harness", "gepa-like"} <= strategies
     assert len(rows) == 4 * len(strategies) * 2  # every world, strategy and budget
     assert all(0 <= float(r[-3]) <= 1 for r in rows)  # the share of runs that ended worse

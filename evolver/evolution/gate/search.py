@@ -54,7 +54,6 @@ class Policy:
     fresh_reference: bool  # each new incumbent gets a reference of its own (per-decision), or none (audited)
     audit: Optional[CompareConfig]  # the end-of-run audit of the best against the base; None: no audit
     screen_bar: Optional[float] = None  # z a candidate's lone trials must reach against the incumbent's history; None: no such screen
-    keep_on_screen: bool = False  # the best candidate that reaches the bar is kept at once, with no gate after the screen
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -85,7 +84,7 @@ def recorded_policy(policy: Mapping, gate: Mapping) -> Policy:
     audit = policy.get("audit")
     return Policy(name=policy["name"], gate=GateConfig(**_tupled(policy["gate"])), reference_trials=policy["reference_trials"],
                   fresh_reference=policy["fresh_reference"], audit=None if audit is None else CompareConfig(**_tupled(audit)),
-                  screen_bar=policy.get("screen_bar"), keep_on_screen=policy.get("keep_on_screen", False))
+                  screen_bar=policy.get("screen_bar"))
 
 
 def _tupled(data: Mapping) -> dict:
@@ -163,10 +162,6 @@ def _screen_verdict(policy: Policy, history: RewardTable, tables: Mapping[str, R
         verdicts[other] = replace(verdicts[other], decision="reject", reason=f"Screened out: behind {going[0]} against the incumbent's "
                                   f"history ({100 * verdicts[other].effect:+.1f} points, {going[0]} {100 * verdicts[going[0]].effect:+.1f}).")
     winner = going[0] if going else None
-    if winner and policy.keep_on_screen:
-        verdicts[winner] = replace(verdicts[winner], decision="accept", reason=f"Accepted on the screen: {verdicts[winner].reason.removeprefix('Continue: ')}")
-        return SetVerdict(stage=0, decided=True, kept=winner, alive=(), next_incumbent_trials=None, next_trials=None, n_incumbent_sims=0,
-                          reason=f"Kept {winner} of {len(names)}: {verdicts[winner].reason}", verdicts=verdicts)
     after = iteration_gate(policy, history).stages[0]
     reason = (f"{winner} of {len(names)} goes on: {verdicts[winner].reason}" if winner else
               f"Kept none of {len(names)}: none reached z={policy.screen_bar:g} against the incumbent's history.")
