@@ -137,6 +137,8 @@ def test_audited_the_best_is_audited_against_the_base_and_stands_when_shown_bett
     assert audit["best"] == 1 and audit["holds"] and audit["reason"].startswith("Better")
     assert {"audit-001-base", "audit-001-best"} <= set(names)
     assert loop.state.incumbent == 1 and loop.lineage.commit_of(loop.lineage.best_branch) == loop.run.iteration(1).winner.commit
+    shown = run_cli(["show", "run-policy", "1", "--repo", str(loop.run.repo)])
+    assert shown.returncode == 0 and "evidence: " in shown.stdout and "the run's audit against the base: it stands" in shown.stdout
 
 
 def test_audited_an_audit_that_does_not_hold_rolls_the_run_back_to_its_base_and_says_why(tmp_path, monkeypatch):

@@ -46,6 +46,9 @@ def test_the_policies_are_named_recorded_and_rebuilt_as_recorded():
     decision, audited = make_policy("per-decision", gate), make_policy("audited", gate)
     assert decision.gate == gate and decision.audit is None and decision.fresh_reference
     assert audited.gate.alpha == 0.2 and audited.gate.stages == (1, 2, 4) and audited.audit.alpha == 0.05 and not audited.fresh_reference
+    # gate_alpha is the run's bound under the audited policy; configured stages are kept
+    custom = make_policy("audited", GateConfig(alpha=0.1, stages=(1, 2), futility=(0.0,)))
+    assert custom.audit.alpha == 0.1 and custom.gate.alpha == 0.2 and custom.gate.stages == (1, 2)
     for policy in (decision, audited):
         assert recorded_policy(json.loads(json.dumps(policy.to_json())), {}) == policy
     # a run from before the policies recorded only its gate: it goes on per decision with that gate

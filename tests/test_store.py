@@ -144,7 +144,7 @@ def test_records_written_before_they_carried_a_schema_are_version_1_and_migrated
     old = _old_run_files("state.json", "iterations/003.json", "run.json")
     state, iteration = old["state.json"], old["iterations/003.json"]
     assert "schema" not in state and "schema" not in iteration and "schema" not in old["run.json"]
-    assert runstate.STATE_MIGRATIONS == {1: runstate._state_v1_to_v2}
+    assert runstate.STATE_MIGRATIONS == {1: runstate._state_v1_to_v2, 2: runstate._state_v2_to_v3}
     assert runstate.ITERATION_MIGRATIONS == {1: runstate._iteration_v1_to_v2}
     assert runstate._state_v1_to_v2(state) == state and runstate._iteration_v1_to_v2(iteration) == iteration  # nothing to change
     # Read through the steps, and written back: what the older evolver wrote, plus the version.
@@ -183,10 +183,11 @@ def test_a_newer_record_is_refused_in_one_line(tmp_path, name, what):
     run.save_state(RunState(iterations_target=3, incumbent_commit="c"))
     run.save_iteration(IterationRecord(iteration=1, parent=0, parent_commit="c", generation=0))
     path = run.path / name
-    path.write_text(json.dumps({**json.loads(path.read_text()), "schema": 3}))
+    known = runstate.STATE_SCHEMA if name == "state.json" else runstate.ITERATION_SCHEMA
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema": known + 1}))
     with pytest.raises(UsageError) as caught:
         run.state() if name == "state.json" else run.iterations()
-    assert str(caught.value) == f"{path}: {what} has schema 3, newer than this evolver knows (2); upgrade evolver to open it"
+    assert str(caught.value) == f"{path}: {what} has schema {known + 1}, newer than this evolver knows ({known}); upgrade evolver to open it"
     assert "\n" not in str(caught.value)
 
 

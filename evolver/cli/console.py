@@ -346,6 +346,8 @@ def show_candidate(console: Console, info: dict) -> None:
     console.print(f"[bold]candidate {info['label']}[/bold]: {info['title'] or '(no patch)'}  [{info['status']}]")
     console.print(f"branch {info['branch'] or '-'}  commit {info['commit'] or '-'}  parent {'base' if info['parent'] == 0 else info['parent']}")
     console.print(f"verdict: {info['reason']}")
+    if info.get("evidence"):
+        console.print(f"evidence: {info['evidence']}", markup=False, highlight=False)
     if info.get("investigation"):
         console.print("\n[bold]investigation[/bold]")
         for line in investigation_lines(info["investigation"]):

@@ -191,8 +191,20 @@ def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
     if candidate and incumbent:
         flips = [{"task": task, "incumbent": was, "candidate": now} for task, was, now in flipped(candidate, incumbent)]
     return {**cand.model_dump(exclude={"responses"}), "iteration": record.iteration, "parent": record.parent,
-            "gate_incumbent": record.gate_incumbent, "kept": record.kept == cand.label,
+            "gate_incumbent": record.gate_incumbent, "kept": record.kept == cand.label, "evidence": _evidence(run, record, cand),
             "diff": diff, "flips": flips, "note": lineage.note(cand.commit) if cand.commit else ""}
+
+
+def _evidence(run: RunDir, record, cand) -> str:
+    """What the candidate's verdict stood on, and what the run's audit made of it, if it audited this one."""
+    if not cand.verdicts:
+        return ""
+    beside = record.gate_stages[-1]["n_incumbent_sims"] if record.gate_stages else 0
+    text = f"{cand.verdicts[-1]['n_candidate_sims']} simulation(s) of its own, {beside} of the incumbent beside it"
+    for audit in run.state().audits if record.kept == cand.label else ():
+        if audit["best"] == record.iteration:
+            text += f"; the run's audit against the base: {'it stands' if audit['holds'] else 'rolled back to the base'}. {audit['reason']}"
+    return text
 
 
 def rollback(run: RunDir, to: str, reason: str) -> BestChange:

@@ -400,7 +400,8 @@ class Loop:
 
         looks = search.evaluate_audit(self.policy, run)
         holds = search.audit_holds(looks)
-        reason = looks[-1].reason if looks else "Undecided: most of its simulations hit infrastructure errors."
+        decided = looks and looks[-1].decision != "continue"
+        reason = looks[-1].reason if decided else "Undecided: most of the audit's simulations hit infrastructure errors, and nothing unshown is kept."
         self.state.audits.append({"best": self.state.incumbent, "best_commit": best, "holds": holds, "reason": reason,
                                   "looks": [dataclasses.asdict(c) for c in looks]})
         if not holds:

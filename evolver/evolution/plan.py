@@ -66,7 +66,7 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
     policy = policy_of(cfg)
     gate = policy.gate
     longest = math.ceil(gate.stages[-1] * (MOST_STRETCH if policy.fresh_reference else 1))
-    screen = gate.screen if cfg.candidates > 1 else 0
+    screen = 1 if policy.screen_bar is not None else gate.screen if cfg.candidates > 1 else 0  # trials per task of each candidate alone
     reference = n_gate * policy.reference_trials
     end = audit_cost(policy, n_gate) + 2 * n_holdout * cfg.holdout_trials
     # each candidate's try simulations (the agent proposer), smoke test and, with several, screen
