@@ -28,6 +28,10 @@ screens, gate arms, audits, regression suites, minibatches, smoke tests. What ev
 proposer reads (the incumbent's analysis runs) is not counted, for any strategy. A run stops where
 its next measurement would pass the budget; it then ends with what its rule holds at that moment.
 
+Printed per world, strategy and budget: the runs, the proposals a run made (mean), the mean true gain
+with its 95% bootstrap interval, and the share of runs that ended worse with its 95% Wilson interval.
+Defaults: 200 runs per cell, about 12 CPU-minutes (docs/search.md has the table and the time).
+
 Strategies (evolver's are driven through evolver.evolution.gate.search, the code the loop runs):
 
   per-decision K=1, K=4   today's loop: a reference of the incumbent (6 trials per gate task) for

@@ -151,6 +151,9 @@ def test_audited_an_audit_that_does_not_hold_rolls_the_run_back_to_its_base_and_
     assert loop.state.best_history[-1].reason.startswith("audit: iteration 1 not shown better than the base")
     history = run_cli(["history", "run-policy", "--repo", str(loop.run.repo)])
     assert history.returncode == 0 and "rolled back to the base" in history.stdout
+    # A user may still take the lineage the audit did not confirm: rollback says what the audit made of it.
+    back = run_cli(["rollback", "run-policy", "--to", "1", "--reason", "taking it anyway", "--repo", str(loop.run.repo)])
+    assert back.returncode == 0 and "note: the run's audit of iteration 1 rolled it back" in back.stdout
 
 
 def test_the_stall_rule_stops_the_run(tmp_path, monkeypatch):

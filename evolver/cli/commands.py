@@ -642,6 +642,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     change = rollback(run, args.to, args.reason)
     target = "the base" if change.iteration == 0 else f"iteration {change.iteration}"
     print(f"evolver/{run.run_id}/best now points at {target} ({change.commit[:10]}); recorded in {run.log_file}")
+    for audit in (a for a in run.state().audits if a["best"] == change.iteration):  # what the audited policy made of it
+        print(f"note: the run's audit of iteration {change.iteration} {'held' if audit['holds'] else 'rolled it back'}: {audit['reason']}")
     return 0
 
 
