@@ -30,7 +30,7 @@ its next measurement would pass the budget; it then ends with what its rule hold
 
 Printed per world, strategy and budget: the runs, the proposals a run made (mean), the mean true gain
 with its 95% bootstrap interval, and the share of runs that ended worse with its 95% Wilson interval.
-Defaults: 200 runs per cell, about 12 CPU-minutes (docs/search.md has the table and the time).
+Defaults: 200 runs per cell, about 18 CPU-minutes, 9 on 2 idle cores (docs/search.md has the table and the time).
 
 Strategies (evolver's are driven through evolver.evolution.gate.search, the code the loop runs):
 
