@@ -22,6 +22,8 @@ ENV_PREFIX = "EVOLVER_"
 DOMAINS = ("airline", "retail", "telecom", "mock")
 # Where simulations can run; evolver.evaluation.backends.make_backend builds each (named here, below it).
 BACKENDS = ("local", "ray")
+# What a run's gate bounds; evolver.evolution.gate.search builds each (named here, below it).
+GATE_POLICIES = ("audited", "per-decision")
 
 
 @dataclass(frozen=True)
@@ -173,9 +175,13 @@ class Config:
     proposer_read: list = setting([], "command proposer: folders it may read besides the system's, Python's and its program's (found "
                                       "by name); never your home or a folder holding it or the repository", "proposer", flags=("run",),
                                   metavar="DIRS")
-    # The gate (docs/gate.md).
-    gate_alpha: float = setting(0.05, "false-accept probability per decision for a no-effect candidate", "gate", flags=("run",),
-                                bounds=(0, 0.5))
+    # The gate (docs/gate.md) and the run's policy around it (docs/search.md).
+    gate_policy: str = setting("audited", "audited: a lenient gate, then an audit of the best against the base that rolls the run back "
+                                          "unless the best is shown better (a run ends worse than it began at most gate_alpha of the time); "
+                                          "per-decision: every keep's false-accept rate at most gate_alpha", "gate", flags=("run",),
+                               choices=GATE_POLICIES)
+    gate_alpha: float = setting(0.05, "audited: the chance a run ends worse than it began; per-decision: each keep's false-accept "
+                                      "probability", "gate", flags=("run",), bounds=(0, 0.5))
     gate_min_effect: float = setting(0.0, "smallest mean gain worth keeping, reward units (0.05 = 5 points)", "gate", flags=("run",),
                                      bounds=(0, 0.99))
     gate_stages: list = setting([], "cumulative candidate trials per task at each look, e.g. 1,2,3,4,6; empty: the tuned default", "gate",

@@ -201,7 +201,7 @@ CASES = [
     ("history-typed-state", ["history", "@state.json:[]", "--repo", "{repo}"], "state.json is unreadable or corrupt", None),
     ("history-corrupt-run", ["history", "@run.json:{{", "--repo", "{repo}"], "run.json is unreadable or corrupt (Invalid JSON", None),
     ("history-newer-run", ["history", "@run.json:{\"schema\": 99}", "--repo", "{repo}"], "newer than this evolver knows", None),
-    ("status-newer-state", ["status", "@state.json:{\"schema\": 99}", "--repo", "{repo}"], "state.json has schema 99, newer than this evolver knows (2)", None),
+    ("status-newer-state", ["status", "@state.json:{\"schema\": 99}", "--repo", "{repo}"], "state.json has schema 99, newer than this evolver knows (3)", None),
     ("show-newer-iteration", ["show", "@iterations/001.json:{\"schema\": 3}", "1", "--repo", "{repo}"], "the iteration record has schema 3, newer than this evolver knows (2)", None),
     ("history-corrupt-iteration", ["history", "@iterations/001.json:{\"iteration\": \"x\"}", "--repo", "{repo}"], "001.json is unreadable or corrupt", None),
     ("history-no-repo", ["history", "--repo", "{base}/nowhere"], "no runs in", None),

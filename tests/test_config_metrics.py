@@ -239,19 +239,21 @@ def test_a_table_header_that_swallows_later_keys_is_explained(tmp_path):
 
 
 def test_a_run_recorded_before_model_arguments_resumes_without_them():
-    """run.json of schema 2 has none of the new keys: it opens as schema 4 with every role sending what it sent, no limit configured."""
+    """run.json of schema 2 has none of the new keys: it opens as schema 5 with every role sending what it sent, no limit configured,
+    gated per decision."""
     import dataclasses
 
     from evolver.config import Config
     from evolver.store.runstate import MANIFEST_SCHEMA, Manifest
 
     config = {k: v for k, v in dataclasses.asdict(Config()).items()
-              if not k.endswith(("_args", "_reasoning_effort")) and k not in ("learnings_file", "rate_limits")}
+              if not k.endswith(("_args", "_reasoning_effort")) and k not in ("learnings_file", "rate_limits", "gate_policy")}
     config.update(agent_model="openai/a", user_model="openai/u", meta_model="openai/m")
     old = {"schema": 2, "run_id": "run-x", "created": 0.0, "repo": "/r", "base_commit": "c", "base_branch": "main", "config": config,
            "versions": {}, "models": {}, "analysis_tasks": [], "gate_tasks": [], "holdout_tasks": [], "split_note": "", "gate": {}}
     manifest = Manifest.model_validate(old)
-    assert MANIFEST_SCHEMA == 4 and manifest.schema_version == 4
+    assert MANIFEST_SCHEMA == 5 and manifest.schema_version == 5
     cfg = Config(**manifest.config)
     assert [cfg.role(r).llm_args for r in ("agent", "user", "meta", "judge")] == [{"temperature": 0.0}] * 4
-    assert cfg.learnings_file == "" and cfg.rate_limits == {} and json.loads(manifest.model_dump_json())["schema"] == 4
+    assert cfg.learnings_file == "" and cfg.rate_limits == {} and json.loads(manifest.model_dump_json())["schema"] == 5
+    assert cfg.gate_policy == "per-decision" and manifest.policy == {}

@@ -90,6 +90,7 @@ def test_the_loop_records_what_it_recorded(name, tmp_path):
     again = capture.loop_case(name, case["proposals"], case["settings"], case["infra_marker"], case["outage"], tmp_path)
     assert again["evaluations"] == case["evaluations"]
     assert again["iterations"] == case["iterations"]
+    assert again["audits"] == case.get("audits", [])  # none before the audited policy
 
 
 @pytest.mark.parametrize("name", of_kind("resume"))
@@ -99,6 +100,7 @@ def test_a_killed_loop_resumes_as_it_did(name, tmp_path):
     again = capture.resume_case(*recipe, tmp_path, compare=False)
     for key in ("evaluations_before_kill", "at_kill", "evaluations_after_resume", "iterations"):
         assert again[key] == case[key], key
+    assert again["audits"] == case.get("audits", [])
 
 
 def test_sizing_and_the_noise_floor_are_as_recorded():

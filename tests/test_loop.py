@@ -83,7 +83,7 @@ def test_verdicts_branches_and_best(finished_run):
     assert worse[2] == 0.0 and fix[2] == 1.0 and fix[3] == 0.5
     assert "does not parse" in json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"][0]["reason"]
     assert "adopt it with `git merge" in proc.stdout
-    assert "noise floor: with 40 gate tasks and 6 trial(s) per task the gate resolves effects of about" in proc.stderr
+    assert "noise floor: with 40 gate tasks and 4 trial(s) per task the gate resolves effects of about" in proc.stderr  # audited: 1, 2, 4
     assert "below the noise floor" not in proc.stderr  # no minimum effect was asked for
     manifest = json.loads((repo / "runs" / run_id / "run.json").read_text())
     holdout = manifest["holdout_tasks"]
@@ -101,7 +101,7 @@ def test_git_log_tells_the_story(finished_run):
     assert "Keep the user's exact title" in log and "Pattern 1: create_task got a garbled title" in log
     assert f"Evolver-Run: {run_id}" in log and "Evolver-Iteration: 4" in log and "Evolver-Parent: base" in log
     assert "evolver accepted: Accepted: +50.0 points" in log  # the verdict, as a git note
-    assert "evolver rejected: Rejected early" in git(repo, "log", "-1", f"evolver/{run_id}/iter-003")
+    assert "evolver rejected: Screened out" in git(repo, "log", "-1", f"evolver/{run_id}/iter-003")  # one trial alone, against the base's
     diff = git(repo, "diff", f"evolver/{run_id}/iter-004~1", f"evolver/{run_id}/iter-004", "--stat")
     assert "agent/agent.py" in diff and "1 file changed" in diff
 
@@ -126,7 +126,10 @@ def test_history_table_show_and_status(finished_run):
     assert len(shown["flips"]) == 20 and all(f["incumbent"] == 0.0 and f["candidate"] == 1.0 for f in shown["flips"])
     status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
     assert status["status"] == "finished" and status["best"]["iteration"] == 4
-    assert status["decisions"] == 2 and status["expected_false_keeps"] == pytest.approx(0.1)
+    assert status["decisions"] == 2 and status["expected_false_keeps"] == pytest.approx(2 * 0.2)  # the audited policy's lenient gate
+    [audit] = status["audits"]  # the run's last word: the best against the base, side by side
+    assert status["gate_policy"] == "audited" and audit["best"] == 4 and audit["holds"] and audit["reason"].startswith("Better: +50.0 points")
+    assert "audit of iteration 4 after" in table.stdout and "the best stands" in table.stdout
     digest = (repo / "runs" / run_id / "proposals" / "001" / "digest.md").read_text()
     assert "create_task(user_id, title)" in digest and "Code Audit" not in digest  # procedures, not data
 
@@ -173,7 +176,7 @@ def test_killed_run_resumes_to_the_same_final_state(finished_run, tmp_path):
     # finished simulations were not run again: every task and trial appears once
     records = [json.loads(line) for line in gate_sims.read_text().splitlines() if line.strip()]
     keys = [(r["task_id"], r["trial"]) for r in records]
-    assert len(keys) == len(set(keys)) == 240
+    assert len(keys) == len(set(keys)) == 40 * (1 + 4)  # the screen's trial, then the lenient gate's four
     original_repo, original_id, _, _ = finished_run
     got, want = final_state(repo, run_id), final_state(original_repo, original_id)
     assert got["candidates"] == want["candidates"] and got["branches"] == want["branches"]
@@ -223,10 +226,10 @@ def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     proc = run_cli(["run", str(repo), "--dry-run", *RUN_ARGS], env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert "analysis on tau2's train split, gate on its test split" in proc.stderr
-    # baseline 7 + 240, then 4 x (1 smoke + 2 x 40 x 12 (the candidate and the incumbent beside it, the gate
-    # sized to at most twice its 6 trials) + 240 (a new incumbent's reference) + 7), then 2 x 1 holdout task x 2 trials
-    # expected: baseline 7 + 240, then 4 x (1 smoke + 2 x 40 x 6 x 0.56, the share of its gate a candidate spends on average), then the holdout
-    assert "about 1,331 simulations expected, at most 5,083;" in proc.stderr
+    # The audited policy: baseline 7 + 80 (the base's reference, 2 trials), then 4 x (1 smoke + 40 (the screen) + 2 x 40 x 4
+    # (the candidate and the incumbent beside it, the lenient gate's last look) + 7 (a new incumbent's analysis)), then the
+    # audit (2 x 40 x 4) and 2 x 1 holdout task x 2 trials. Expected: the gate's usual share (0.56) instead of all of it.
+    assert "about 1,292 simulations expected, at most 1,883;" in proc.stderr
     assert "1 analysis tasks sealed as a holdout" in proc.stderr
     assert sorted(p.name for p in (repo / "runs").iterdir()) == before
 
@@ -242,10 +245,10 @@ def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embed
     proc = run_cli(args, env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert ("concurrency 8 -> 1" in proc.stderr) is capped
-    expected = "at 30.00 s of wall clock each (1 at once), about 11.3 h, up to 42.6 h" if capped else \
-        "at 3.75 s of wall clock each (8 at once), about 1.4 h, up to 5.3 h"
+    expected = "at 30.00 s of wall clock each (1 at once), about 11.0 h, up to 15.9 h" if capped else \
+        "at 3.75 s of wall clock each (8 at once), about 1.4 h, up to 2.0 h"
     # the bounds of the dry run above plus the investigating proposer's 6 try simulations per iteration
-    assert f"about {1_331 + 4 * 6:,} simulations expected, at most {5_083 + 4 * 6:,}; {expected}" in proc.stderr
+    assert f"about {1_292 + 4 * 6:,} simulations expected, at most {1_883 + 4 * 6:,}; {expected}" in proc.stderr
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
 
 

@@ -21,7 +21,7 @@ from evolver.config import load_config
 from evolver.data import EvalResult, RoleUsage, SimRecord
 from evolver.evaluation.backends import TaskListing
 from evolver.evaluation.metrics import summarize
-from tests.conftest import git
+from tests.conftest import git, run_cli
 from tests.scripts.loop_cases import EXACT, THOROUGH, TRANSFER
 
 TASKS = [f"task_{i:02d}" for i in range(60)]
@@ -100,9 +100,9 @@ def statuses(loop) -> list[tuple[str, str]]:
     return [(c.label, c.status) for r in loop.run.iterations() for c in r.candidates]
 
 
-def test_a_kept_candidate_becomes_the_parent_and_is_measured_afresh(tmp_path, monkeypatch):
+def test_per_decision_a_kept_candidate_becomes_the_parent_and_is_measured_afresh(tmp_path, monkeypatch):
     backend = FakeBackend()
-    loop = run_loop(tmp_path, monkeypatch, "exact,note1", backend, iterations=2)
+    loop = run_loop(tmp_path, monkeypatch, "exact,note1", backend, iterations=2, gate_policy="per-decision")
     assert statuses(loop) == [("1", "accepted"), ("2", "rejected")]
     first, second = loop.run.iterations()
     assert second.parent == 1 and second.parent_commit == first.winner.commit
@@ -110,6 +110,50 @@ def test_a_kept_candidate_becomes_the_parent_and_is_measured_afresh(tmp_path, mo
     # the new incumbent's reference is measured again, with fresh seeds, not reused from its own gate
     seeds = dict(backend.evaluations)
     assert seeds["reference-g1"] == seeds["reference-g0"] + 1000
+    assert loop.state.audits == [] and not any(name.startswith("audit-") for name in seeds)  # no audit under this policy
+
+
+class AuditMisses(FakeBackend):
+    """The candidates' markers do nothing in the audit's evaluations: a keep that does not hold when measured again."""
+
+    auditing = False
+
+    def rate(self, task: str, text: str) -> float:
+        return super().rate(task, text if not self.auditing else "")
+
+    def evaluate(self, req, run_id, **kwargs):
+        self.auditing = Path(req.out_dir).name.startswith("audit-")
+        return super().evaluate(req, run_id, **kwargs)
+
+
+def test_audited_the_best_is_audited_against_the_base_and_stands_when_shown_better(tmp_path, monkeypatch):
+    backend = FakeBackend()
+    loop = run_loop(tmp_path, monkeypatch, "exact,note1", backend, iterations=2)
+    assert statuses(loop) == [("1", "accepted"), ("2", "rejected")]
+    names = [name for name, _ in backend.evaluations]
+    assert "reference-g1" not in names  # no fresh reference for a kept candidate: its history serves
+    assert loop.run.iteration(2).gate_stages[0]["verdicts"]["2"]["reason"].startswith(("Screened out", "Continue"))
+    [audit] = loop.state.audits
+    assert audit["best"] == 1 and audit["holds"] and audit["reason"].startswith("Better")
+    assert {"audit-001-base", "audit-001-best"} <= set(names)
+    assert loop.state.incumbent == 1 and loop.lineage.commit_of(loop.lineage.best_branch) == loop.run.iteration(1).winner.commit
+    shown = run_cli(["show", "run-policy", "1", "--repo", str(loop.run.repo)])
+    assert shown.returncode == 0 and "evidence: " in shown.stdout and "the run's audit against the base: it stands" in shown.stdout
+
+
+def test_audited_an_audit_that_does_not_hold_rolls_the_run_back_to_its_base_and_says_why(tmp_path, monkeypatch):
+    loop = run_loop(tmp_path, monkeypatch, "exact", AuditMisses(), iterations=1)
+    assert statuses(loop) == [("1", "accepted")]
+    [audit] = loop.state.audits
+    assert not audit["holds"] and audit["looks"]
+    assert loop.state.incumbent == 0 and loop.state.incumbent_commit == loop.manifest.base_commit
+    assert loop.lineage.commit_of(loop.lineage.best_branch) == loop.manifest.base_commit
+    assert loop.state.best_history[-1].reason.startswith("audit: iteration 1 not shown better than the base")
+    history = run_cli(["history", "run-policy", "--repo", str(loop.run.repo)])
+    assert history.returncode == 0 and "rolled back to the base" in history.stdout
+    # A user may still take the lineage the audit did not confirm: rollback says what the audit made of it.
+    back = run_cli(["rollback", "run-policy", "--to", "1", "--reason", "taking it anyway", "--repo", str(loop.run.repo)])
+    assert back.returncode == 0 and "note: the run's audit of iteration 1 rolled it back" in back.stdout
 
 
 def test_the_stall_rule_stops_the_run(tmp_path, monkeypatch):

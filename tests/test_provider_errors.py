@@ -277,7 +277,7 @@ def test_run_through_an_openai_compatible_server(repo, monkeypatch):
         assert all(b.get("max_tokens") == 222 and "reasoning_effort" not in b for b in fake.bodies_of("wrong"))
     [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
     manifest = json.loads((repo / "runs" / run_id / "run.json").read_text())
-    assert manifest["schema"] == 4 and manifest["config"]["meta_args"] == {"max_tokens": 4321}
+    assert manifest["schema"] == 5 and manifest["config"]["meta_args"] == {"max_tokens": 4321}
     assert manifest["models"]["meta"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "low", "max_tokens": 4321}
     history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)
     assert history["candidates"][0]["verdict"] in ("accepted", "rejected"), history  # it reached the gate

@@ -118,12 +118,13 @@ def test_tasks_lists_ids_quietly():
 
 
 def test_gate_flags_on_a_run_are_recorded_and_used(repo):
-    proc = run_cli(["run", str(repo), "--iterations", "3", "--gate-stages", "1,2", "--gate-alpha", "0.1", "--gate-min-effect", "0.05",
-                    "--no-holdout", *SCRIPTED_MODELS], env=LOOP_ENV)
+    proc = run_cli(["run", str(repo), "--iterations", "3", "--gate-policy", "per-decision", "--gate-stages", "1,2", "--gate-alpha", "0.1",
+                    "--gate-min-effect", "0.05", "--no-holdout", *SCRIPTED_MODELS], env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = repo / "runs" / _run_id(repo)
     gate = json.loads((run / "run.json").read_text())["gate"]
     assert gate["alpha"] == 0.1 and gate["stages"] == [1, 2] and gate["min_effect"] == 0.05
+    assert json.loads((run / "run.json").read_text())["policy"]["name"] == "per-decision"
     rejected = json.loads((run / "iterations" / "003.json").read_text())  # "Transfer everyone": worse
     assert rejected["status"] == "rejected" and len(rejected["candidates"][0]["verdicts"]) <= 2
     status = _status(repo, run.name)

@@ -144,22 +144,24 @@ def test_records_written_before_they_carried_a_schema_are_version_1_and_migrated
     old = _old_run_files("state.json", "iterations/003.json", "run.json")
     state, iteration = old["state.json"], old["iterations/003.json"]
     assert "schema" not in state and "schema" not in iteration and "schema" not in old["run.json"]
-    assert runstate.STATE_MIGRATIONS == {1: runstate._state_v1_to_v2}
+    assert runstate.STATE_MIGRATIONS == {1: runstate._state_v1_to_v2, 2: runstate._state_v2_to_v3}
     assert runstate.ITERATION_MIGRATIONS == {1: runstate._iteration_v1_to_v2}
     assert runstate._state_v1_to_v2(state) == state and runstate._iteration_v1_to_v2(iteration) == iteration  # nothing to change
     # Read through the steps, and written back: what the older evolver wrote, plus the version.
     again = json.loads(RunState.model_validate(state).model_dump_json())
     assert again.pop("rate_limits") == {}  # a field added since, empty: an older evolver ignores it
-    assert again == {"schema": 2, **state}
+    assert again.pop("audits") == []  # v2 -> v3: no audit
+    assert again == {"schema": 3, **state}
     again = json.loads(IterationRecord.model_validate(iteration).model_dump_json())
     candidates = again.pop("candidates")
     assert again.pop("rate_limits") == {}
     assert again == {"schema": 2, **{k: v for k, v in iteration.items() if k != "candidates"}}
     assert candidates == [{**c, "investigation": {}} for c in iteration["candidates"]]  # the field added since, empty
-    manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own steps, v1 -> v2 -> v3 -> v4
-    assert manifest.schema_version == 4 and manifest.config["proposer"] == "oneshot" and "local_api_base" not in manifest.config
+    manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own steps, v1 -> ... -> v5
+    assert manifest.schema_version == 5 and manifest.config["proposer"] == "oneshot" and "local_api_base" not in manifest.config
     assert manifest.config["agent_args"] == {} and manifest.config["learnings_file"] == ""  # v2 -> v3: no per-role argument
     assert manifest.config["rate_limits"] == {}  # v3 -> v4: no configured rate limit
+    assert manifest.config["gate_policy"] == "per-decision" and manifest.policy == {}  # v4 -> v5: gated per decision, as then
 
 
 def test_new_records_say_their_schema_first(tmp_path):
@@ -169,9 +171,9 @@ def test_new_records_say_their_schema_first(tmp_path):
     run.save_iteration(IterationRecord(iteration=1, parent=0, parent_commit="c", generation=0, candidates=[CandidateRecord(label="1")]))
     state = json.loads((run.path / "state.json").read_text())
     iteration = json.loads(run.iteration_file(1).read_text())
-    assert list(state)[0] == "schema" and state["schema"] == runstate.STATE_SCHEMA == 2
+    assert list(state)[0] == "schema" and state["schema"] == runstate.STATE_SCHEMA == 3
     assert list(iteration)[0] == "schema" and iteration["schema"] == runstate.ITERATION_SCHEMA == 2
-    assert run.state().schema_version == 2 and run.iterations()[0].schema_version == 2
+    assert run.state().schema_version == 3 and run.iterations()[0].schema_version == 2
 
 
 @pytest.mark.parametrize("name, what", [("state.json", "state.json"), ("iterations/001.json", "the iteration record")])
@@ -181,10 +183,11 @@ def test_a_newer_record_is_refused_in_one_line(tmp_path, name, what):
     run.save_state(RunState(iterations_target=3, incumbent_commit="c"))
     run.save_iteration(IterationRecord(iteration=1, parent=0, parent_commit="c", generation=0))
     path = run.path / name
-    path.write_text(json.dumps({**json.loads(path.read_text()), "schema": 3}))
+    known = runstate.STATE_SCHEMA if name == "state.json" else runstate.ITERATION_SCHEMA
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema": known + 1}))
     with pytest.raises(UsageError) as caught:
         run.state() if name == "state.json" else run.iterations()
-    assert str(caught.value) == f"{path}: {what} has schema 3, newer than this evolver knows (2); upgrade evolver to open it"
+    assert str(caught.value) == f"{path}: {what} has schema {known + 1}, newer than this evolver knows ({known}); upgrade evolver to open it"
     assert "\n" not in str(caught.value)
 
 

@@ -523,7 +523,7 @@ def _transfer_at_end(run, cfg: Config, backend, console: Console) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer_rows
     from evolver.cli.console import history_table, transfer_table
-    from evolver.cli.history import history_rows
+    from evolver.cli.history import history_rows, policy_lines
     from evolver.cli.start import new_run, resume_run
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
@@ -572,9 +572,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         out_console().print(transfer_table(transfer_rows(run.transfers())))
     if state.status == "paused":
         return EXIT_PAUSED
-    alpha = run.manifest().gate["alpha"]
-    out_console().print(f"{state.decisions} gate decision(s) at a false-accept rate of {alpha:g} each: "
-                        f"expected false keeps {state.decisions * alpha:.2f}")
+    for line in policy_lines(run.manifest(), state):
+        out_console().print(line, highlight=False)
     out_console().print(f"best: evolver/{run.run_id}/best ({'base' if state.incumbent == 0 else f'iteration {state.incumbent}'}); "
                     f"adopt it with `git merge evolver/{run.run_id}/best`")
     return 0
@@ -583,18 +582,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer_rows
     from evolver.cli.console import history_table, transfer_table
-    from evolver.cli.history import history_rows
+    from evolver.cli.history import history_rows, policy_lines
     from evolver.store.runstate import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     rows = history_rows(run)
     transfers = transfer_rows(run.transfers())
     if args.json:
-        print(json.dumps({"run_id": run.run_id, "candidates": rows, "transfers": transfers}, indent=2))
+        print(json.dumps({"run_id": run.run_id, "candidates": rows, "transfers": transfers, "policy": policy_lines(run.manifest(), run.state()),
+                          "audits": run.state().audits}, indent=2))
     else:
         out_console().print(history_table(run.run_id, rows))
         if transfers:
             out_console().print(transfer_table(transfers))
+        for line in policy_lines(run.manifest(), run.state()):
+            out_console().print(line, highlight=False)
     return 0
 
 
@@ -640,6 +642,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     change = rollback(run, args.to, args.reason)
     target = "the base" if change.iteration == 0 else f"iteration {change.iteration}"
     print(f"evolver/{run.run_id}/best now points at {target} ({change.commit[:10]}); recorded in {run.log_file}")
+    for audit in (a for a in run.state().audits if a["best"] == change.iteration):  # what the audited policy made of it
+        print(f"note: the run's audit of iteration {change.iteration} {'held' if audit['holds'] else 'rolled it back'}: {audit['reason']}")
     return 0
 
 

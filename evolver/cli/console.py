@@ -347,6 +347,8 @@ def show_candidate(console: Console, info: dict) -> None:
     console.print(f"[bold]candidate {info['label']}[/bold]: {info['title'] or '(no patch)'}  [{info['status']}]")
     console.print(f"branch {info['branch'] or '-'}  commit {info['commit'] or '-'}  parent {'base' if info['parent'] == 0 else info['parent']}")
     console.print(f"verdict: {info['reason']}")
+    if info.get("evidence"):
+        console.print(f"evidence: {info['evidence']}", markup=False, highlight=False)
     if info.get("investigation"):
         console.print("\n[bold]investigation[/bold]")
         for line in investigation_lines(info["investigation"]):
@@ -377,7 +379,8 @@ def status_table(info: dict) -> Table:
     best = info["best"]
     table.add_row("best", f"{'base' if best['iteration'] == 0 else 'iteration ' + str(best['iteration'])} "
                           f"(gate {_fmt(best['gate'])}), {best['branch']}")
-    table.add_row("decisions", f"{info['decisions']}, expected false keeps {info['expected_false_keeps']:.2f}")
+    if info.get("policy"):  # what the gate policy promised and did (history.policy_lines)
+        table.add_row("gate policy", "\n".join(info["policy"]))
     table.add_row("simulations", f"{info['simulations_done']:,} done, at most {info['simulations_planned_at_most']:,} in all")
     for role, tally in sorted(info["infra_errors"].items()):
         table.add_row("infrastructure errors", infra_line(role, tally["count"], tally["first"]))

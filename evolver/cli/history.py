@@ -75,6 +75,9 @@ def status(run: RunDir) -> dict:
         "consecutive_rejections": state.consecutive_rejections,
         "decisions": state.decisions,
         "expected_false_keeps": state.decisions * manifest.gate["alpha"],
+        "gate_policy": manifest.policy.get("name", "per-decision"),
+        "policy": policy_lines(manifest, state),
+        "audits": state.audits,
         "usage": {k: v.model_dump() for k, v in usage.items()},
         "cost": sum(u.cost for u in usage.values()),
         "cost_text": cost_text(usage.values()),
@@ -91,6 +94,22 @@ def status(run: RunDir) -> dict:
         "split_note": manifest.split_note,
         "models": {k: v.model for k, v in manifest.models.items()},
     }
+
+
+def policy_lines(manifest, state) -> list[str]:
+    """What the run's gate policy promised and did (docs/search.md): per-decision, its decisions and expected
+    false keeps; audited, its lenient decisions, the bound on ending worse, and each audit's outcome."""
+    alpha, decisions = manifest.gate["alpha"], state.decisions
+    if not manifest.policy or manifest.policy["name"] == "per-decision":
+        return [f"{decisions} gate decision(s) at a false-accept rate of {alpha:g} each: expected false keeps {decisions * alpha:.2f}"]
+    lines = [f"audited policy: {decisions} gate decision(s) at a lenient alpha of {alpha:g}; the end-of-run audit of the best against "
+             f"the base lets a run end worse than it began at most {manifest.policy['audit']['alpha']:g} of the time"]
+    for audit in state.audits:
+        looks = audit["looks"][-1] if audit["looks"] else None
+        evidence = f" after {looks['n_b_sims'] + looks['n_a_sims']} simulation(s)" if looks else ""
+        outcome = "the best stands" if audit["holds"] else "rolled back to the base"
+        lines.append(f"audit of iteration {audit['best']}{evidence}: {outcome}. {audit['reason']}")
+    return lines
 
 
 def rate_limits(run: RunDir, state, running: bool) -> dict:
@@ -172,8 +191,20 @@ def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
     if candidate and incumbent:
         flips = [{"task": task, "incumbent": was, "candidate": now} for task, was, now in flipped(candidate, incumbent)]
     return {**cand.model_dump(exclude={"responses"}), "iteration": record.iteration, "parent": record.parent,
-            "gate_incumbent": record.gate_incumbent, "kept": record.kept == cand.label,
+            "gate_incumbent": record.gate_incumbent, "kept": record.kept == cand.label, "evidence": _evidence(run, record, cand),
             "diff": diff, "flips": flips, "note": lineage.note(cand.commit) if cand.commit else ""}
+
+
+def _evidence(run: RunDir, record, cand) -> str:
+    """What the candidate's verdict stood on, and what the run's audit made of it, if it audited this one."""
+    if not cand.verdicts:
+        return ""
+    beside = record.gate_stages[-1]["n_incumbent_sims"] if record.gate_stages else 0
+    text = f"{cand.verdicts[-1]['n_candidate_sims']} simulation(s) of its own, {beside} of the incumbent beside it"
+    for audit in run.state().audits if record.kept == cand.label else ():
+        if audit["best"] == record.iteration:
+            text += f"; the run's audit against the base: {'it stands' if audit['holds'] else 'rolled back to the base'}. {audit['reason']}"
+    return text
 
 
 def rollback(run: RunDir, to: str, reason: str) -> BestChange:

@@ -21,9 +21,9 @@ from evolver.evaluation.backends import Backend
 from evolver.evaluation.program_folders import command_problem
 from evolver.evaluation.sandbox import require_sandbox
 from evolver.events import Events
-from evolver.evolution.gate import GateConfig
+from evolver.evolution.gate.search import recorded_policy
 from evolver.evolution.loop import Loop
-from evolver.evolution.plan import forecast, gate_config, meta_prompt_tokens
+from evolver.evolution.plan import forecast, meta_prompt_tokens, policy_of
 from evolver.evolution.proposers import make_proposer
 from evolver.llm import check_api_base, missing_api_key, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
@@ -104,7 +104,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         if not allow_dirty:
             raise UsageError("agent/ has uncommitted changes; commit them, or pass --allow-dirty to run from HEAD without them")
         console.print("[yellow]note:[/yellow] agent/ has uncommitted changes; this run starts from HEAD and does not include them")
-    gate = gate_config(cfg)
+    policy = policy_of(cfg)
     tracking.require(cfg.track)
     if cfg.proposer == "command":
         if not cfg.proposer_command.strip():
@@ -148,7 +148,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
             config=dataclasses.asdict(cfg), versions=_versions(),
             models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
             analysis_tasks=analysis, gate_tasks=gate_tasks, holdout_tasks=holdout, split_note=note,
-            gate=dataclasses.asdict(gate),
+            gate=dataclasses.asdict(policy.gate), policy=policy.to_json(),
         )
         run.save_manifest(manifest)
         run.save_identifiers(listing.identifiers)
@@ -201,10 +201,11 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
     if not GUIDE.exists():
         raise UsageError(f"{GUIDE} is missing; it is the guide the meta-LLM follows")
     identifiers = run.identifiers()
-    # The gate as the run recorded it, not as today's code would build it: an upgrade never changes a run mid-way.
-    gate = GateConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in manifest.gate.items()})
+    # The gate policy as the run recorded it, not as today's code would build it: an upgrade never changes a run
+    # mid-way. A run from before the policies (no `policy`) gated per decision with its recorded gate.
+    policy = recorded_policy(manifest.policy, manifest.gate)
     proposer = make_proposer(cfg.proposer, command=cfg.proposer_command, command_env=tuple(cfg.proposer_env), command_read=tuple(cfg.proposer_read))
-    return Loop(run=run, manifest=manifest, state=state, cfg=cfg, gate=gate, lineage=lineage, proposer=proposer,
+    return Loop(run=run, manifest=manifest, state=state, cfg=cfg, policy=policy, lineage=lineage, proposer=proposer,
                 prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console, run, cfg), identifiers=identifiers)
 
 

@@ -28,6 +28,7 @@ from evolver.data import EvalResult, RoleUsage, add_tallies
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.metrics import mean_reward, rewards_by_task
 from evolver.evolution import gate as gatelib
+from evolver.evolution.gate import search
 from evolver.evolution.evidence import EarlierCandidate, Evidence, flipped
 from evolver.evolution.noop import inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits
@@ -54,7 +55,7 @@ class Loop:
     manifest: Manifest
     state: RunState
     cfg: Config
-    gate: gatelib.GateConfig
+    policy: search.Policy  # what the run's gate bounds: each decision, or the run through an audit (gate.search)
     lineage: Lineage
     prompts_dir: Path
     guide: str
@@ -74,10 +75,14 @@ class Loop:
         threading.Thread(target=self.watch_rate_limits, args=(watching,), name="rate-limits", daemon=True).start()
         try:
             self.measure_baseline()
-            while True:
-                self.check_stop()
-                self.refresh_stale_reference()
-                self.iterate(self.state.next_iteration)
+            try:
+                while True:
+                    self.check_stop()
+                    self.refresh_stale_reference()
+                    self.iterate(self.state.next_iteration)
+            except StopRun:
+                self.audit()  # in the run's own try: a kill during it is an interruption like any other
+                raise
         except StopRun as stop:
             self.state.stop_reason = str(stop)
             self.state.status = "finished"
@@ -136,15 +141,15 @@ class Loop:
         if mean_reward(reference) == 1.0:
             raise StopRun("the incumbent already passes every gate task in every trial, so no candidate can be shown better; "
                           "evolve on a harder domain or split, or with a weaker agent model")
-        gate = gatelib.sized(self.gate, reference)
+        gate = search.iteration_gate(self.policy, reference)
         floor = gatelib.noise_floor(reference, gate)
         self.events.emit(ev.NoiseFloor(len(self.manifest.gate_tasks), gate.stages[-1], None if math.isinf(floor) else floor * 100,
-                                       self.gate.min_effect * 100))
+                                       gate.min_effect * 100))
         self.estimate(analysis, reference)
 
     def estimate(self, analysis: EvalResult, reference: dict) -> None:
         """What the rest of the run is expected to take and can take at most, priced by the baseline's own simulations."""
-        sims = analysis.summary.num_simulations + len(self.manifest.gate_tasks) * self.gate.stages[-1]
+        sims = analysis.summary.num_simulations + len(self.manifest.gate_tasks) * self.policy.reference_trials
         per_sim = {role: RoleUsage(prompt_tokens=round(u.prompt_tokens / max(1, sims)), completion_tokens=round(u.completion_tokens / max(1, sims)),
                                    cost=u.cost / max(1, sims)) for role, u in self.state.usage.items() if role != "meta"}
         rest = forecast(self.cfg, len(self.manifest.analysis_tasks), len(self.manifest.gate_tasks), len(self.manifest.holdout_tasks),
@@ -277,8 +282,9 @@ class Loop:
         entered = {c.label: c for c in record.candidates if c.status == "evaluating" or c.verdicts}
         if not any(c.status == "evaluating" for c in entered.values()):
             return
-        reference = self.reference_table()  # the incumbent's earlier results: they size the gate and sharpen early stops
-        gate = gatelib.sized(self.gate, reference)
+        # What is known of the incumbent before this iteration: per-decision, its reference (it sizes the gate and sharpens
+        # early stops); audited, its whole history (it screens the candidates too).
+        reference = self.reference_table() if self.policy.fresh_reference else self.incumbent_history()
         n, seed = record.iteration, self.seed(record.generation)
         arm = self.checkout(f"iter-{n:03d}-incumbent", record.parent_commit)
         for cand in entered.values():
@@ -321,7 +327,7 @@ class Loop:
                 entered[label].status = {"accept": "accepted", "reject": "rejected"}.get(mine.decision, "evaluating")
             self.save(record)
 
-        gatelib.evaluate_set(list(entered), run_stage, gate, reference=reference, on_stage=save_stage)
+        search.judge_iteration(self.policy, list(entered), run_stage, reference=reference, on_stage=save_stage)
 
     def undecided(self, record: IterationRecord, labels: tuple[str, ...], why: str) -> None:
         """Too many infrastructure errors to judge: the candidates still in the gate are undecided."""
@@ -376,6 +382,40 @@ class Loop:
             self.lineage.remove_worktree(self.run.worktree(f"iter-{slug(cand.label)}"))
             self.events.emit(ev.Decided(cand.label, cand.status, cand.title, cand.reason))
 
+    def audit(self) -> None:
+        """The audited policy's last word on the run (gate.search): its best against its base, side by side on
+        fresh trials, look by look; unless the best is shown better the run is rolled back to its base, so it
+        ends worse than it began at most alpha of the time. A resumed run replays the looks from disk."""
+        best = self.state.incumbent_commit
+        if self.policy.audit is None or self.state.incumbent == 0 or any(a["best_commit"] == best for a in self.state.audits):
+            return
+        self.step(f"audit: iteration {self.state.incumbent}'s best against the base")
+        arms = [(f"audit-{self.state.incumbent:03d}-{side}", self.checkout(f"audit-{side}", commit))
+                for side, commit in (("base", self.manifest.base_commit), ("best", best))]
+
+        def run(look: search.AuditLook) -> Optional[tuple[dict, dict]]:
+            results = self.concurrently(lambda arm: self.measure(arm[0], arm[1], self.manifest.gate_tasks, look.trials,
+                                                                 self.seed(self.state.generation) + 11), arms)
+            return None if any(map(_mostly_infra, results)) else (rewards_by_task(results[0].simulations), rewards_by_task(results[1].simulations))
+
+        looks = search.evaluate_audit(self.policy, run)
+        holds = search.audit_holds(looks)
+        decided = looks and looks[-1].decision != "continue"
+        reason = looks[-1].reason if decided else "Undecided: most of the audit's simulations hit infrastructure errors, and nothing unshown is kept."
+        self.state.audits.append({"best": self.state.incumbent, "best_commit": best, "holds": holds, "reason": reason,
+                                  "looks": [dataclasses.asdict(c) for c in looks]})
+        if not holds:
+            base = self.manifest.base_commit
+            self.state.best_history.append(_best(0, base, f"audit: iteration {self.state.incumbent} not shown better than the base: {reason}"))
+            self.state.incumbent, self.state.incumbent_commit = 0, base
+            self.state.generation += 1
+            self.lineage.set_branch(self.lineage.best_branch, base)
+        self.run.log("audited", best=self.state.audits[-1]["best"], holds=holds, reason=reason)
+        self.save_state()
+        for _, worktree in arms:
+            self.lineage.remove_worktree(worktree)
+        self.events.emit(ev.Phase(f"audit: {'the best stands' if holds else 'rolled back to the base'}: {reason}"))
+
     def holdout(self) -> None:
         """Evaluate the base and the kept lineage on the sealed holdout (never used for a decision)."""
         if not self.manifest.holdout_tasks:
@@ -420,13 +460,24 @@ class Loop:
         return result
 
     def reference_table(self) -> dict:
-        """The incumbent's gate results. Reused while the incumbent is unchanged; measured afresh,
-        with new seeds, for each new incumbent, so the trials that selected it never set its bar."""
-        g = self.state.generation
-        wt = self.checkout(f"incumbent-g{g}", self.state.incumbent_commit)
-        result = self.measure(f"reference-g{g}", wt, self.manifest.gate_tasks, self.gate.stages[-1], self.seed(g))
+        """The incumbent's gate results, reused while it is unchanged. Per-decision: measured afresh, with new
+        seeds, for each new incumbent, so the trials that selected it never set its bar; audited: the base's,
+        measured once (the start of the incumbents' history)."""
+        g, commit = (self.state.generation, self.state.incumbent_commit) if self.policy.fresh_reference else (0, self.manifest.base_commit)
+        wt = self.checkout(f"incumbent-g{g}", commit)
+        result = self.measure(f"reference-g{g}", wt, self.manifest.gate_tasks, self.policy.reference_trials, self.seed(g))
         self.lineage.remove_worktree(wt)
         return rewards_by_task(result.simulations)
+
+    def incumbent_history(self) -> dict:
+        """Every gate trial of the incumbent so far, the audited policy's reference: the base's reference, or the kept
+        candidate's trials beside its parent (its screen trial, the first, left out); then its trials beside later candidates."""
+        s, kept = self.state, self.run.iteration(self.state.incumbent) if self.state.incumbent else None
+        first = self.latest_rewards(f"iter-{slug(kept.kept)}-gate" if kept else "reference-g0") or {}
+        tables = [{task: rewards[1:] for task, rewards in first.items()} if kept else first]
+        tables += [self.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or {} for r in self.run.iterations()
+                   if r.parent_commit == s.incumbent_commit and r.status in FINAL_STATUSES]
+        return {task: [x for table in tables for x in table.get(task, [])] for task in self.manifest.gate_tasks}
 
     def measure(self, name: str, checkout: Path, tasks: list[str], trials: int, seed: int, *, timeout: Optional[float] = None,
                 record: Optional[IterationRecord] = None) -> EvalResult:

@@ -39,6 +39,13 @@ def gate_config(cfg: Config):
         raise UsageError(f"gate settings: {exc}; gate_stages are increasing trial counts such as 1,2,3,4,6") from None
 
 
+def policy_of(cfg: Config):
+    """The run's gate policy (evolver.evolution.gate.search) around the gate's parameters."""
+    from evolver.evolution.gate.search import make_policy
+
+    return make_policy(cfg.gate_policy, gate_config(cfg))
+
+
 def proposer_budget(cfg: Config):
     """What one proposal may spend (evolver.evolution.proposers.Budget) under this configuration."""
     from evolver.evolution.proposers import Budget
@@ -51,22 +58,26 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
                     gate_share: Optional[float] = None, gate_trials: Optional[int] = None) -> int:
     """The most simulations a run can take: per iteration each candidate's smoke test (and, with
     several, their screen), the full gate of one candidate and of the incumbent beside it, at
-    the longest the gate may be sized to, a fresh reference and analysis for a new incumbent;
-    plus the baseline and the holdout."""
+    the longest the gate may be sized to, a fresh reference (if the policy takes one) and analysis
+    for a new incumbent; plus the baseline, the audit (if the policy has one) and the holdout."""
     from evolver.evolution.gate import MOST_STRETCH
+    from evolver.evolution.gate.search import audit_cost
 
-    gate = gate_config(cfg)
-    longest = math.ceil(gate.stages[-1] * MOST_STRETCH)
-    screen = gate.screen if cfg.candidates > 1 else 0
+    policy = policy_of(cfg)
+    gate = policy.gate
+    longest = math.ceil(gate.stages[-1] * (MOST_STRETCH if policy.fresh_reference else 1))
+    screen = 1 if policy.screen_bar is not None else gate.screen if cfg.candidates > 1 else 0  # trials per task of each candidate alone
+    reference = n_gate * policy.reference_trials
+    end = audit_cost(policy, n_gate) + 2 * n_holdout * cfg.holdout_trials
     # each candidate's try simulations (the agent proposer), smoke test and, with several, screen
     if gate_share is not None:  # what is expected: the gate unstretched, its usual share of it, and no keep (no fresh reference)
         trials = gate_trials or gate.stages[-1]  # the gate sized to the noise, when it is known
         per_iteration = cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen) + 2 * n_gate * trials * gate_share
-        return math.ceil((n_analysis * cfg.analysis_trials + n_gate * gate.stages[-1] if baseline else 0)
-                         + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials)
-    per_iteration = cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen) + 2 * n_gate * longest + n_gate * gate.stages[-1] + n_analysis * cfg.analysis_trials
-    start = n_analysis * cfg.analysis_trials + n_gate * gate.stages[-1] if baseline else 0
-    return start + iterations * per_iteration + 2 * n_holdout * cfg.holdout_trials
+        return math.ceil((n_analysis * cfg.analysis_trials + reference if baseline else 0) + iterations * per_iteration + end)
+    fresh = reference if policy.fresh_reference else 0
+    per_iteration = cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen) + 2 * n_gate * longest + fresh + n_analysis * cfg.analysis_trials
+    start = n_analysis * cfg.analysis_trials + reference if baseline else 0
+    return start + iterations * per_iteration + end
 
 
 @dataclass(frozen=True)
@@ -98,9 +109,9 @@ def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, itera
     # ``noise``: rewards by task (the reference, or a pilot's), to size the gate as a run will (gate.sized)
     trials = None
     if noise:
-        from evolver.evolution.gate import sized
+        from evolver.evolution.gate.search import iteration_gate
 
-        trials = sized(gate_config(cfg), noise).stages[-1]
+        trials = iteration_gate(policy_of(cfg), noise).stages[-1]
     expected = max_simulations(*args, iterations=iterations, baseline=baseline, gate_share=GATE_SHARE if len(stages) > 1 else 1.0,
                                gate_trials=trials)
     most = max_simulations(*args, iterations=iterations, baseline=baseline)

@@ -39,8 +39,8 @@ FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "und
 
 
 RUNS = "runs"  # in the evaluated repository: every run and evaluation, ignored by git
-MANIFEST_SCHEMA = 4
-STATE_SCHEMA = 2
+MANIFEST_SCHEMA = 5
+STATE_SCHEMA = 3
 ITERATION_SCHEMA = 2
 
 
@@ -79,9 +79,20 @@ def _manifest_v3_to_v4(data: dict) -> dict:
     return {**data, "config": {"rate_limits": {}, **data.get("config", {})}}
 
 
+def _manifest_v4_to_v5(data: dict) -> dict:
+    """v4 predates the gate policy (gate_policy): a v4 run gated every decision on its own, measured a reference
+    for every new incumbent and audited nothing, and goes on so (its policy is rebuilt from its `gate`)."""
+    return {**data, "config": {"gate_policy": "per-decision", **data.get("config", {})}}
+
+
+def _state_v2_to_v3(data: dict) -> dict:
+    """v2 predates the end-of-run audit: a v2 run was audited by nothing."""
+    return {"audits": [], **data}
+
+
 # Named steps from each older schema to the next; a run is opened through all it needs.
-MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2, 2: _manifest_v2_to_v3, 3: _manifest_v3_to_v4}
-STATE_MIGRATIONS = {1: _state_v1_to_v2}
+MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2, 2: _manifest_v2_to_v3, 3: _manifest_v3_to_v4, 4: _manifest_v4_to_v5}
+STATE_MIGRATIONS = {1: _state_v1_to_v2, 2: _state_v2_to_v3}
 ITERATION_MIGRATIONS = {1: _iteration_v1_to_v2}
 
 
@@ -103,6 +114,7 @@ class Manifest(Versioned):
     holdout_tasks: list[str]
     split_note: str
     gate: dict
+    policy: dict = Field(default_factory=dict)  # the gate policy (gate.search.Policy); empty in a v4 run: per-decision around `gate`
 
 
 class BestChange(BaseModel):
@@ -129,6 +141,8 @@ class RunState(Versioned):
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
     rate_limits: dict[str, RateTally] = Field(default_factory=dict)  # per provider endpoint and model, as usage is per role
     best_history: list[BestChange] = Field(default_factory=list)
+    # The end-of-run audits of the best against the base (audited policy): what was audited, each look, the outcome.
+    audits: list[dict] = Field(default_factory=list)
     elapsed: float = 0.0  # seconds spent driving the run, summed over resumes
     updated_at: float = 0.0  # when the driver last wrote this file (status adds the time since, while it runs)
     current_step: str = ""

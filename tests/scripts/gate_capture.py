@@ -1,6 +1,6 @@
 """Records the gate's verdicts as fixtures for tests/test_gate_replay.py.
 
-    python -m tests.scripts.gate_capture tests/fixtures/gate
+    python -m tests.scripts.gate_capture tests/fixtures/gate [CASE ...]
 
 The committed fixtures were recorded with the code of the commit that added them, before the
 gate was split into a package (the script has since followed evaluate_set's new signature); the
@@ -13,9 +13,10 @@ Three kinds of case:
 * set_*.json: scripted reward tables (seeded draws) put through the staged gate for one or
   several candidates, every stage's inputs and SetVerdict kept;
 * loop_*.json: the real loop with the fake backend of tests/test_loop_policy.py, every
-  decide_set call it made (inputs, sized config, reference, verdict), and what the iteration
-  records and the backend saw (evaluations by name and seed); one of them killed mid-gate and
-  resumed;
+  decide_set call it made (inputs, sized config, reference, verdict; per-decision runs), and what
+  the iteration records, the audits and the backend saw (evaluations by name and seed); some
+  killed mid-gate or mid-audit and resumed. loop_audited_* (the audited policy, the default since
+  they were recorded) were added later: name cases to record only those;
 * power.json: sized(), pass_rates(), shift_rates() and noise_floor() on a few references.
 """
 
@@ -240,11 +241,14 @@ def set_cases() -> list[dict]:
 LOOPS = [
     # name, proposals, settings, infra marker (a candidate whose agent says it gets only errors),
     # outage (evaluation, from its n-th request on only errors)
-    ("loop_k1_accept_then_reject", "exact,note1", {"iterations": 2}, None, None),
-    ("loop_k2_screen", "exact+thorough", {"iterations": 1, "candidates": 2}, None, None),
-    ("loop_k1_undecided", "worse,note1,note2", {"iterations": 6, "stall": 2}, "Note 1", None),
-    ("loop_k2_undecided_candidate", "note1+exact", {"iterations": 1, "candidates": 2}, "Note 1", None),
-    ("loop_k1_incumbent_outage", "exact", {"iterations": 1}, None, ("iter-001-incumbent", 2)),
+    ("loop_k1_accept_then_reject", "exact,note1", {"gate_policy": "per-decision", "iterations": 2}, None, None),
+    ("loop_k2_screen", "exact+thorough", {"gate_policy": "per-decision", "iterations": 1, "candidates": 2}, None, None),
+    ("loop_k1_undecided", "worse,note1,note2", {"gate_policy": "per-decision", "iterations": 6, "stall": 2}, "Note 1", None),
+    ("loop_k2_undecided_candidate", "note1+exact", {"gate_policy": "per-decision", "iterations": 1, "candidates": 2}, "Note 1", None),
+    ("loop_k1_incumbent_outage", "exact", {"gate_policy": "per-decision", "iterations": 1}, None, ("iter-001-incumbent", 2)),
+    # the audited policy (the default): the screen against the incumbent's history, the lenient gate, the audit
+    ("loop_audited_k1_keep_then_audit", "exact,note1,worse", {"iterations": 3}, None, None),
+    ("loop_audited_k2_screen", "exact+thorough,note1+worse", {"iterations": 2, "candidates": 2}, None, None),
 ]
 
 
@@ -299,6 +303,11 @@ def iteration_facts(run, calls: list | None = None) -> list[dict]:
     return out
 
 
+def audits_of(run) -> list[dict]:
+    """The run's audits as recorded, but for the audited commit (its hash differs from one recording to the next)."""
+    return plain([{k: v for k, v in audit.items() if k != "best_commit"} for audit in run.state().audits])
+
+
 class Killed(KeyboardInterrupt):
     """Ctrl-C, raised by the backend: the run stops as a killed one does, mid-evaluation."""
 
@@ -336,22 +345,26 @@ def loop_case(name, proposals, settings, marker, outage, tmp: Path) -> dict:
     from tests.test_loop_policy import FakeBackend, run_loop
 
     with pytest.MonkeyPatch.context() as mp:
-        calls = record_calls(mp)
+        # decide_set's inputs, stage by stage, where it judges every stage (the audited policy's screen is not decide_set's)
+        calls = record_calls(mp) if settings.get("gate_policy") == "per-decision" else None
         backend = watched(FakeBackend(infra_marker=marker), outage=outage)
         loop = run_loop(tmp / name, mp, proposals, backend, **settings)
     return {"name": name, "kind": "loop", "proposals": proposals, "settings": settings, "infra_marker": marker, "outage": outage,
-            "evaluations": asked(backend), "iterations": iteration_facts(loop.run, calls)}
+            "evaluations": asked(backend), "iterations": iteration_facts(loop.run, calls), "audits": audits_of(loop.run)}
 
 
 RESUMES = [
     # name, proposals, settings, (evaluation, its n-th request stops the run), what the end is
-    ("loop_k1_killed_mid_gate", "exact", {"iterations": 1}, ("iter-001-gate", 2),
+    ("loop_k1_killed_mid_gate", "exact", {"gate_policy": "per-decision", "iterations": 1}, ("iter-001-gate", 2),
      "Killed as the gate's second stage starts (the first on disk); the resumed run reuses it and ends as an uninterrupted one."),
-    ("loop_k2_killed_after_screen", "exact+thorough", {"iterations": 1, "candidates": 2}, ("iter-001b-gate", 3),
+    ("loop_k2_killed_after_screen", "exact+thorough", {"gate_policy": "per-decision", "iterations": 1, "candidates": 2}, ("iter-001b-gate", 3),
      "Killed after the screen and the first gate stage. The resumed run replays the gate from the screen on the "
      "evaluations on disk (the screened-out candidate enters again), so the winner is confirmed on fresh trials and the "
      "run ends as the uninterrupted one (loop_k2_screen). Recorded again after that fix: before it, the winner was gated "
      "alone on resume and its screen trials were reused as its first gate trials."),
+    ("loop_audited_killed_mid_audit", "exact", {"iterations": 1}, ("audit-001-best", 2),
+     "Killed as the audit's second look starts (its first on disk); the resumed run replays the audit from its first look "
+     "and ends as an uninterrupted one."),
 ]
 
 
@@ -379,10 +392,10 @@ def resume_case(name, proposals, settings, at, note, tmp: Path, *, compare: bool
         loop.backend = again
         loop.drive()
     end = iteration_facts(loop.run)
-    assert whole is None or (end == iteration_facts(whole.run)) == ("does NOT" not in note), name
+    assert whole is None or (end == iteration_facts(whole.run) and audits_of(loop.run) == audits_of(whole.run)) == ("does NOT" not in note), name
     return {"name": name, "kind": "resume", "note": note, "proposals": proposals, "settings": settings, "killed_at": list(at),
             "evaluations_before_kill": asked(killed), "at_kill": at_kill, "evaluations_after_resume": asked(again),
-            "iterations": end}
+            "iterations": end, "audits": audits_of(loop.run)}
 
 
 # ---------------------------------------------------------------- power and sizing
@@ -412,8 +425,18 @@ def power_case() -> dict:
             "set_stages": {str(k): plain(gatelib.set_stages(CONFIG, k)) for k in (1, 2, 3)}, "references": out}
 
 
-def main(out: Path) -> None:
+def main(out: Path, only: set[str] | None = None) -> None:
+    """Record every case in `out`, or only the named ones (new cases, without recording the others again)."""
     out.mkdir(parents=True, exist_ok=True)
+    if only:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, *rest in LOOPS:
+                if name in only:
+                    dump(out / f"{name}.json", loop_case(name, *rest, Path(tmp)))
+            for name, *rest in RESUMES:
+                if name in only:
+                    dump(out / f"{name}.json", resume_case(name, *rest, Path(tmp)))
+        return
     for case in set_cases():
         dump(out / f"{case['name']}.json", case)
     dump(out / "power.json", power_case())
@@ -425,4 +448,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), set(sys.argv[2:]))

@@ -8,7 +8,7 @@ from typing import Optional
 
 from evolver import __version__
 from evolver.cli.compare import transfer_rows
-from evolver.cli.history import history_rows, latest_rewards, show, status
+from evolver.cli.history import history_rows, latest_rewards, policy_lines, show, status
 from evolver.data import RoleUsage
 from evolver.evaluation.metrics import mean_reward
 from evolver.evolution.triage import triage
@@ -118,6 +118,7 @@ class RunFacts:
     holdout: Optional[dict]  # base, best, tasks, trials; None when none was measured
     decisions: int
     alpha: float
+    policy: list[str] = field(default_factory=list)  # what the gate policy promised and did (history.policy_lines), audits included
     transfers: list[dict] = field(default_factory=list)  # evolver.cli.compare.transfer_rows
     triage: list[dict] = field(default_factory=list)  # the flagged tasks (evolver.evolution.triage): task, flags, why
     # Per iteration (None: outside the iterations), per provider endpoint and model: permits, 429s, seconds waited.
@@ -197,7 +198,7 @@ def collect(run: RunDir) -> RunFacts:
         candidates=candidates, best_label=label_of(state.incumbent), best_commit=state.incumbent_commit,
         best_moves=[{"iteration": b.iteration, "label": label_of(b.iteration), "reason": b.reason, "at": b.at} for b in state.best_history],
         costs=_costs(records, state), grid=_grid(run, manifest.gate_tasks, candidates), holdout=holdout,
-        decisions=state.decisions, alpha=float(manifest.gate.get("alpha", 0.05)),
+        decisions=state.decisions, alpha=float(manifest.gate.get("alpha", 0.05)), policy=policy_lines(manifest, state),
         transfers=transfer_rows(run.transfers()),
         triage=[{"task": t.task, "flags": t.flags, "why": t.why} for t in triage(measured(run.repo, run.run_id)) if t.flags],
         rate_limits=_rate_limits(records, state),

@@ -30,7 +30,7 @@ def summary(f: RunFacts) -> str:
     lines += [
         "",
         f"{f.iterations_done} of {f.iterations_target} iteration(s), {f.status}" + (f" ({f.stop_reason})" if f.stop_reason else "") + "; "
-        f"{f.decisions} gate decision(s) at a false-accept rate of {f.alpha:g} each (expected false keeps {f.decisions * f.alpha:.2f}).",
+        + "; ".join(f.policy) + ".",
         f"Domain {f.domain}: {f.task_counts['gate']} gate tasks, {f.task_counts['analysis']} analysis, {f.task_counts['holdout']} holdout. "
         f"Models: {', '.join(f'{role} {model}' for role, model in f.models.items())}.",
         f"Cost: {costs or 'none recorded'}.",

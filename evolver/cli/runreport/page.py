@@ -111,7 +111,7 @@ def _header(f: RunFacts) -> str:
         ("best's gate score", "-" if best is None else f"{_score(best.gate_candidate)} when kept"
          + (f", {_score(remeasured)} measured again" if remeasured is not None else "")),
         ("holdout (base → best)", "not measured" if f.holdout is None else f"{_score(f.holdout['base'])} → {_score(f.holdout['best'])}"),
-        ("gate decisions", f"{f.decisions}, expected false keeps {f.decisions * f.alpha:.2f}"),
+        ("gate policy", "<br>".join(escape(line) for line in f.policy)),
         ("cost", ", ".join(f"{escape(role)} {_cost_html(c)}" for role, c in f.total_costs().items()) or "-"),
         ("elapsed", f"{f.elapsed / 60:.1f} min"),
     ]

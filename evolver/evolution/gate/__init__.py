@@ -1,11 +1,13 @@
 """The statistical acceptance gate: keep a candidate harness only on real evidence (docs/gate.md).
 
-Pure Python and numpy, so it imports without tau2. Three modules:
+Pure Python and numpy, so it imports without tau2. Its modules:
 
     policy       the set policy: GateConfig, decide_set (one stage of an iteration), set_stages
                  (its plan), evaluate_set (the stage driver the loop runs), the verdicts
     permutation  the permutation engine: block layouts, the staged and the exact p-values
     power        power and sizing: sized, noise_floor, and the noise model pass_rates, shift_rates
+    search       the run's gate policy (audited or per-decision): what an iteration judges, and the audit
+    compare      the two-sided staged comparison of `evolver compare` (and the audit's one-sided one)
 """
 
 from evolver.evolution.gate.policy import (
