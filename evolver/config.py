@@ -101,6 +101,8 @@ class Config:
     meta_args: dict = setting({}, "more litellm arguments for every meta-model call", "models", flags=BOTH, style="table", metavar="KEY=VALUE")
     judge_args: dict = setting({}, "more litellm arguments for every judge call; with no judge_model, the user's apply first", "models",
                                flags=BOTH, style="table", metavar="KEY=VALUE")
+    preflight: bool = setting(True, "before anything is spent, send each role's model one short request shaped like its real ones and "
+                                    "stop at once on a setting it refuses", "models", flags=BOTH, style="switch")
     llm_retries: int = setting(4, "attempts per LLM call before a provider error counts as an infrastructure error", "models", bounds=(0, 20))
     # One rate limit per provider endpoint and model for every call of the command, every role and process
     # (evolver.ratelimit); a model not listed is unlimited until its provider answers 429 or declares a limit.

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from evolver.models import is_preflight
+
 PROVIDER = "scripted"
 
 
@@ -33,6 +35,14 @@ class Reply:
 
 
 Script = Callable[[str, list[dict], Optional[list[dict]]], Reply]
+
+
+def answer(name: str, messages: list, tools: Optional[list[dict]]) -> Reply:
+    """The script's reply to a request; evolver's own preflight request (evolver.models), which no script
+    plays, is answered here, so that every script's models pass it."""
+    if is_preflight(messages):
+        return Reply("ok")
+    return load_script()(name, messages, tools)
 
 
 def load_script(spec: Optional[str] = None) -> Script:
@@ -58,7 +68,7 @@ def register() -> None:
             if limit and used > limit:  # as a provider answers a conversation longer than its context window
                 raise litellm.ContextWindowExceededError(message=f"scripted/{name}: {used} characters, the context holds {limit}",
                                                          model=model, llm_provider=PROVIDER)
-            reply = load_script()(name, messages, tools)  # read per call: tests switch scripts
+            reply = answer(name, messages, tools)  # the script is read per call: tests switch scripts
             _price(litellm, name)
             latency = float(os.environ.get("EVOLVER_SCRIPTED_LATENCY", "0") or 0)
             if latency:

@@ -85,10 +85,12 @@ def _versions() -> dict[str, str]:
 
 
 def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console,
-            pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None) -> Loop | None:
+            pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None,
+            before_start: Callable[[], None] = lambda: None) -> Loop | None:
     """A new run, ready to drive; None after a dry run, which prints the splits and the forecast (``pilot``,
     given the analysis tasks, measures a few simulations: usage per simulation by role, seconds, how many,
-    their rewards by task)."""
+    their rewards by task). ``before_start`` runs once the input is known good and before the run is
+    created (the command's preflight): when it raises, nothing is left behind."""
     prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
@@ -135,6 +137,11 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         run.discard()
         console.print(plan, highlight=False)
         return None
+    try:
+        before_start()
+    except BaseException:
+        run.discard()
+        raise
     try:
         exclude_runs_dir(repo)
         branch = None if git_repo.head.is_detached else git_repo.active_branch.name

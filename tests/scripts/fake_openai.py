@@ -217,7 +217,7 @@ def _completion(model: str, body: dict) -> dict:
     prepare_environment()  # before litellm's first import: no price list from the network
     from litellm import ModelResponse
 
-    from evolver.scripted import _to_model_response, load_script
+    from evolver.scripted import _to_model_response, answer
 
     messages = body.get("messages", [])
-    return _to_model_response(ModelResponse, model, messages, load_script()(model, messages, body.get("tools"))).model_dump()
+    return _to_model_response(ModelResponse, model, messages, answer(model, messages, body.get("tools"))).model_dump()
