@@ -320,10 +320,12 @@ def test_run_through_an_openai_compatible_server(repo, monkeypatch):
     assert status["infra_errors"] == {} and status["simulations_done"] > 0
     # Every call waited for its turn in its model's rate limit, counted per lane: the meta-LLM's in the iteration's record.
     lanes = {lane.split(" @ ")[0]: tally for lane, tally in status["rate_limits"].items()}
-    assert set(lanes) == {"openai/wrong", "openai/user", "openai/meta"} and all(t["calls"] > 0 for t in lanes.values()), lanes  # mock: no judge
+    # mock calls no judge; the command's preflight (one request per role, before the run) is not the run's
+    assert set(lanes) == {"openai/wrong", "openai/user", "openai/meta"} and all(t["calls"] > 0 for t in lanes.values()), lanes
     assert all(t["waited"] == 0 and t["limited"] == 0 for t in lanes.values()), lanes  # no limit known: nobody waited
     [iteration] = (repo / "runs" / run_id / "iterations").glob("*.json")
-    assert json.loads(iteration.read_text())["rate_limits"][f"openai/meta @ {fake.api_base}"]["calls"] == fake.requests["meta"]
+    # the iteration's meta calls: all the server had, but the preflight's one before the run
+    assert json.loads(iteration.read_text())["rate_limits"][f"openai/meta @ {fake.api_base}"]["calls"] == fake.requests["meta"] - 1
     evals = sorted((repo / "runs" / run_id / "evals").glob("*/result-*.json"))
     assert {p.parent.name.split("-")[0] for p in evals} >= {"analysis", "reference", "iter"}
     for path in evals:
