@@ -37,18 +37,14 @@ class Reply:
 Script = Callable[[str, list[dict], Optional[list[dict]]], Reply]
 
 
-def answer(name: str, messages: list, tools: Optional[list[dict]]) -> Reply:
-    """The script's reply to a request; evolver's own preflight request (evolver.models), which no script
-    plays, is answered here, so that every script's models pass it."""
-    if is_preflight(messages):
-        return Reply("ok")
-    return load_script()(name, messages, tools)
-
-
 def load_script(spec: Optional[str] = None) -> Script:
+    """The script EVOLVER_SCRIPT names (every caller reads it per call: tests switch scripts). Evolver's own
+    preflight request (evolver.models), which no script plays, is answered before it: every script's models
+    pass it, whoever serves them (this provider, or a test's fake provider server)."""
     spec = spec or os.environ.get("EVOLVER_SCRIPT") or "evolver.scripted:mock_script"
     module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    script = getattr(importlib.import_module(module), attr)
+    return lambda name, messages, tools: Reply("ok") if is_preflight(messages) else script(name, messages, tools)
 
 
 def register() -> None:
@@ -68,7 +64,7 @@ def register() -> None:
             if limit and used > limit:  # as a provider answers a conversation longer than its context window
                 raise litellm.ContextWindowExceededError(message=f"scripted/{name}: {used} characters, the context holds {limit}",
                                                          model=model, llm_provider=PROVIDER)
-            reply = answer(name, messages, tools)  # the script is read per call: tests switch scripts
+            reply = load_script()(name, messages, tools)  # read per call: tests switch scripts
             _price(litellm, name)
             latency = float(os.environ.get("EVOLVER_SCRIPTED_LATENCY", "0") or 0)
             if latency:
