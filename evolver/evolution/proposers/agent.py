@@ -190,6 +190,8 @@ class Session:
         self.calls_made: set[tuple] = set()
         self.handlers: dict[str, Callable] = self._handlers()
         self.choice = tool_choice(request.meta)
+        meta = request.meta
+        self.tempered = takes(meta.model, meta.api_base, meta.llm_args, "temperature", TEMPERATURE)  # a temperature of the proposer's own
 
     # -- the conversation ---------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -249,16 +251,14 @@ class Session:
     def sampling(self) -> dict:
         """A model that repeats itself word for word gets more temperature, and every turn its own seed (a server
         with a fixed seed would otherwise repeat the same sample forever): where the model takes them."""
-        wanted = {"temperature": min(1.0, TEMPERATURE + 0.2 * self.repeats), "seed": self.turns}
         meta = self.request.meta
-        return {k: v for k, v in wanted.items() if takes(meta.model, meta.api_base, meta.llm_args, k, v)}
+        out = {"seed": self.turns} if takes(meta.model, meta.api_base, meta.llm_args, "seed", self.turns) else {}
+        return {"temperature": min(1.0, TEMPERATURE + 0.2 * self.repeats), **out} if self.tempered else out
 
     def again(self) -> str:
         """What a model that repeats itself is told: where no temperature will make its next answer differ
         (a reasoning model takes only 1), the words themselves differ from one repeat to the next."""
-        if "temperature" in self.sampling():
-            return AGAIN[0]
-        return AGAIN[self.repeats % len(AGAIN)]
+        return AGAIN[0] if self.tempered else AGAIN[self.repeats % len(AGAIN)]
 
     def opening(self) -> str:
         r = self.request
