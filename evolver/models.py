@@ -118,7 +118,6 @@ def _provider(model: str, api_base: Optional[str]) -> Optional[tuple[str, str]]:
 @functools.lru_cache(maxsize=512)
 def _rules(model: str, api_base: Optional[str], options_text: str) -> Rules:
     import litellm
-    from litellm.utils import get_optional_params
 
     options = json.loads(options_text)
     placed = _provider(model, api_base) if options else None
@@ -135,13 +134,7 @@ def _rules(model: str, api_base: Optional[str], options_text: str) -> Rules:
     context = {k: options[k] for k in CONTEXT if k in options and k not in left_out}
 
     def mapped(extra: dict) -> Optional[dict]:
-        """What litellm would send for these options; None when it refuses them for this model."""
-        try:
-            return get_optional_params(model=name, custom_llm_provider=provider, **context, **extra)
-        except litellm.UnsupportedParamsError:
-            return None
-        except Exception:  # noqa: BLE001 - any other fault of litellm's mapping is said at the call itself
-            return {}
+        return _mapped(name, provider, {**context, **extra})
 
     for key, value in options.items():
         if key not in left_out and key not in context and mapped({key: value}) is None:
@@ -152,14 +145,29 @@ def _rules(model: str, api_base: Optional[str], options_text: str) -> Rules:
     thinking = sent.get("thinking") if isinstance(sent.get("thinking"), dict) else None
     if thinking and thinking.get("type") in THINKING_ON:
         return _thinking_rules(options, left_out, thinking)
-    # A model whose token limit litellm sends as max_completion_tokens (OpenAI's reasoning models: their thinking
-    # counts in it) gets it under that name, and when it reasons its thinking needs room in it.
+    # A model whose token limit litellm sends as max_completion_tokens (OpenAI's reasoning models) gets it under that
+    # name. A model that thinks unless told not to (those, Gemini 2.5) spends part of its limit thinking: it needs room
+    # there. Anthropic's think only when asked to (a thinking table: above).
     renamed = "max_completion_tokens" in (mapped({"max_tokens": 1}) or {})
     moved = renamed and "max_tokens" in kept and "max_completion_tokens" not in kept
-    reasons = renamed and litellm.supports_reasoning(model=model) and options.get("reasoning_effort") != "none"
+    asked_only = "thinking" in (_mapped(name, provider, {"reasoning_effort": "low"}) or {})
+    reasons = not asked_only and litellm.supports_reasoning(model=model) and options.get("reasoning_effort") != "none"
     return Rules(left_out=left_out, replaced={"max_completion_tokens": kept["max_tokens"]} if moved else {},
                  removed=("max_tokens",) if moved else (),
                  reasoning_budget=thinking_budget(options.get("reasoning_effort") or DEFAULT_EFFORT) if reasons else None)
+
+
+def _mapped(name: str, provider: str, options: dict) -> Optional[dict]:
+    """What litellm would send a model for these options (its own mapping); None when it refuses them."""
+    import litellm
+    from litellm.utils import get_optional_params
+
+    try:
+        return get_optional_params(model=name, custom_llm_provider=provider, **options)
+    except litellm.UnsupportedParamsError:
+        return None
+    except Exception:  # noqa: BLE001 - any other fault of litellm's mapping is said at the call itself
+        return {}
 
 
 def _thinking_rules(options: dict, left_out: dict, thinking: dict) -> Rules:
