@@ -121,12 +121,18 @@ def configuration_line(role: str, model: str, exc: BaseException) -> str:
     own = next((e for e in _chain(exc) if isinstance(e, ConfigurationError)), None)
     if own is not None:
         return str(own)
-    status = _status(exc)
     fix = {401: f"the provider's API key in the environment, or {FIXES[role]}", 403: f"the key's access to the model, or {FIXES[role]}",
-           404: f"--{role}-model (the provider has no such model)"}.get(status, FIXES[role])
+           404: f"--{role}-model (the provider has no such model)"}.get(_status(exc), FIXES[role])
     if role == "meta" and "ContextWindow" in type(exc).__name__:
         fix = "--meta-model, or lower meta_context_tokens to the model's context"
-    return f"{role} model {model} refused the request ({type(exc).__name__}{f', {status}' if status else ''}: {_reason(exc)}); fix {fix}"
+    return f"{role} model {model} refused the request ({failure_words(exc)}); fix {fix}"
+
+
+def failure_words(exc: BaseException) -> str:
+    """A provider's error in a few words: its class, its HTTP status, what the provider said."""
+    exc = exc.__cause__ if isinstance(exc, ProviderError) and exc.__cause__ is not None else exc
+    status = _status(exc)
+    return f"{type(exc).__name__}{f', {status}' if status else ''}: {_reason(exc)}"
 
 
 def _reason(exc: BaseException, limit: int = 300) -> str:

@@ -69,7 +69,7 @@ def preflight(cfg: Config, local_api_base: Optional[str], console: Console, role
     """Check ``roles`` (see the module's docstring); raises UsageError (a refusal) or ProviderUnavailable."""
     if not cfg.preflight:
         return
-    from evolver.llm import ConfigurationError, ProviderError, configuration_line, prepare_environment, retrying
+    from evolver.llm import ConfigurationError, ProviderError, configuration_line, failure_words, prepare_environment, retrying
     from evolver.local.providers import register_providers
 
     prepare_environment()
@@ -97,5 +97,6 @@ def preflight(cfg: Config, local_api_base: Optional[str], console: Console, role
             raise UsageError(configuration_line(c.roles[0], c.model, c.failure))
     if down:
         c = down[0]
-        raise ProviderUnavailable(f"the {c.roles[0]} model {c.model} did not answer evolver's first request ({c.failure}); "
-                                  "nothing was spent: try again once it answers, or skip this check with --no-preflight")
+        raise ProviderUnavailable(f"the {c.roles[0]} model {c.model} did not answer evolver's first request through {cfg.llm_retries} "
+                                  f"attempt(s) ({failure_words(c.failure)}); nothing was spent: try again once it answers, or skip this check "
+                                  "with --no-preflight")
