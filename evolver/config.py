@@ -314,7 +314,7 @@ LLM_ARGS: dict[str, tuple[Any, str]] = {
     "stop": (_stops, "a text, or a list of 1 to 4 texts"),
     "timeout": (_number(0, 86400, above=True), "seconds per request, more than 0"),
     "parallel_tool_calls": (_boolean, "true, false"),
-    "drop_params": (_boolean, "true, false: litellm drops what the model does not take (a reasoning model's temperature)"),
+    "drop_params": (_boolean, "true, false: litellm drops what the model does not take (evolver leaves that out already: docs/models.md)"),
     "extra_body": (_body, "a table of the provider's own options, sent in the request body (not model, messages, tools)"),
     "thinking": (_table, "a table, e.g. {type = \"enabled\", budget_tokens = 2048} (Anthropic)"),
 }

@@ -181,7 +181,7 @@ def test_every_role_with_a_plain_and_a_reasoning_model_through_eval_and_compare(
     thinking (its tool turns' signed thinking blocks must come back unchanged, or the server refuses), the customer on
     Claude Haiku. compare: the customer on Claude thinking. Every simulation scored, each role's requests reached its server."""
     repo = init_repo(tmp_path / "target")
-    tasks = ["--task-ids", "create_task_1,update_task_1,create_task_1_nl_eval"]
+    tasks = ["--task-ids", "create_task_1,update_task_1"]
     with FakeOpenAI(roles={"gpt-5-mini": "agent", "gpt-4.1-mini": "user", "o3": "judge"}) as openai, \
             FakeAnthropic(roles={"claude-sonnet-4-5": "agent", "claude-haiku-4-5": "user"}) as anthropic, \
             FakeAnthropic(roles={"claude-haiku-4-5": "agent", "claude-sonnet-4-5": "user"}) as customer:
@@ -197,13 +197,14 @@ def test_every_role_with_a_plain_and_a_reasoning_model_through_eval_and_compare(
             proc = run_cli(["eval", str(repo), "--json", *tasks, *models, "--api-base", fake.api_base], env=KEYS)
             assert proc.returncode == 0, proc.stderr[-3000:]
             summary = json.loads(proc.stdout)
-            assert summary["scored"] == 3 and summary["failed"] == summary["infra_errors"] == 0 and summary["avg_reward"] == 1.0, summary
+            assert summary["scored"] == 2 and summary["failed"] == summary["infra_errors"] == 0 and summary["avg_reward"] == 1.0, summary
             assert [line.split(" ok (")[0] for line in proc.stderr.splitlines() if line.startswith("preflight")] == checked, proc.stderr
-        assert openai.requests["gpt-5-mini"] > 3 and openai.requests["gpt-4.1-mini"] > 3 and openai.requests["o3"] >= 1
+        assert openai.requests["gpt-5-mini"] > 3 and openai.requests["gpt-4.1-mini"] > 3
+        assert openai.requests["o3"] == 1  # the judge: its preflight (no mock task is judged in words)
         thought = [b for b in anthropic.bodies_of("claude-sonnet-4-5") if len(b["messages"]) > 2]
         assert thought and all(b["thinking"]["type"] == "enabled" for b in thought)
         assert any(m["role"] == "assistant" and m["content"][0]["type"] == "thinking" for b in thought for m in b["messages"])
-        proc = run_cli(["compare", "HEAD", str(repo), "--repo", str(repo), "--json", "--task-ids", "create_task_1,update_task_1",
+        proc = run_cli(["compare", "HEAD", str(repo), "--repo", str(repo), "--json", *tasks,
                         "--agent-model", "anthropic/claude-haiku-4-5", "--user-model", "anthropic/claude-sonnet-4-5",
                         "--user-reasoning-effort", "low", "--judge-model", "anthropic/claude-haiku-4-5", "--api-base", customer.api_base], env=KEYS)
         assert proc.returncode == 0, proc.stderr[-3000:]
