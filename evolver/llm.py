@@ -324,6 +324,15 @@ def missing_api_key(role: RoleModel) -> str | None:
     return ", ".join(missing) if missing else None
 
 
+def missing_key_line(name: str, role: RoleModel) -> str | None:
+    """The line that says a role's provider needs a key the environment lacks, or None."""
+    missing = missing_api_key(role)
+    if not missing:
+        return None
+    return (f"the {name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{name}-model "
+            "(any OpenAI-compatible server works with --api-base)")
+
+
 def check_api_base(url: str) -> None:
     """Fail fast, in one line, when an OpenAI-compatible server is not there."""
     try:

@@ -257,7 +257,7 @@ def _check_repo(path: Path) -> Path:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.cli.console import eval_table, progress_bar
-    from evolver.cli.preflight import preflight
+    from evolver.cli.preflight import preflight, say
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
@@ -292,12 +292,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
         with make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits) as backend:
-            if cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails before minutes of model start-up
+            if cfg.preflight or cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails first, in one line
                 backend.list_tasks(listing_request(cfg, checkout, evaluation.listing().path, task_ids=task_ids, num_tasks=args.num_tasks))
             if note:
                 console.print(note)
             with serve_local(cfg, console, EVAL_ROLES) as local_api_base:
-                preflight(cfg, local_api_base, console, SIMULATED)
+                say(console, preflight(cfg, local_api_base, SIMULATED))
                 with progress_bar(console, "simulations") as update:
                     req = eval_request(cfg, checkout, evaluation.path, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks)
                     result = backend.evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
@@ -330,7 +330,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from evolver.cli.compare import compare_arms, lines, resolve
     from evolver.cli.console import progress_bar
-    from evolver.cli.preflight import preflight
+    from evolver.cli.preflight import preflight, say
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.evolution.gate.compare import CompareConfig
@@ -363,7 +363,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 console.print(note)
             config = CompareConfig(sided="better" if args.better else "two")
             with serve_local(cfg, console, EVAL_ROLES) as local_api_base:
-                preflight(cfg, local_api_base, console, SIMULATED)
+                say(console, preflight(cfg, local_api_base, SIMULATED))
                 with progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
                     record = compare_arms(cfg, backend, local_api_base, *arms, out, compare_id, tasks=task_ids, num_tasks=args.num_tasks,
                                           config=config, on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
@@ -387,7 +387,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_transfer(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer, transfer_rows
     from evolver.cli.console import progress_bar, transfer_table
-    from evolver.cli.preflight import preflight
+    from evolver.cli.preflight import preflight, say
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
@@ -415,7 +415,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         with make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits) as backend:
             backend.list_tasks(listing_request(cfg, repo, run.transfer(transfer_id).listing().path, task_ids=tasks))
             with serve_local(cfg, console, EVAL_ROLES) as local_api_base:
-                preflight(cfg, local_api_base, console, SIMULATED)
+                say(console, preflight(cfg, local_api_base, SIMULATED))
                 with progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
                     record = transfer(run, cfg, backend, local_api_base, each=args.each, tasks=tasks, transfer_id=transfer_id, lineage=lineage,
                                       on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
@@ -534,7 +534,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer_rows
     from evolver.cli.console import history_table, transfer_table
     from evolver.cli.history import history_rows
-    from evolver.cli.preflight import preflight
+    from evolver.cli.preflight import preflight, say
     from evolver.cli.start import new_run, resume_run
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
@@ -547,9 +547,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         serving = stack.enter_context(contextlib.ExitStack())  # the embedded model's server, from the preflight to the run's end
         served = []
 
-        def start(cfg: Config) -> None:  # before anything is spent: a refused setting stops the command here
+        def start(cfg: Config) -> list[str]:  # before anything is spent: a refused setting stops the command here
             served.append(serving.enter_context(serve_local(cfg, console)))
-            preflight(cfg, served[0], console, SIMULATED + ("meta",))
+            return preflight(cfg, served[0], SIMULATED + ("meta",))
 
         if args.resume:
             run = find_run(repo, args.resume)
@@ -560,7 +560,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             iterations = None if args.iterations is None else checked("iterations", args.iterations, "--iterations")
             loop = resume_run(run, iterations, console)
             loop.backend = stack.enter_context(make_backend(loop.cfg.backend, loop.cfg.ray_address, loop.cfg.rate_limits))
-            start(loop.cfg)
+            say(console, start(loop.cfg))
         else:
             cfg = load_config(repo, _overrides(args))
             note = apply_default_models(cfg)  # said once the run could start: bad input gets one line

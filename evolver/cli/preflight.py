@@ -33,21 +33,21 @@ class Check:
     failure: Optional[BaseException] = None
 
     def line(self) -> str:
-        head = f"preflight {', '.join(self.roles)}: {self.model}"
-        if self.failure is not None:
-            return f"{head} failed ({self.seconds:.1f} s)"
         said = f"; left out: {'; '.join(self.left_out)}" if self.left_out else ""
-        return f"{head} ok ({self.seconds:.1f} s){said}"
+        return f"preflight {', '.join(self.roles)}: {self.model} ok ({self.seconds:.1f} s){said}"
 
 
 def checks(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -> list[Check]:
     """One request per distinct configuration among ``roles``, as each role's real requests are made."""
     from evolver.evolution.proposers import meta_request, meta_shape
+    from evolver.llm import missing_key_line
     from evolver.models import PREFLIGHT_TOOL, preflight_messages, shape
 
     out: dict[str, Check] = {}
     for name in roles:
         role = cfg.role(name, local_api_base)
+        if missing := missing_key_line(name, role):
+            raise UsageError(missing)
         if name == "meta":
             extra = meta_shape(cfg.proposer, role)
             if extra is None:  # a command proposer brings its own model
@@ -65,10 +65,12 @@ def checks(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -
     return list(out.values())
 
 
-def preflight(cfg: Config, local_api_base: Optional[str], console: Console, roles: tuple[str, ...]) -> None:
-    """Check ``roles`` (see the module's docstring); raises UsageError (a refusal) or ProviderUnavailable."""
+def preflight(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -> list[str]:
+    """Check ``roles`` (see the module's docstring): the line per role to print once the command has no more
+    input to refuse (bad input gets one line, this one's included); raises UsageError (a refusal: one line)
+    or ProviderUnavailable. Nothing with the preflight off."""
     if not cfg.preflight:
-        return
+        return []
     from evolver.llm import ConfigurationError, ProviderError, configuration_line, failure_words, prepare_environment, retrying
     from evolver.local.providers import register_providers
 
@@ -88,8 +90,6 @@ def preflight(cfg: Config, local_api_base: Optional[str], console: Console, role
 
     with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="preflight") as pool:
         done = list(pool.map(run, todo))
-    for check in done:
-        console.print(check.line(), highlight=False, markup=False)
     failed = [c for c in done if c.failure is not None]
     down = [c for c in failed if isinstance(c.failure, ProviderError) and not isinstance(c.failure, ConfigurationError)]
     for c in failed:
@@ -100,3 +100,9 @@ def preflight(cfg: Config, local_api_base: Optional[str], console: Console, role
         raise ProviderUnavailable(f"the {c.roles[0]} model {c.model} did not answer evolver's first request through {cfg.llm_retries} "
                                   f"attempt(s) ({failure_words(c.failure)}); nothing was spent: try again once it answers, or skip this check "
                                   "with --no-preflight")
+    return [check.line() for check in done]
+
+
+def say(console: Console, lines: list[str]) -> None:
+    for line in lines:
+        console.print(line, highlight=False, markup=False)

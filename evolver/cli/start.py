@@ -15,6 +15,7 @@ from rich.console import Console
 
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
+from evolver.cli.preflight import say
 from evolver.config import LOCAL, Config, listing_request
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
@@ -24,7 +25,7 @@ from evolver.evolution.gate import GateConfig
 from evolver.evolution.loop import Loop
 from evolver.evolution.plan import forecast, gate_config, meta_prompt_tokens
 from evolver.evolution.proposers import make_proposer
-from evolver.llm import check_api_base, missing_api_key, prepare_environment, price_of
+from evolver.llm import check_api_base, missing_key_line, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.store.runstate import Manifest, RunDir, RunState
@@ -86,11 +87,12 @@ def _versions() -> dict[str, str]:
 
 def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console,
             pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None,
-            before_start: Callable[[], None] = lambda: None) -> Loop | None:
+            before_start: Callable[[], list[str]] = list) -> Loop | None:
     """A new run, ready to drive; None after a dry run, which prints the splits and the forecast (``pilot``,
     given the analysis tasks, measures a few simulations: usage per simulation by role, seconds, how many,
     their rewards by task). ``before_start`` runs once the input is known good and before the run is
-    created (the command's preflight): when it raises, nothing is left behind."""
+    created (the command's preflight): when it raises, nothing is left behind; the lines it returns are
+    said with the plan once the run exists."""
     prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
@@ -113,9 +115,8 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         base = cfg.role(role).api_base
         if base:
             check_api_base(base)
-    missing = missing_api_key(cfg.role("meta"))  # agent and user keys are checked by the worker
-    if missing:
-        raise UsageError(f"the meta model '{cfg.meta_model}' needs {missing} in the environment; set it, or choose another model with --meta-model")
+    if missing := missing_key_line("meta", cfg.role("meta")):  # agent and user keys are checked by the worker (and the preflight)
+        raise UsageError(missing)
     learnings = read_learnings(repo, cfg.learnings_file)
     run = RunDir(repo, run_id)
     probe = listing_request(cfg, repo, run.evaluation("tasks").path, split=None)
@@ -138,7 +139,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         console.print(plan, highlight=False)
         return None
     try:
-        before_start()
+        checked = before_start()
     except BaseException:
         run.discard()
         raise
@@ -163,7 +164,8 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     except BaseException:  # a half-made run (git refused a branch, a disk filled) must not be left to resume
         run.discard()
         raise
-    console.print(plan)  # once the run exists: a run that could not start says only why
+    say(console, checked)  # once the run exists: a run that could not start says only why
+    console.print(plan)
     loop = _loop(run, manifest, state, cfg, lineage, console)
     loop.backend = backend
     return loop

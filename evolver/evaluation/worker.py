@@ -33,7 +33,7 @@ from typing import Optional
 
 from evolver import ratelimit
 from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord
-from evolver.llm import ConversationError, ProviderError, missing_api_key, prepare_environment
+from evolver.llm import ConversationError, ProviderError, missing_key_line, prepare_environment
 from evolver.local.providers import register_providers
 from evolver.store.evaldir import EvalDir
 
@@ -438,9 +438,8 @@ def run(req: EvalRequest) -> None:
         _status(req, "listed", tasks=[t.id for t in tasks], splits=available_splits(req.domain), identifiers=domain_identifiers(req.domain))
         return
     for role_name, role in (("agent", req.agent), ("user", req.user)):
-        missing = missing_api_key(role)
-        if missing:
-            raise Stop("usage_error", f"the {role_name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{role_name}-model (any OpenAI-compatible server works with --api-base)", EXIT_USAGE)
+        if missing := missing_key_line(role_name, role):
+            raise Stop("usage_error", missing, EXIT_USAGE)
     _status(req, "importing", tasks=[t.id for t in tasks])
     from evolver.evaluation import proxy_agent
     from evolver.evaluation.zygote_client import WorkerConnection
