@@ -296,18 +296,27 @@ def usage_of(response, model: str) -> RoleUsage:
     a custom provider's model at its bare name's price, a model with no price at none (unknown)."""
     import litellm
 
-    usage = getattr(response, "usage", None)
-    details = getattr(usage, "prompt_tokens_details", None)
-    prompt, completion = getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0
-    read = getattr(usage, "cache_read_input_tokens", None) or getattr(details, "cached_tokens", None) or 0
-    written = getattr(usage, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None) or 0
+    tokens = token_counts(response)
     try:
         cost = float(litellm.completion_cost(completion_response=response) or 0.0)
     except Exception:  # noqa: BLE001 - litellm has no entry under the response's model name (a custom provider's)
         cost = 0.0
     if not cost and (price := price_of(model)):
-        cost = prompt * price[0] + completion * price[1]
-    return RoleUsage(prompt_tokens=prompt, completion_tokens=completion, cost=cost, cached_tokens=int(read), cache_write_tokens=int(written))
+        cost = tokens["prompt_tokens"] * price[0] + tokens["completion_tokens"] * price[1]
+    return RoleUsage(**tokens, cost=cost)
+
+
+TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")  # RoleUsage's counts
+
+
+def token_counts(response) -> dict[str, int]:
+    """A completion's tokens as RoleUsage counts them (the worker hands tau2 this for its messages' usage)."""
+    usage = getattr(response, "usage", None)
+    details = getattr(usage, "prompt_tokens_details", None)
+    counts = (getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0),
+              getattr(usage, "cache_read_input_tokens", None) or getattr(details, "cached_tokens", None),
+              getattr(usage, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None))
+    return {name: int(count or 0) for name, count in zip(TOKEN_FIELDS, counts)}
 
 
 def missing_api_key(role: RoleModel) -> str | None:

@@ -253,3 +253,15 @@ def test_an_anthropic_turn_kept_as_it_came_needs_no_reduction(litellm):
                                                        optional_params=get_optional_params(model="claude-sonnet-4-5", custom_llm_provider="anthropic",
                                                                                            tools=[TOOL], reasoning_effort="low"))
     assert [b["type"] for b in body["messages"][1]["content"]][0] == "thinking"
+
+
+def test_the_user_simulators_cached_tokens_reach_its_usage_through_tau2s_messages(litellm):
+    """tau2 keeps a completion's usage on the user's message; the worker hands it evolver's token counts (cached included)."""
+    from tau2.data_model.message import UserMessage
+
+    from evolver.evaluation.worker import _usage
+
+    response = litellm.ModelResponse(choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
+                                     usage={"prompt_tokens": 3_000, "completion_tokens": 20, "total_tokens": 3_020, "prompt_tokens_details": {"cached_tokens": 2_048}})
+    said = [UserMessage(role="user", content="hi", usage=llm.token_counts(response), cost=0.001)] * 2
+    assert _usage(said, UserMessage) == RoleUsage(prompt_tokens=6_000, completion_tokens=40, cached_tokens=4_096, cost=0.002)
