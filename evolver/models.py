@@ -12,10 +12,10 @@ Every LLM call of every role crosses evolver.llm.retrying, which sends what ``sh
 - an OpenAI reasoning model's token limit goes as ``max_completion_tokens``, the name it takes.
 
 What is left out is said once, in the command's preflight line for the role (evolver.cli.preflight).
-Custom providers (the scripted test models, the embedded model) have no model information: their
-requests pass as they are. The thinking blocks of a tool-using turn must reach the provider again with
-that turn (``ThinkingMemory``), and a growing conversation is marked for the provider's prompt cache
-where the provider needs marks (``cache_marked``).
+evolver's own providers (the scripted test models, the embedded model) are judged as litellm judges
+them: by OpenAI's list of parameters (no reasoning effort). The thinking blocks of a tool-using turn
+must reach the provider again with that turn (``ThinkingMemory``), and a growing conversation is
+marked for the provider's prompt cache where the provider needs marks (``cache_marked``).
 """
 
 from __future__ import annotations
@@ -101,13 +101,14 @@ def takes(model: str, api_base: Optional[str], args: dict, option: str, value: A
 
 
 def _provider(model: str, api_base: Optional[str]) -> Optional[tuple[str, str]]:
-    """(the model's own name, its litellm provider), or None where litellm has no model information:
-    evolver's custom providers, or a model string litellm cannot place (it refuses the call itself)."""
+    """(the model's own name, its litellm provider), or None for a model string litellm cannot place (it
+    refuses the call itself). evolver's own providers (scripted, local) are placed as litellm's completion
+    places them once it has registered them."""
     import litellm
+    from litellm.utils import custom_llm_setup
 
     litellm.suppress_debug_info = True  # its lookups print a provider list to the terminal
-    if any(model.startswith(item.get("provider", "") + "/") for item in litellm.custom_provider_map):
-        return None
+    custom_llm_setup()
     try:
         name, provider, _, _ = litellm.get_llm_provider(model=model, api_base=api_base)
     except Exception:  # noqa: BLE001 - litellm raises its own BadRequestError, said at the call
@@ -124,8 +125,9 @@ def _rules(model: str, api_base: Optional[str], options_text: str) -> Rules:
     if placed is None:
         return Rules()
     name, provider = placed
-    try:
-        supported = litellm.get_supported_openai_params(model=name, custom_llm_provider=provider)
+    try:  # litellm's own fallback for a provider with no list of its own: OpenAI's
+        supported = (litellm.get_supported_openai_params(model=name, custom_llm_provider=provider)
+                     or litellm.get_supported_openai_params(model=name, custom_llm_provider="openai"))
     except Exception:  # noqa: BLE001 - a provider litellm knows no parameters of
         supported = None
     if not supported:

@@ -220,8 +220,9 @@ def test_eval_and_eval_ref_through_an_openai_compatible_server(repo):
 @pytest.mark.parametrize("fault", [Fault(status=400), Fault(status=401), Fault(status=500), Fault(drop=True)],
                          ids=["400", "401", "500", "no-answer"])
 def test_a_failing_customer_provider_is_an_infrastructure_error_never_the_agents(repo, fault):
+    """Mid-evaluation (the preflight would have stopped the command before any simulation: tests/test_hosted_models.py)."""
     with FakeOpenAI({"user": fault}) as fake:
-        proc, summary, result = fake_eval(repo, fake)
+        proc, summary, result = fake_eval(repo, fake, "--no-preflight")
     assert proc.returncode == 4, (proc.returncode, proc.stderr)  # nothing was measured
     assert summary["infra_errors"] == summary["num_simulations"] == 2 and summary["failed"] == 0 and summary["avg_reward"] is None
     assert summary["infra_by_role"]["user"]["count"] == 2 and set(summary["infra_by_role"]) == {"user"}
@@ -274,8 +275,8 @@ def test_a_rate_limited_customer_is_waited_for_and_nothing_is_lost(repo):
 def test_a_simulation_that_still_fails_after_its_retries_gets_a_second_chance_at_the_end(repo):
     """The customer's provider is down for its first call and every call gets one attempt: that simulation is an
     infrastructure error in the first pass, runs again once the grid has run, and is scored; its first line stays."""
-    with FakeOpenAI({"user": Fault(failing=1)}) as fake:
-        proc, summary, result = fake_eval(repo, fake, "--concurrency", "1", env={"EVOLVER_LLM_RETRIES": "1"})
+    with FakeOpenAI({"user": Fault(failing=1)}) as fake:  # (no preflight: it would take the one failure)
+        proc, summary, result = fake_eval(repo, fake, "--concurrency", "1", "--no-preflight", env={"EVOLVER_LLM_RETRIES": "1"})
     assert proc.returncode == 0, proc.stderr
     assert_real_simulations(summary, result)
     assert summary["scored"] == 2 and summary["infra_errors"] == 0
