@@ -82,7 +82,8 @@ class Shaped:
 def shape(kwargs: dict) -> Shaped:
     """The request ``kwargs`` (litellm.completion's) as its model takes it, and the rules applied."""
     options = {k: v for k, v in kwargs.items() if k in CHECKED and v is not None}
-    rules = _rules(str(kwargs.get("model") or ""), kwargs.get("api_base"), json.dumps(options, sort_keys=True, default=str))
+    placed = _provider(str(kwargs.get("model") or ""), kwargs.get("api_base")) if options else None
+    rules = _rules(str(kwargs.get("model") or ""), *placed, json.dumps(options, sort_keys=True, default=str)) if placed else Rules()
     if not (rules.left_out or rules.replaced):
         return Shaped(kwargs, rules)
     out = {k: v for k, v in kwargs.items() if k not in rules.left_out and k not in rules.removed}
@@ -100,10 +101,15 @@ def takes(model: str, api_base: Optional[str], args: dict, option: str, value: A
     return option not in rules_for(model, api_base, {**args, option: value}).left_out
 
 
+_placed: dict[tuple[str, Optional[str]], tuple[str, str]] = {}
+
+
 def _provider(model: str, api_base: Optional[str]) -> Optional[tuple[str, str]]:
-    """(the model's own name, its litellm provider), or None for a model string litellm cannot place (it
-    refuses the call itself). evolver's own providers (scripted, local) are placed as litellm's completion
-    places them once it has registered them."""
+    """(the model's own name, its litellm provider), or None for a model string litellm cannot place (yet:
+    evolver's own providers, scripted and local, are placed once registered, as litellm's completion places
+    them; or never: litellm refuses the call itself)."""
+    if (model, api_base) in _placed:
+        return _placed[(model, api_base)]
     import litellm
     from litellm.utils import custom_llm_setup
 
@@ -113,18 +119,15 @@ def _provider(model: str, api_base: Optional[str]) -> Optional[tuple[str, str]]:
         name, provider, _, _ = litellm.get_llm_provider(model=model, api_base=api_base)
     except Exception:  # noqa: BLE001 - litellm raises its own BadRequestError, said at the call
         return None
+    _placed[(model, api_base)] = (name, provider)
     return name, provider
 
 
 @functools.lru_cache(maxsize=512)
-def _rules(model: str, api_base: Optional[str], options_text: str) -> Rules:
+def _rules(model: str, name: str, provider: str, options_text: str) -> Rules:
     import litellm
 
     options = json.loads(options_text)
-    placed = _provider(model, api_base) if options else None
-    if placed is None:
-        return Rules()
-    name, provider = placed
     try:  # litellm's own fallback for a provider with no list of its own: OpenAI's
         supported = (litellm.get_supported_openai_params(model=name, custom_llm_provider=provider)
                      or litellm.get_supported_openai_params(model=name, custom_llm_provider="openai"))

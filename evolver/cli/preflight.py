@@ -71,12 +71,11 @@ def preflight(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]
     or ProviderUnavailable. Nothing with the preflight off."""
     if not cfg.preflight:
         return []
-    from evolver.llm import ConfigurationError, ProviderError, configuration_line, failure_words, prepare_environment, retrying
+    from evolver.llm import ConfigurationError, ProviderError, configuration_line, failure_words, retrying
     from evolver.local.providers import register_providers
 
-    prepare_environment()
+    register_providers([cfg.role(name, local_api_base).model for name in roles])  # (evolver's own providers: before their rules are read)
     todo = checks(cfg, local_api_base, roles)
-    register_providers([c.model for c in todo])
     import litellm
 
     def run(check: Check) -> Check:
