@@ -14,13 +14,18 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 from rich.console import Console
 
 from evolver.config import Config
 from evolver.errors import ProviderUnavailable, UsageError
+
+
+SIMULATED = ("agent", "user", "judge")  # the roles a simulation calls (eval, compare, transfer)
+RUN_ROLES = SIMULATED + ("meta",)
 
 
 @dataclass
@@ -105,3 +110,19 @@ def preflight(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]
 def say(console: Console, lines: list[str]) -> None:
     for line in lines:
         console.print(line, highlight=False, markup=False)
+
+
+@contextmanager
+def preflighted(cfg: Config, console: Console, roles: tuple[str, ...], said: Optional[list[str]] = None) -> Iterator[Optional[str]]:
+    """The embedded model's server when one of ``roles`` needs it (evolver.local.backend.serve_local), then the
+    preflight of ``roles``; yields the server's address. Its lines are said here, or added to ``said`` for a
+    caller that still has input to refuse (a run not yet created)."""
+    from evolver.local.backend import serve_local
+
+    with serve_local(cfg, console, roles) as local_api_base:
+        lines = preflight(cfg, local_api_base, roles)
+        if said is None:
+            say(console, lines)
+        else:
+            said.extend(lines)
+        yield local_api_base

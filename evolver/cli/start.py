@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from importlib import resources
 import platform
@@ -15,7 +16,7 @@ from rich.console import Console
 
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
-from evolver.cli.preflight import say
+from evolver.cli.preflight import RUN_ROLES, preflighted, say
 from evolver.config import LOCAL, Config, listing_request
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
@@ -87,12 +88,12 @@ def _versions() -> dict[str, str]:
 
 def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console,
             pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None,
-            before_start: Callable[[], list[str]] = list) -> Loop | None:
+            serving: Optional[contextlib.ExitStack] = None) -> Loop | None:
     """A new run, ready to drive; None after a dry run, which prints the splits and the forecast (``pilot``,
     given the analysis tasks, measures a few simulations: usage per simulation by role, seconds, how many,
-    their rewards by task). ``before_start`` runs once the input is known good and before the run is
-    created (the command's preflight): when it raises, nothing is left behind; the lines it returns are
-    said with the plan once the run exists."""
+    their rewards by task). Once the input is known good and before the run is created, the embedded
+    model's server is started in ``serving`` (when given) if a role needs it, and every role is checked (the
+    preflight): when that fails, nothing is left behind."""
     prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
@@ -138,8 +139,9 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         run.discard()
         console.print(plan, highlight=False)
         return None
-    try:
-        checked = before_start()
+    said: list[str] = []
+    try:  # (a caller without ``serving`` serves and checks the models itself)
+        local_api_base = serving.enter_context(preflighted(cfg, console, RUN_ROLES, said)) if serving is not None else None
     except BaseException:
         run.discard()
         raise
@@ -164,10 +166,10 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     except BaseException:  # a half-made run (git refused a branch, a disk filled) must not be left to resume
         run.discard()
         raise
-    say(console, checked)  # once the run exists: a run that could not start says only why
+    say(console, said)  # once the run exists: a run that could not start says only why
     console.print(plan)
     loop = _loop(run, manifest, state, cfg, lineage, console)
-    loop.backend = backend
+    loop.backend, loop.local_api_base = backend, local_api_base
     return loop
 
 
@@ -183,7 +185,9 @@ def read_learnings(repo: Path, name: str) -> str:
                          "give a text file in the repository, or leave learnings_file empty") from None
 
 
-def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
+def resume_run(run: RunDir, iterations: int | None, console: Console, serving: Optional[contextlib.ExitStack] = None) -> Loop:
+    """A run to drive on: its recorded settings; with ``serving``, the embedded model's server started in it when
+    a role needs it and every role checked (the preflight) before anything is spent."""
     manifest = run.manifest()
     state = run.state()
     cfg = Config(**manifest.config)  # migrated on reading (store.runstate.Manifest)
@@ -193,9 +197,11 @@ def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
         cfg.iterations = state.iterations_target = iterations
     if state.status == "finished" and state.next_iteration > state.iterations_target:
         raise UsageError(f"run {run.run_id} is finished ({state.stop_reason}); pass a larger --iterations to extend it")
+    loop = _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
+    loop.local_api_base = serving.enter_context(preflighted(cfg, console, RUN_ROLES)) if serving is not None else None
     state.status, state.stop_reason = "running", None
     run.log("resumed", next_iteration=state.next_iteration)
-    return _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
+    return loop
 
 
 def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console) -> Loop:
