@@ -103,6 +103,8 @@ class Config:
     meta_args: dict = setting({}, "more litellm arguments for every meta-model call", "models", flags=BOTH, style="table", metavar="KEY=VALUE")
     judge_args: dict = setting({}, "more litellm arguments for every judge call; with no judge_model, the user's apply first", "models",
                                flags=BOTH, style="table", metavar="KEY=VALUE")
+    preflight: bool = setting(True, "before anything is spent, send each role's model one short request shaped like its real ones and "
+                                    "stop at once on a setting it refuses", "models", flags=BOTH, style="switch")
     llm_retries: int = setting(4, "attempts per LLM call before a provider error counts as an infrastructure error", "models", bounds=(0, 20))
     # One rate limit per provider endpoint and model for every call of the command, every role and process
     # (evolver.ratelimit); a model not listed is unlimited until its provider answers 429 or declares a limit.
@@ -319,7 +321,7 @@ LLM_ARGS: dict[str, tuple[Any, str]] = {
     "stop": (_stops, "a text, or a list of 1 to 4 texts"),
     "timeout": (_number(0, 86400, above=True), "seconds per request, more than 0"),
     "parallel_tool_calls": (_boolean, "true, false"),
-    "drop_params": (_boolean, "true, false: litellm drops what the model does not take (a reasoning model's temperature)"),
+    "drop_params": (_boolean, "true, false: litellm drops what the model does not take (evolver leaves that out already: docs/models.md)"),
     "extra_body": (_body, "a table of the provider's own options, sent in the request body (not model, messages, tools)"),
     "thinking": (_table, "a table, e.g. {type = \"enabled\", budget_tokens = 2048} (Anthropic)"),
 }

@@ -94,16 +94,25 @@ class EvalRequest(BaseModel):
 
 
 class RoleUsage(BaseModel):
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # every prompt token, those the provider read from its prompt cache included
     completion_tokens: int = 0
     cost: float = 0.0
+    # Of prompt_tokens: read from the provider's prompt cache (OpenAI's cached tokens, Anthropic's cache
+    # reads), and written to it (Anthropic's cache writes); 0 in records made before they were counted.
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def add(self, other: "RoleUsage") -> "RoleUsage":
         return RoleUsage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost=self.cost + other.cost,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
+
+    def cached_text(self) -> str:
+        return cached_text(self.cached_tokens, self.prompt_tokens)
 
     @property
     def tokens(self) -> int:
@@ -114,6 +123,11 @@ class RoleUsage(BaseModel):
         """False when tokens were used at no known price (a local or self-hosted model, or one
         litellm has no price for): that cost is unknown, not $0."""
         return self.cost > 0 or self.tokens == 0
+
+
+def cached_text(cached_tokens: int, prompt_tokens: int) -> str:
+    """The share of a role's prompt tokens its provider read from its prompt cache, in words; "" for none."""
+    return f"{cached_tokens / prompt_tokens:.0%} of the prompt cached" if cached_tokens and prompt_tokens else ""
 
 
 def cost_text(usages) -> str:

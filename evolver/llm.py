@@ -6,12 +6,15 @@ environment is prepared before litellm's import-time side effects run.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import threading
 import urllib.error
 import urllib.request
 from typing import Callable
 
-from evolver.data import RoleModel
+from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
 
 
@@ -52,24 +55,30 @@ def prepare_environment() -> None:
 
 
 # What a provider's error means, per role (tests/test_provider_errors.py has a test per row):
-RETRY = "retry"  # transient: retried with backoff, then an infrastructure error
-INFRA = "infra"  # an infrastructure error at once: the trusted side's configuration or account
+RETRY = "retry"  # transient: retried with backoff, then an infrastructure error (the run pauses; resume it later)
+CONFIG = "config"  # no retry can fix it: the role's configuration (model, key, options) is wrong, said at once in one line
 CANDIDATE = "candidate"  # the agent's own request was refused: handed back to the candidate's code
+PROBE = "probe"  # the agent's 400: the candidate's request, unless evolver's own request with the same configuration is refused too
 CONTEXT_OVERFLOW, CONTENT_POLICY = "context_overflow", "content_policy"  # what the conversation did to a trusted role
 ROLES = ("agent", "user", "judge", "meta")
+# Where each role's model and options are set, for the line that says a configuration error.
+FIXES = {"agent": "--agent-model, --agent-arg or --agent-reasoning-effort", "user": "--user-model, --user-arg or --user-reasoning-effort",
+         "judge": "--judge-model or --judge-arg", "meta": "--meta-model, --meta-arg or --meta-reasoning-effort"}
 
 
 def error_table() -> list[tuple[type, dict[str, str]]]:
-    """(litellm error class, what it means for each role), the first matching row wins. The agent
-    builds its own requests, so a request its provider refuses is the candidate's to handle. The user
-    simulator and the judge run on the trusted side with evolver's configuration: a refusal there is
-    the trusted side failing, except an overflowing context or a content filter, which the
-    conversation (the candidate's messages) caused. The meta-LLM's prompt is evolver's own."""
+    """(litellm error class, what it means for each role), the first matching row wins; an answer of 500 or
+    more that no row names is transient too. What evolver configures (the model, the key, the options) is
+    a configuration error when refused, for every role: a retry sends the same again. The agent builds
+    its own messages, so a 400 for it is the candidate's to handle unless the same configuration is
+    refused with evolver's own request too (PROBE). The user simulator and the judge run on the trusted
+    side: what the conversation causes there (an overflowing context, a content filter) is the
+    candidate's doing. The meta-LLM's prompt is evolver's own."""
     import litellm
     import openai
 
     every = lambda verdict: dict.fromkeys(ROLES, verdict)  # noqa: E731
-    refused = {"agent": CANDIDATE, "user": INFRA, "judge": INFRA, "meta": INFRA}
+    refused = {"agent": PROBE, "user": CONFIG, "judge": CONFIG, "meta": CONFIG}
     return [
         (litellm.RateLimitError, every(RETRY)),
         (litellm.Timeout, every(RETRY)),  # not an APIConnectionError in litellm's classes
@@ -77,12 +86,13 @@ def error_table() -> list[tuple[type, dict[str, str]]]:
         (litellm.ServiceUnavailableError, every(RETRY)),
         (litellm.InternalServerError, every(RETRY)),
         (litellm.BadGatewayError, every(RETRY)),
-        (litellm.AuthenticationError, every(INFRA)),
-        (litellm.PermissionDeniedError, every(INFRA)),
-        (litellm.NotFoundError, every(INFRA)),
-        (litellm.ContextWindowExceededError, {"agent": CANDIDATE, "user": CONTEXT_OVERFLOW, "judge": CONTEXT_OVERFLOW, "meta": INFRA}),
-        (litellm.ContentPolicyViolationError, {"agent": CANDIDATE, "user": CONTENT_POLICY, "judge": CONTENT_POLICY, "meta": INFRA}),
-        (litellm.BadRequestError, refused),  # any other 400: an unsupported parameter, a wrong model argument, a proxy's refusal
+        (litellm.AuthenticationError, every(CONFIG)),
+        (litellm.PermissionDeniedError, every(CONFIG)),
+        (litellm.NotFoundError, every(CONFIG)),
+        (litellm.UnsupportedParamsError, every(CONFIG)),  # litellm refused evolver's options before the request left
+        (litellm.ContextWindowExceededError, {"agent": CANDIDATE, "user": CONTEXT_OVERFLOW, "judge": CONTEXT_OVERFLOW, "meta": CONFIG}),
+        (litellm.ContentPolicyViolationError, {"agent": CANDIDATE, "user": CONTENT_POLICY, "judge": CONTENT_POLICY, "meta": CONFIG}),
+        (litellm.BadRequestError, refused),  # any other 400: an option the model does not take, a wrong model argument, a proxy's refusal
         (openai.APIError, refused),  # any other answer of the provider (422, an unmapped status): litellm's classes derive from it
     ]
 
@@ -90,12 +100,51 @@ def error_table() -> list[tuple[type, dict[str, str]]]:
 def verdict(role: str, exc: BaseException) -> str | None:
     """What ``exc``, raised by a completion for ``role``, means (error_table); None for an error that is
     no provider's (a bug, an interrupt): it is raised as it is."""
+    import openai
+
     if any(isinstance(e, ConfigurationError) for e in _chain(exc)):  # litellm wraps a provider's own errors
-        return INFRA
+        return CONFIG
     for cls, by_role in error_table():
         if isinstance(exc, cls):
-            return by_role[role]
+            unnamed_server_error = cls is openai.APIError and (_status(exc) or 0) >= 500
+            return RETRY if unnamed_server_error else by_role[role]
     return None
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def configuration_line(role: str, model: str, exc: BaseException) -> str:
+    """One line for a role's configuration error: the role, the model, what the provider said, the fix."""
+    own = next((e for e in _chain(exc) if isinstance(e, ConfigurationError)), None)
+    if own is not None:
+        return str(own)
+    fix = {401: f"the provider's API key in the environment, or {FIXES[role]}", 403: f"the key's access to the model, or {FIXES[role]}",
+           404: f"--{role}-model (the provider has no such model)"}.get(_status(exc), FIXES[role])
+    if role == "meta" and "ContextWindow" in type(exc).__name__:
+        fix = "--meta-model, or lower meta_context_tokens to the model's context"
+    return f"{role} model {model} refused the request ({failure_words(exc)}); fix {fix}"
+
+
+def failure_words(exc: BaseException) -> str:
+    """A provider's error in a few words: its class, its HTTP status, what the provider said."""
+    exc = exc.__cause__ if isinstance(exc, ProviderError) and exc.__cause__ is not None else exc
+    status = _status(exc)
+    return f"{type(exc).__name__}{f', {status}' if status else ''}: {_reason(exc)}"
+
+
+def _reason(exc: BaseException, limit: int = 300) -> str:
+    """The provider's own words, without litellm's class prefixes or the JSON around them."""
+    text = str(getattr(exc, "message", None) or exc)
+    found = re.search(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"', text)
+    if found:
+        text = found.group(1)
+    text = re.sub(r"^(litellm\.\w+:\s*)+", "", text)
+    text = re.sub(r"^\w+Exception\s*-\s*", "", text).strip()
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _chain(exc: BaseException | None):
@@ -113,22 +162,29 @@ LIMITED_ATTEMPTS = 12
 
 
 def retrying(fn: Callable, attempts: int, role: str) -> Callable:
-    """Wrap a litellm completion function for one role: every attempt waits for its turn in the rate
-    limit of its provider and model (evolver.ratelimit), transient provider errors are backed off and
-    retried (429s with attempts of their own, LIMITED_ATTEMPTS), then it raises what error_table says: ProviderError (an infrastructure error), ConversationError (the
-    simulation fails, named), or the provider's own error for the candidate to handle."""
+    """Wrap a litellm completion function for one role: every request is shaped to what its model takes
+    (evolver.models) and carries back the thinking blocks of its tool-using turns; every attempt waits
+    for its turn in the rate limit of its provider and model (evolver.ratelimit); transient provider
+    errors are backed off and retried (429s with attempts of their own, LIMITED_ATTEMPTS); then it raises
+    what error_table says: ConfigurationError (at once: the role's settings are wrong), ProviderError (an
+    infrastructure error), ConversationError (the simulation fails, named), or the provider's own error
+    for the candidate to handle."""
     import litellm
     from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
 
-    from evolver import ratelimit
+    from evolver import models, ratelimit
 
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
     first_wait = float(os.environ.get("EVOLVER_RETRY_WAIT", "1.0"))
     backoff = wait_exponential_jitter(multiplier=first_wait, max=30, jitter=first_wait)
+    memory = models.ThinkingMemory()  # this role's tool-using turns in this process, by their calls' ids
 
     def call(*args, **kwargs):
         kwargs.pop("num_retries", None)  # retries happen here, with backoff, not inside litellm
+        kwargs = models.shape(kwargs).kwargs  # what is left out was said once, by the command's preflight
+        if kwargs.get("messages"):
+            kwargs["messages"] = memory.restore(kwargs["messages"])
         if kwargs.get("api_base") and str(kwargs.get("model", "")).startswith("openai/") and not (kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY")):
             kwargs["api_key"] = "no-key"  # a vLLM, Ollama or llama.cpp server wants none, but the OpenAI client insists on one
         failed = {"limited": 0, "other": 0}  # a 429 waits in the rate limiter's queue: it has attempts of its own
@@ -147,24 +203,64 @@ def retrying(fn: Callable, attempts: int, role: str) -> Callable:
         try:
             for attempt in Retrying(retry=retry_if_exception(lambda exc: verdict(role, exc) == RETRY), stop=stop, wait=wait, reraise=True):
                 with attempt:
-                    turn = ratelimit.permit(str(kwargs.get("model", "")), kwargs.get("api_base"), kwargs)
-                    try:
-                        response = fn(*args, **kwargs)
-                    except Exception as exc:
-                        turn.failed(exc, limited=isinstance(exc, litellm.RateLimitError))
-                        raise
-                    turn.answered(response)
+                    response = _attempt(fn, args, kwargs)
+                    memory.remember(response)
                     return response
         except Exception as exc:
             meaning = verdict(role, exc)
+            if meaning == PROBE:
+                meaning = CONFIG if _configuration_refused(fn, kwargs) else CANDIDATE
             if isinstance(exc, ProviderError) or meaning in (None, CANDIDATE):
                 raise
             if meaning in (CONTEXT_OVERFLOW, CONTENT_POLICY):
                 raise ConversationError(f"the {role}'s provider refused the conversation: {type(exc).__name__}: {exc}", role, meaning) from exc
-            tries = f" after {sum(failed.values())} attempt(s)" if meaning == RETRY else ""
-            raise ProviderError(f"{role}: {type(exc).__name__}{tries}: {exc}", role) from exc
+            if meaning == CONFIG:
+                raise ConfigurationError(configuration_line(role, str(kwargs.get("model", "")), exc), role) from exc
+            raise ProviderError(f"{role}: {type(exc).__name__} after {sum(failed.values())} attempt(s): {exc}", role) from exc
 
     return call
+
+
+def _attempt(fn: Callable, args: tuple, kwargs: dict):
+    """One call, in its turn of the rate limit of its provider and model."""
+    import litellm
+
+    from evolver import ratelimit
+
+    turn = ratelimit.permit(str(kwargs.get("model", "")), kwargs.get("api_base"), kwargs)
+    try:
+        response = fn(*args, **kwargs)
+    except Exception as exc:
+        turn.failed(exc, limited=isinstance(exc, litellm.RateLimitError))
+        raise
+    turn.answered(response)
+    return response
+
+
+_probed: dict[str, bool] = {}  # a configuration of the agent's model -> whether evolver's own request with it was refused
+_probing = threading.Lock()
+
+
+def _configuration_refused(fn: Callable, kwargs: dict) -> bool:
+    """Whether a 400 on the agent's request is its configuration's (evolver's) rather than its messages'
+    (the candidate's): the same model, endpoint and options with evolver's own short request, asked once
+    per configuration and process. Refused too: the configuration. Answered, or failing otherwise: the
+    candidate's request."""
+    from evolver import models
+
+    options = {k: v for k, v in kwargs.items() if k not in ("messages", "tools", "tool_choice", "max_retries")}
+    key = f"{id(fn)} " + json.dumps(options, sort_keys=True, default=str)
+    with _probing:
+        if key in _probed:
+            return _probed[key]
+        probe = {**options, "messages": models.preflight_messages(), **({"tools": [models.PREFLIGHT_TOOL]} if kwargs.get("tools") else {})}
+        try:
+            _attempt(fn, (), probe)
+            refused = False
+        except Exception as exc:  # noqa: BLE001 - judged as a request of evolver's own, like the meta-LLM's
+            refused = verdict("meta", exc) == CONFIG
+        _probed[key] = refused
+        return refused
 
 
 def price_of(model: str) -> tuple[float, float] | None:
@@ -193,6 +289,36 @@ def price_of(model: str) -> tuple[float, float] | None:
     return None
 
 
+def usage_of(response, model: str) -> RoleUsage:
+    """What one completion used, as its provider counts it: prompt tokens (of them, those read from and
+    written to the provider's prompt cache, as litellm reports them), completion tokens, and dollars at
+    litellm's list prices, cache reads and writes at their own (litellm.completion_cost prices them);
+    a custom provider's model at its bare name's price, a model with no price at none (unknown)."""
+    import litellm
+
+    tokens = token_counts(response)
+    try:
+        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+    except Exception:  # noqa: BLE001 - litellm has no entry under the response's model name (a custom provider's)
+        cost = 0.0
+    if not cost and (price := price_of(model)):
+        cost = tokens["prompt_tokens"] * price[0] + tokens["completion_tokens"] * price[1]
+    return RoleUsage(**tokens, cost=cost)
+
+
+TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")  # RoleUsage's counts
+
+
+def token_counts(response) -> dict[str, int]:
+    """A completion's tokens as RoleUsage counts them (the worker hands tau2 this for its messages' usage)."""
+    usage = getattr(response, "usage", None)
+    details = getattr(usage, "prompt_tokens_details", None)
+    counts = (getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0),
+              getattr(usage, "cache_read_input_tokens", None) or getattr(details, "cached_tokens", None),
+              getattr(usage, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None))
+    return {name: int(count or 0) for name, count in zip(TOKEN_FIELDS, counts)}
+
+
 def missing_api_key(role: RoleModel) -> str | None:
     """Name the environment variable a role's provider needs and lacks, or None."""
     if role.api_base or role.model.startswith(("scripted/", "local/")):
@@ -205,6 +331,15 @@ def missing_api_key(role: RoleModel) -> str | None:
         return None
     missing = check.get("missing_keys") or []
     return ", ".join(missing) if missing else None
+
+
+def missing_key_line(name: str, role: RoleModel) -> str | None:
+    """The line that says a role's provider needs a key the environment lacks, or None."""
+    missing = missing_api_key(role)
+    if not missing:
+        return None
+    return (f"the {name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{name}-model "
+            "(any OpenAI-compatible server works with --api-base)")
 
 
 def check_api_base(url: str) -> None:

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from evolver.models import is_preflight
+
 PROVIDER = "scripted"
 
 
@@ -36,9 +38,13 @@ Script = Callable[[str, list[dict], Optional[list[dict]]], Reply]
 
 
 def load_script(spec: Optional[str] = None) -> Script:
+    """The script EVOLVER_SCRIPT names (every caller reads it per call: tests switch scripts). Evolver's own
+    preflight request (evolver.models), which no script plays, is answered before it: every script's models
+    pass it, whoever serves them (this provider, or a test's fake provider server)."""
     spec = spec or os.environ.get("EVOLVER_SCRIPT") or "evolver.scripted:mock_script"
     module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    script = getattr(importlib.import_module(module), attr)
+    return lambda name, messages, tools: Reply("ok") if is_preflight(messages) else script(name, messages, tools)
 
 
 def register() -> None:

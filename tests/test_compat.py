@@ -47,7 +47,7 @@ def test_init_from_an_auto_harness_checkout(tmp_path):
     assert (cfg.domain, cfg.analysis_split, cfg.gate_split, cfg.concurrency) == ("retail", "train", "test", 3)
     assert (cfg.agent_model, cfg.user_model) == ("gpt-5.4", "gpt-5.4")  # auto-harness simulates the user with the agent's model
     assert cfg.agent_reasoning_effort == "medium" and cfg.user_reasoning_effort == ""
-    assert cfg.role("agent").llm_args == {"temperature": 0.0, "reasoning_effort": "medium", "drop_params": True}
+    assert cfg.role("agent").llm_args == {"temperature": 0.0, "reasoning_effort": "medium"}  # what gpt-5.4 does not take is left out
     assert cfg.learnings_file == "learnings.md"
     mapped, _, left = out.partition("left out")
     for line in ('domain: retail -> domain = "retail"', 'split: train -> analysis_split = "train"', 'gate_split: test -> gate_split = "test"',
@@ -65,7 +65,7 @@ def test_the_auto_harness_shaped_agent_evaluates_unchanged(tmp_path):
     summary = json.loads(proc.stdout)
     assert (summary["num_simulations"], summary["scored"], summary["failed"], summary["infra_errors"], summary["avg_reward"]) == (3, 3, 0, 0, 1.0)
     result = json.loads(Path(summary["result_file"]).read_text())
-    assert result["models"]["agent"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "medium", "drop_params": True}
+    assert result["models"]["agent"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "medium"}
     assert result["harness"] == {} and result["isolation"]["mode"] == "sandbox"
 
 

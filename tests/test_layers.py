@@ -1,6 +1,6 @@
 """The folders under evolver/ are its layers, and imports only go down.
 
-    shared      evolver/*.py: config, data, errors, events, llm, scripted, toolcalls
+    shared      evolver/*.py: config, data, errors, events, llm, models, ratelimit, scripted, toolcalls
     local       evolver/local/: the embedded model    store  evolver/store/: the run directory and git lineage
                 (side by side: neither imports the other)
     evaluation  evolver/evaluation/
@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RANK = {"shared": 0, "local": 1, "store": 1, "evaluation": 2, "evolution": 3, "cli": 4}
 # The bottom layer, all of it: a new top-level module is a new shared module, so add it here on purpose.
-SHARED = {"evolver", "evolver.config", "evolver.data", "evolver.errors", "evolver.events", "evolver.llm", "evolver.ratelimit",
-          "evolver.scripted", "evolver.toolcalls"}
+SHARED = {"evolver", "evolver.config", "evolver.data", "evolver.errors", "evolver.events", "evolver.llm", "evolver.models",
+          "evolver.ratelimit", "evolver.scripted", "evolver.toolcalls"}
 ENTRY = "evolver.__main__"
 
 

@@ -15,14 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from evolver import llm
+from evolver import llm, models
 from tests.conftest import git, run_cli
 from tests.scripts.fake_openai import FakeOpenAI, Fault
 from tests.scripts.hostile import FLOOD
 
 ATTEMPTS = 3
 # (litellm error class, expected meaning for agent, user, judge, meta): written out here, not read
-# from the code, so that a changed row in evolver.llm fails its test.
+# from the code, so that a changed row in evolver.llm fails its test. "config": evolver's settings are
+# wrong (no retry can fix it); "probe": the agent's 400, the candidate's unless evolver's own request with
+# the same settings is refused too (tested both ways below).
 EXPECTED = [
     ("RateLimitError", "retry", "retry", "retry", "retry"),
     ("Timeout", "retry", "retry", "retry", "retry"),
@@ -30,14 +32,15 @@ EXPECTED = [
     ("ServiceUnavailableError", "retry", "retry", "retry", "retry"),
     ("InternalServerError", "retry", "retry", "retry", "retry"),
     ("BadGatewayError", "retry", "retry", "retry", "retry"),
-    ("AuthenticationError", "infra", "infra", "infra", "infra"),
-    ("PermissionDeniedError", "infra", "infra", "infra", "infra"),
-    ("NotFoundError", "infra", "infra", "infra", "infra"),
-    ("ContextWindowExceededError", "candidate", "context_overflow", "context_overflow", "infra"),
-    ("ContentPolicyViolationError", "candidate", "content_policy", "content_policy", "infra"),
-    ("BadRequestError", "candidate", "infra", "infra", "infra"),
-    ("UnsupportedParamsError", "candidate", "infra", "infra", "infra"),
-    ("UnprocessableEntityError", "candidate", "infra", "infra", "infra"),
+    ("APIError", "retry", "retry", "retry", "retry"),  # a server error litellm names no class for (here 503)
+    ("AuthenticationError", "config", "config", "config", "config"),
+    ("PermissionDeniedError", "config", "config", "config", "config"),
+    ("NotFoundError", "config", "config", "config", "config"),
+    ("UnsupportedParamsError", "config", "config", "config", "config"),
+    ("ContextWindowExceededError", "candidate", "context_overflow", "context_overflow", "config"),
+    ("ContentPolicyViolationError", "candidate", "content_policy", "content_policy", "config"),
+    ("BadRequestError", "probe", "config", "config", "config"),
+    ("UnprocessableEntityError", "probe", "config", "config", "config"),
 ]
 ROWS = [(name, role, meaning) for name, *meanings in EXPECTED for role, meaning in zip(llm.ROLES, meanings)]
 
@@ -52,6 +55,8 @@ def _error(name: str):
         status = {"UnprocessableEntityError": 422, "PermissionDeniedError": 403}[name]
         response = httpx.Response(status, request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"))
         return cls(message=f"fake {name}", model="m", llm_provider="openai", response=response)
+    if name == "APIError":
+        return cls(status_code=503, message=f"fake {name}", model="m", llm_provider="openai")
     return cls(message=f"fake {name}", model="m", llm_provider="openai")
 
 
@@ -83,18 +88,48 @@ def test_each_row_of_the_error_table(name, role, meaning, monkeypatch):
     exc = _error(name)
     completion, calls = _failing(exc)
     with pytest.raises(Exception) as raised:
-        llm.retrying(completion, ATTEMPTS, role)(model="openai/m", messages=[])
+        llm.retrying(completion, ATTEMPTS, role)(model="openai/m", messages=[{"role": "user", "content": "hi"}], seed=7)
     got = raised.value
     if meaning == "retry":
         assert len(calls) == ATTEMPTS and isinstance(got, llm.ProviderError) and got.role == role
         assert f"after {ATTEMPTS} attempt(s)" in str(got)
-    elif meaning == "infra":
-        assert len(calls) == 1 and isinstance(got, llm.ProviderError) and got.role == role
+    elif meaning == "config":  # at once, in one line naming the role, the model and where to fix it
+        assert len(calls) == 1 and isinstance(got, llm.ConfigurationError) and got.role == role
+        assert str(got).startswith(f"{role} model openai/m refused the request ({name}") and f"fake {name}" in str(got)
+        assert f"fix --{role}-model" in str(got) or "fix the provider's API key" in str(got) or "fix the key's access" in str(got)
+        assert "\n" not in str(got)
     elif meaning == "candidate":  # handed back as it came, for the candidate's code to handle
         assert len(calls) == 1 and got is exc
+    elif meaning == "probe":  # evolver's own request with the same settings is refused too: the settings
+        assert len(calls) == 2 and isinstance(got, llm.ConfigurationError) and got.role == role
+        assert calls[1]["messages"] == models.preflight_messages() and calls[1]["seed"] == calls[0]["seed"]
     else:
         assert len(calls) == 1 and isinstance(got, llm.ConversationError)
         assert got.termination_reason == f"{role}_{meaning}" and got.__cause__ is exc
+
+
+def test_an_agent_request_refused_for_its_messages_is_the_candidates_and_the_settings_are_probed_once():
+    """A 400 on the agent's request: evolver's own short request with the same settings is answered, so the
+    refusal was the candidate's messages: handed back as it came. The probe is made once per settings."""
+    import litellm
+
+    llm.prepare_environment()
+    exc = litellm.BadRequestError(message="messages[3]: a tool message must follow a tool call", model="m", llm_provider="openai")
+    calls = []
+
+    def completion(**kwargs):
+        calls.append(kwargs)
+        if not models.is_preflight(kwargs["messages"]):
+            raise exc
+        return litellm.ModelResponse(choices=[{"index": 0, "message": {"role": "assistant", "content": "ok"}}])
+
+    call = llm.retrying(completion, ATTEMPTS, "agent")
+    for _ in range(2):
+        with pytest.raises(litellm.BadRequestError) as raised:
+            call(model="openai/probe-m", messages=[{"role": "tool", "content": "x"}], tools=[models.PREFLIGHT_TOOL], top_p=0.5)
+        assert raised.value is exc
+    assert len(calls) == 3 and models.is_preflight(calls[1]["messages"]) and calls[1]["tools"] == [models.PREFLIGHT_TOOL]
+    assert calls[1]["top_p"] == 0.5
 
 
 def test_a_configuration_error_wrapped_by_litellm_is_infrastructure_and_not_retried():
@@ -185,8 +220,9 @@ def test_eval_and_eval_ref_through_an_openai_compatible_server(repo):
 @pytest.mark.parametrize("fault", [Fault(status=400), Fault(status=401), Fault(status=500), Fault(drop=True)],
                          ids=["400", "401", "500", "no-answer"])
 def test_a_failing_customer_provider_is_an_infrastructure_error_never_the_agents(repo, fault):
+    """Mid-evaluation (the preflight would have stopped the command before any simulation: tests/test_hosted_models.py)."""
     with FakeOpenAI({"user": fault}) as fake:
-        proc, summary, result = fake_eval(repo, fake)
+        proc, summary, result = fake_eval(repo, fake, "--no-preflight")
     assert proc.returncode == 4, (proc.returncode, proc.stderr)  # nothing was measured
     assert summary["infra_errors"] == summary["num_simulations"] == 2 and summary["failed"] == 0 and summary["avg_reward"] is None
     assert summary["infra_by_role"]["user"]["count"] == 2 and set(summary["infra_by_role"]) == {"user"}
@@ -239,8 +275,8 @@ def test_a_rate_limited_customer_is_waited_for_and_nothing_is_lost(repo):
 def test_a_simulation_that_still_fails_after_its_retries_gets_a_second_chance_at_the_end(repo):
     """The customer's provider is down for its first call and every call gets one attempt: that simulation is an
     infrastructure error in the first pass, runs again once the grid has run, and is scored; its first line stays."""
-    with FakeOpenAI({"user": Fault(failing=1)}) as fake:
-        proc, summary, result = fake_eval(repo, fake, "--concurrency", "1", env={"EVOLVER_LLM_RETRIES": "1"})
+    with FakeOpenAI({"user": Fault(failing=1)}) as fake:  # (no preflight: it would take the one failure)
+        proc, summary, result = fake_eval(repo, fake, "--concurrency", "1", "--no-preflight", env={"EVOLVER_LLM_RETRIES": "1"})
     assert proc.returncode == 0, proc.stderr
     assert_real_simulations(summary, result)
     assert summary["scored"] == 2 and summary["infra_errors"] == 0
@@ -285,10 +321,12 @@ def test_run_through_an_openai_compatible_server(repo, monkeypatch):
     assert status["infra_errors"] == {} and status["simulations_done"] > 0
     # Every call waited for its turn in its model's rate limit, counted per lane: the meta-LLM's in the iteration's record.
     lanes = {lane.split(" @ ")[0]: tally for lane, tally in status["rate_limits"].items()}
-    assert set(lanes) == {"openai/wrong", "openai/user", "openai/meta"} and all(t["calls"] > 0 for t in lanes.values()), lanes  # mock: no judge
+    # mock calls no judge; the command's preflight (one request per role, before the run) is not the run's
+    assert set(lanes) == {"openai/wrong", "openai/user", "openai/meta"} and all(t["calls"] > 0 for t in lanes.values()), lanes
     assert all(t["waited"] == 0 and t["limited"] == 0 for t in lanes.values()), lanes  # no limit known: nobody waited
     [iteration] = (repo / "runs" / run_id / "iterations").glob("*.json")
-    assert json.loads(iteration.read_text())["rate_limits"][f"openai/meta @ {fake.api_base}"]["calls"] == fake.requests["meta"]
+    # the iteration's meta calls: all the server had, but the preflight's one before the run
+    assert json.loads(iteration.read_text())["rate_limits"][f"openai/meta @ {fake.api_base}"]["calls"] == fake.requests["meta"] - 1
     evals = sorted((repo / "runs" / run_id / "evals").glob("*/result-*.json"))
     assert {p.parent.name.split("-")[0] for p in evals} >= {"analysis", "reference", "iter"}
     for path in evals:

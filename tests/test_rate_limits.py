@@ -239,7 +239,8 @@ def assert_held(summary: dict, result: dict, fake: FakeOpenAI) -> None:
     assert summary["num_simulations"] == 64 and summary["infra_errors"] == 0 and summary["scored"] == 64
     [(lane, tally)] = summary["rate_limits"].items()
     assert lane == f"openai/shared @ {fake.api_base}"
-    assert tally["limited"] == sum(fake.limited.values()) and tally["calls"] == sum(fake.requests.values())
+    # the provider also had the command's preflight, one request per role (three settings) before the evaluation
+    assert tally["limited"] == sum(fake.limited.values()) and tally["calls"] == sum(fake.requests.values()) - 3
     assert sum(s["rate_limits"][lane]["calls"] for s in result["simulations"]) == tally["calls"]
     assert_learnt(fake)
 

@@ -256,10 +256,10 @@ def _check_repo(path: Path) -> Path:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.cli.console import eval_table, progress_bar
+    from evolver.cli.preflight import SIMULATED, preflighted
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
-    from evolver.local.backend import serve_local
     from evolver.store.runstate import eval_run_dir
 
     repo = Path(args.path).resolve()
@@ -290,11 +290,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.ref and not (checkout / "agent" / "agent.py").is_file():
             raise UsageError(f"{args.ref} has no agent/agent.py; pick a commit of an evolver-initialised repository")
         with make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits) as backend:
-            if cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails before minutes of model start-up
+            if cfg.preflight or cfg.uses_local_server(EVAL_ROLES):  # a misspelt split or task id fails first, in one line
                 backend.list_tasks(listing_request(cfg, checkout, evaluation.listing().path, task_ids=task_ids, num_tasks=args.num_tasks))
             if note:
                 console.print(note)
-            with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "simulations") as update:
+            with preflighted(cfg, console, SIMULATED) as local_api_base, progress_bar(console, "simulations") as update:
                 req = eval_request(cfg, checkout, evaluation.path, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks)
                 result = backend.evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
@@ -326,11 +326,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from evolver.cli.compare import compare_arms, lines, resolve
     from evolver.cli.console import progress_bar
+    from evolver.cli.preflight import SIMULATED, preflighted
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.evolution.gate.compare import CompareConfig
     from evolver.llm import check_api_base
-    from evolver.local.backend import serve_local
     from evolver.store.lineage import Lineage, exclude_runs_dir
     from evolver.store.runstate import comparison_dir, find_run
 
@@ -357,7 +357,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             if note:
                 console.print(note)
             config = CompareConfig(sided="better" if args.better else "two")
-            with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
+            with preflighted(cfg, console, SIMULATED) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
                 record = compare_arms(cfg, backend, local_api_base, *arms, out, compare_id, tasks=task_ids, num_tasks=args.num_tasks,
                                       config=config, on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
                                       on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
@@ -380,10 +380,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_transfer(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer, transfer_rows
     from evolver.cli.console import progress_bar, transfer_table
+    from evolver.cli.preflight import SIMULATED, preflighted
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
-    from evolver.local.backend import serve_local
     from evolver.store.lineage import Lineage
     from evolver.store.runstate import find_run
 
@@ -406,7 +406,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     try:
         with make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits) as backend:
             backend.list_tasks(listing_request(cfg, repo, run.transfer(transfer_id).listing().path, task_ids=tasks))
-            with serve_local(cfg, console, EVAL_ROLES) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
+            with preflighted(cfg, console, SIMULATED) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
                 record = transfer(run, cfg, backend, local_api_base, each=args.each, tasks=tasks, transfer_id=transfer_id, lineage=lineage,
                                   on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
                                   on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
@@ -527,12 +527,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.cli.start import new_run, resume_run
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
-    from evolver.local.backend import cap_concurrency, serve_local
+    from evolver.local.backend import cap_concurrency
     from evolver.store.runstate import find_run
 
     console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()
     with contextlib.ExitStack() as stack:
+        serving = stack.enter_context(contextlib.ExitStack())  # the embedded model's server, from the preflight to the run's end
         if args.resume:
             run = find_run(repo, args.resume)
             given = sorted(k for k, v in _overrides(args).items() if v is not None and k != "iterations")
@@ -540,7 +541,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in given)} (only --iterations may change)")
             stack.enter_context(run.lock())  # before anything is read or written: one driver per run
             iterations = None if args.iterations is None else checked("iterations", args.iterations, "--iterations")
-            loop = resume_run(run, iterations, console)
+            loop = resume_run(run, iterations, console, serving)
             loop.backend = stack.enter_context(make_backend(loop.cfg.backend, loop.cfg.ray_address, loop.cfg.rate_limits))
         else:
             cfg = load_config(repo, _overrides(args))
@@ -554,7 +555,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UsageError("--pilot measures for a --dry-run's forecast; add --dry-run (a run measures its baseline anyway)")
             pilot = _pilot(cfg, backend, console, repo, args.pilot) if args.pilot else None
             loop = new_run(repo, cfg, new_run_id("run"), backend, allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console,
-                           pilot=pilot)
+                           pilot=pilot, serving=serving)
             if note:
                 console.print(note)
             if loop is None:
@@ -562,8 +563,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             run = loop.run
             stack.enter_context(run.lock())
         console.print(f"run {run.run_id}: {run.path}")
-        with serve_local(loop.cfg, console) as local_api_base:
-            loop.drive(local_api_base)
+        with serving:
+            loop.drive(loop.local_api_base)
         state = run.state()
         if state.status == "finished" and loop.cfg.transfer_models:
             _transfer_at_end(run, loop.cfg, loop.backend, console)

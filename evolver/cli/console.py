@@ -330,7 +330,8 @@ def history_table(run_id: str, rows: list[dict]) -> Table:
         table.add_row(
             f"{r['candidate']}{' *' if r['is_best'] else ''}", r["branch"] or "-", str(r["parent"]), r["title"] or "-",
             _score(r["analysis"]), f"{_score(r['gate_incumbent'])} -> {_score(r['gate_candidate'])}", delta,
-            f"[{colour}]{r['verdict']}[/{colour}]", r["reason"], r["cost"] or "",
+            f"[{colour}]{r['verdict']}[/{colour}]", r["reason"],
+            (r["cost"] or "") + "".join(f"; {role} {text}" for role, text in (r.get("cached") or {}).items()),
         )
     return table
 
@@ -392,7 +393,8 @@ def status_table(info: dict) -> Table:
                                    f"(at the measured {info['seconds_per_simulation']:.1f} s per simulation)")
     for role, usage in sorted(info["usage"].items()):
         u = RoleUsage(**usage)
-        table.add_row(f"{role}", f"{u.prompt_tokens:,} in / {u.completion_tokens:,} out tokens, {cost_text([u])}")
+        table.add_row(f"{role}", f"{u.prompt_tokens:,} in / {u.completion_tokens:,} out tokens, {cost_text([u])}"
+                      + (f", {u.cached_text()}" if u.cached_tokens else ""))
     table.add_row("cost", info["cost_text"])
     table.add_row("models", ", ".join(f"{role} {model}" for role, model in info["models"].items()))
     for t in info.get("transfers", []):

@@ -140,9 +140,8 @@ def from_auto_harness(root: Path) -> Migration:
     m.set("concurrency", concurrency, f"max_concurrency: {concurrency}", "" if had else "auto-harness's default")
     effort = config.pop("reasoning_effort", None)
     if effort:
+        # (no drop_params: every request carries what its model takes, evolver.models)
         m.set("agent_reasoning_effort", effort, f"reasoning_effort: {effort}", "the agent's only, as auto-harness passes it")
-        m.add_arg("agent_args", "drop_params", True, f"reasoning_effort: {effort}",
-                  "a reasoning model refuses temperature 0 while it reasons: litellm drops what it does not take")
     for key, value in config.items():
         why = AUTO_HARNESS_LEFT_OUT.get(key, "no equivalent in evolver (not a tau-bench setting of evolver's)")
         m.left_out.append(f"{key}: {value}: {why}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from importlib import resources
 import platform
@@ -15,6 +16,7 @@ from rich.console import Console
 
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
+from evolver.cli.preflight import RUN_ROLES, preflighted, say
 from evolver.config import LOCAL, Config, listing_request
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
@@ -25,7 +27,7 @@ from evolver.evolution.gate.search import recorded_policy
 from evolver.evolution.loop import Loop
 from evolver.evolution.plan import forecast, meta_prompt_tokens, policy_of
 from evolver.evolution.proposers import make_proposer
-from evolver.llm import check_api_base, missing_api_key, prepare_environment, price_of
+from evolver.llm import check_api_base, missing_key_line, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.store.runstate import Manifest, RunDir, RunState
@@ -86,10 +88,13 @@ def _versions() -> dict[str, str]:
 
 
 def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console,
-            pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None) -> Loop | None:
+            pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None,
+            serving: Optional[contextlib.ExitStack] = None) -> Loop | None:
     """A new run, ready to drive; None after a dry run, which prints the splits and the forecast (``pilot``,
     given the analysis tasks, measures a few simulations: usage per simulation by role, seconds, how many,
-    their rewards by task)."""
+    their rewards by task). Once the input is known good and before the run is created, the embedded
+    model's server is started in ``serving`` (when given) if a role needs it, and every role is checked (the
+    preflight): when that fails, nothing is left behind."""
     prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
@@ -116,9 +121,8 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         base = cfg.role(role).api_base
         if base:
             check_api_base(base)
-    missing = missing_api_key(cfg.role("meta"))  # agent and user keys are checked by the worker
-    if missing:
-        raise UsageError(f"the meta model '{cfg.meta_model}' needs {missing} in the environment; set it, or choose another model with --meta-model")
+    if missing := missing_key_line("meta", cfg.role("meta")):  # agent and user keys are checked by the worker (and the preflight)
+        raise UsageError(missing)
     learnings = read_learnings(repo, cfg.learnings_file)
     run = RunDir(repo, run_id)
     probe = listing_request(cfg, repo, run.evaluation("tasks").path, split=None)
@@ -140,6 +144,12 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         run.discard()
         console.print(plan, highlight=False)
         return None
+    said: list[str] = []
+    try:  # (a caller without ``serving`` serves and checks the models itself)
+        local_api_base = serving.enter_context(preflighted(cfg, console, RUN_ROLES, said)) if serving is not None else None
+    except BaseException:
+        run.discard()
+        raise
     try:
         exclude_runs_dir(repo)
         branch = None if git_repo.head.is_detached else git_repo.active_branch.name
@@ -161,9 +171,10 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     except BaseException:  # a half-made run (git refused a branch, a disk filled) must not be left to resume
         run.discard()
         raise
-    console.print(plan)  # once the run exists: a run that could not start says only why
+    say(console, said)  # once the run exists: a run that could not start says only why
+    console.print(plan)
     loop = _loop(run, manifest, state, cfg, lineage, console)
-    loop.backend = backend
+    loop.backend, loop.local_api_base = backend, local_api_base
     return loop
 
 
@@ -179,7 +190,9 @@ def read_learnings(repo: Path, name: str) -> str:
                          "give a text file in the repository, or leave learnings_file empty") from None
 
 
-def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
+def resume_run(run: RunDir, iterations: int | None, console: Console, serving: Optional[contextlib.ExitStack] = None) -> Loop:
+    """A run to drive on: its recorded settings; with ``serving``, the embedded model's server started in it when
+    a role needs it and every role checked (the preflight) before anything is spent."""
     manifest = run.manifest()
     state = run.state()
     cfg = Config(**manifest.config)  # migrated on reading (store.runstate.Manifest)
@@ -189,9 +202,11 @@ def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
         cfg.iterations = state.iterations_target = iterations
     if state.status == "finished" and state.next_iteration > state.iterations_target:
         raise UsageError(f"run {run.run_id} is finished ({state.stop_reason}); pass a larger --iterations to extend it")
+    loop = _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
+    loop.local_api_base = serving.enter_context(preflighted(cfg, console, RUN_ROLES)) if serving is not None else None
     state.status, state.stop_reason = "running", None
     run.log("resumed", next_iteration=state.next_iteration)
-    return _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
+    return loop
 
 
 def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console) -> Loop:

@@ -28,12 +28,12 @@ from typing import Callable, Optional
 
 from tau2.agent.llm_agent import LLMAgent
 from tau2.data_model.message import AssistantMessage, ToolCall
-from tau2.utils.llm_utils import get_response_cost, get_response_usage
+from tau2.utils.llm_utils import get_response_usage
 
 from evolver.data import RoleModel, RoleUsage
 from evolver.evaluation.agent_host import decode_message, encode_message
 from evolver.evaluation.channel import Channel, ChannelClosed, ChannelError, ChannelTimeout
-from evolver.llm import ProviderError
+from evolver.llm import ProviderError, usage_of
 
 MAX_LLM_CALLS_PER_TURN = 16  # H2's retry makes 2; an agent in a loop of requests is stopped
 MAX_REPLY_CHARS = 100_000
@@ -159,9 +159,7 @@ class AgentProcess:
         except Exception as exc:  # noqa: BLE001 - a request the provider refused is the candidate's to handle
             self._send({"op": "llm_error", "error": f"{type(exc).__name__}: {exc}"[:2000]})
             return
-        usage = get_response_usage(response) or {}
-        spent = RoleUsage(prompt_tokens=usage.get("prompt_tokens") or 0, completion_tokens=usage.get("completion_tokens") or 0,
-                          cost=get_response_cost(response) or 0.0)
+        spent = usage_of(response, role.model)
         self.turn_usage = self.turn_usage.add(spent)
         self.context.usage = self.context.usage.add(spent)
         self._send({"op": "llm_reply", "response": _response_wire(response)})

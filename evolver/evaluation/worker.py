@@ -33,7 +33,7 @@ from typing import Optional
 
 from evolver import ratelimit
 from evolver.data import USER_ADAPTER, USER_HISTORY, EvalRequest, RoleUsage, SimRecord
-from evolver.llm import ConversationError, ProviderError, missing_api_key, prepare_environment
+from evolver.llm import TOKEN_FIELDS, ConversationError, ProviderError, missing_key_line, prepare_environment, token_counts
 from evolver.local.providers import register_providers
 from evolver.store.evaldir import EvalDir
 
@@ -211,7 +211,7 @@ def _usage(messages, kind) -> RoleUsage:
     for m in messages:
         if isinstance(m, kind):
             u = m.usage or {}
-            total = total.add(RoleUsage(prompt_tokens=u.get("prompt_tokens") or 0, completion_tokens=u.get("completion_tokens") or 0, cost=m.cost or 0.0))
+            total = total.add(RoleUsage(**{k: u.get(k) or 0 for k in TOKEN_FIELDS}, cost=m.cost or 0.0))
     return total
 
 
@@ -424,6 +424,7 @@ def run(req: EvalRequest) -> None:
     # knows which one is calling (a simulation thread is judged only inside tau2's evaluation).
     trusted = {role: retrying(litellm.completion, req.llm_retries, role) for role in ("user", "judge")}
     llm_utils.completion = lambda *args, **kwargs: trusted[Recorder.calling_role()](*args, **kwargs)
+    llm_utils.get_response_usage = token_counts  # the cached tokens too, for the user's usage
     # tau2 hard-codes its NL-assertion judge model; use the configured one.
     nl.DEFAULT_LLM_NL_ASSERTIONS = req.judge.model
     nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS = req.judge.litellm_args()
@@ -438,9 +439,8 @@ def run(req: EvalRequest) -> None:
         _status(req, "listed", tasks=[t.id for t in tasks], splits=available_splits(req.domain), identifiers=domain_identifiers(req.domain))
         return
     for role_name, role in (("agent", req.agent), ("user", req.user)):
-        missing = missing_api_key(role)
-        if missing:
-            raise Stop("usage_error", f"the {role_name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{role_name}-model (any OpenAI-compatible server works with --api-base)", EXIT_USAGE)
+        if missing := missing_key_line(role_name, role):
+            raise Stop("usage_error", missing, EXIT_USAGE)
     _status(req, "importing", tasks=[t.id for t in tasks])
     from evolver.evaluation import proxy_agent
     from evolver.evaluation.zygote_client import WorkerConnection

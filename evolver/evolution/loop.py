@@ -35,7 +35,8 @@ from evolver.evolution.patch import Edit, PatchRejected, apply_edits
 from evolver.evolution.plan import forecast, meta_prompt_tokens, proposer_budget
 from evolver.evolution.proposers import Proposer, Request
 from evolver.evolution.triage import triage
-from evolver.llm import ProviderError, price_of
+from evolver.errors import UsageError
+from evolver.llm import ConfigurationError, ProviderError, price_of
 from evolver.store.lineage import Lineage, commit_message
 from evolver.store.runstate import FINAL_STATUSES, BestChange, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, charge, measured, slug
 
@@ -90,6 +91,12 @@ class Loop:
             self.run.log("stopped", reason=str(stop))
             self.events.emit(ev.Ended("stopped", str(stop), self.run.run_id))
             self.holdout()
+        except ConfigurationError as exc:  # the meta-LLM refuses its settings: no retry or wait can fix it, said at once
+            self.state.status, self.state.stop_reason = "interrupted", str(exc)
+            self.save_state()
+            self.run.log("interrupted", reason=str(exc))
+            self.events.emit(ev.Ended("failed", str(exc), self.run.run_id))
+            raise UsageError(f"{exc}; the run stopped (resume it with `evolver run --resume {self.run.run_id}` once the setting is fixed)") from None
         except ProviderError as exc:  # the meta-LLM stayed down through its retries: nothing is lost, resume later
             self.state.status, self.state.stop_reason = "paused", f"the meta-LLM failed: {exc}"
             self.save_state()

@@ -9,7 +9,7 @@ from typing import Optional
 from evolver import __version__
 from evolver.cli.compare import transfer_rows
 from evolver.cli.history import history_rows, latest_rewards, policy_lines, show, status
-from evolver.data import RoleUsage
+from evolver.data import RoleUsage, cached_text
 from evolver.evaluation.metrics import mean_reward
 from evolver.evolution.triage import triage
 from evolver.store.runstate import RunDir, measured, slug
@@ -26,10 +26,14 @@ class Cost:
     prompt_tokens: int
     completion_tokens: int
     usd: Optional[float]
+    cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
 
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    def cached_text(self) -> str:
+        return cached_text(self.cached_tokens, self.prompt_tokens)
 
     def text(self) -> str:
         if self.usd is not None:
@@ -41,7 +45,7 @@ def cost_of(usage: RoleUsage) -> Cost:
     tokens = usage.prompt_tokens + usage.completion_tokens
     cost = getattr(usage, "cost", None)
     usd = None if cost is None or (cost == 0 and tokens) else cost
-    return Cost(usage.prompt_tokens, usage.completion_tokens, usd)
+    return Cost(usage.prompt_tokens, usage.completion_tokens, usd, usage.cached_tokens)
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ class RunFacts:
             parts = [row.roles[role] for row in self.costs if role in row.roles]
             known = all(p.usd is not None or not p.tokens for p in parts)
             out[role] = Cost(sum(p.prompt_tokens for p in parts), sum(p.completion_tokens for p in parts),
-                             sum(p.usd or 0.0 for p in parts) if known else None)
+                             sum(p.usd or 0.0 for p in parts) if known else None, sum(p.cached_tokens for p in parts))
         return out
 
     def roles(self) -> list[str]:
@@ -227,7 +231,8 @@ def _costs(records, state) -> list[CostRow]:
         spent = [r.usage[role] for r in finished if role in r.usage]
         rest = RoleUsage(prompt_tokens=total.prompt_tokens - sum(u.prompt_tokens for u in spent),
                          completion_tokens=total.completion_tokens - sum(u.completion_tokens for u in spent),
-                         cost=max(0.0, total.cost - sum(u.cost for u in spent)))
+                         cost=max(0.0, total.cost - sum(u.cost for u in spent)),
+                         cached_tokens=max(0, total.cached_tokens - sum(u.cached_tokens for u in spent)))
         if rest.prompt_tokens or rest.completion_tokens:
             outside[role] = cost_of(rest)
     return [CostRow(OUTSIDE_ITERATIONS, None, outside)] + rows if outside else rows

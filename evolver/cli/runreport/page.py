@@ -144,7 +144,8 @@ def _cost_table(f: RunFacts) -> str:
     rows = []
     for row in f.costs:
         cells = "".join(
-            f'<td class="num">{u.prompt_tokens:,} / {u.completion_tokens:,}</td><td class="num">{_cost_html(u)}</td>' if (u := row.roles.get(r)) else "<td></td><td></td>"
+            f'<td class="num">{u.prompt_tokens:,} / {u.completion_tokens:,}{_cached(u)}</td><td class="num">{_cost_html(u)}</td>'
+            if (u := row.roles.get(r)) else "<td></td><td></td>"
             for r in roles
         )
         rows.append(f"<tr><td>{escape(row.name)}</td>{cells}</tr>")
@@ -264,6 +265,10 @@ def _p(p) -> str:
 
 def _score(x) -> str:
     return "-" if x is None else f"{x:.3f}"
+
+
+def _cached(cost) -> str:
+    return f'<br><span class="note">{escape(cost.cached_text())}</span>' if cost.cached_tokens else ""
 
 
 def _cost_html(cost) -> str:

@@ -75,30 +75,47 @@ class Proposer(Protocol):
 
     def propose(self, request: Request) -> Outcome:
         """One candidate from the request's parent, or Outcome(proposal=None) with errors saying why not.
-        Raises evolver.llm.ProviderError when the meta-LLM stays down (the run pauses)."""
+        Raises evolver.llm.ProviderError when the meta-LLM stays down (the run pauses), ConfigurationError when
+        it refuses its configuration (the run stops: no retry can fix it)."""
 
 
-def meta_call(role: RoleModel, messages: list[dict], retries: int, **extra) -> tuple[object, RoleUsage]:
-    """One completion of the meta-LLM (evolver.llm.retrying classifies its errors), and what it used."""
-    from evolver.llm import price_of, retrying
+def meta_request(role: RoleModel, messages: list, answer_tokens: Optional[int] = None, **extra) -> dict:
+    """The arguments of one meta-LLM completion. The configured ones (meta_args, the reasoning effort) win over
+    a proposer's defaults (its answer's room, timeout), except the temperature and seed a proposer varies from
+    turn to turn so as not to repeat itself. The answer's room is a token limit with the model's thinking budget
+    on top where it reasons; the conversation is marked for the provider's prompt cache where it needs marks."""
+    from evolver.models import answer_limit, cache_marked
+
+    configured = {k: v for k, v in role.llm_args.items() if k not in ("temperature", "seed")}
+    if answer_tokens and not {"max_tokens", "max_completion_tokens"} & configured.keys():
+        extra["max_tokens"] = answer_limit(role.model, role.api_base, role.llm_args, answer_tokens)
+    return {"model": role.model, "messages": cache_marked(messages, role.model, role.api_base), **{**role.litellm_args(), **extra, **configured}}
+
+
+def meta_call(role: RoleModel, messages: list, retries: int, answer_tokens: Optional[int] = None, **extra) -> tuple[object, RoleUsage]:
+    """One completion of the meta-LLM (evolver.llm.retrying shapes it and classifies its errors), and what it used."""
+    from evolver.llm import retrying, usage_of
     from evolver.local.providers import register_providers
 
     register_providers([role.model])
     import litellm
 
-    # The configured arguments (meta_args, the reasoning effort) win over a proposer's defaults (its max_tokens,
-    # timeout), except the temperature and seed a proposer varies from turn to turn so as not to repeat itself.
-    configured = {k: v for k, v in role.llm_args.items() if k not in ("temperature", "seed")}
-    response = retrying(litellm.completion, retries, "meta")(model=role.model, messages=messages, **{**role.litellm_args(), **extra, **configured})
-    usage = getattr(response, "usage", None)
-    prompt, completion = getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0
-    try:
-        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
-    except Exception:  # litellm has no entry under the response's model name (a custom provider's)
-        cost = 0.0
-    if not cost and (price := price_of(role.model)):  # priced by its bare name; a model with no price stays unknown
-        cost = prompt * price[0] + completion * price[1]
-    return response, RoleUsage(prompt_tokens=prompt, completion_tokens=completion, cost=cost)
+    response = retrying(litellm.completion, retries, "meta")(**meta_request(role, messages, answer_tokens, **extra))
+    return response, usage_of(response, role.model)
+
+
+def meta_shape(name: str, meta: RoleModel) -> Optional[dict]:
+    """What the meta-LLM requests of the proposer ``name`` carry besides the conversation (meta_call's extra
+    arguments), for a request shaped like them before a run; None for a proposer that calls no meta-LLM."""
+    if name == "command":
+        return None
+    if name == "oneshot":
+        from evolver.evolution.proposers.oneshot import ANSWER_TOKENS
+
+        return {"answer_tokens": ANSWER_TOKENS}
+    from evolver.evolution.proposers.agent import request_shape
+
+    return request_shape(meta)
 
 
 def make_proposer(name: str, *, command: str = "", command_env: tuple[str, ...] = (), command_read: tuple[str, ...] = ()) -> Proposer:

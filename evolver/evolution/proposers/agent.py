@@ -20,17 +20,22 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-from evolver.data import RoleUsage, write_json_atomic
+from evolver.data import RoleModel, RoleUsage, write_json_atomic
 from evolver.evaluation.scan import parse_python
 from evolver.evolution.digest import describe, load_messages
 from evolver.evolution.evidence import compile_pattern, paged
 from evolver.evolution.patch import ParseError, Proposal, parse_proposal
 from evolver.evolution.proposers import Outcome, Request, meta_call
 from evolver.evolution.scratch import Scratch
+from evolver.models import takes
 
 TEMPERATURE = 0.4  # a retry, or a second proposal from the same parent, should not repeat the first word for word
 ANSWER_TOKENS = 1500
 TOOLS_PLEASE = "Use the tools: answer with a tool call, not text."
+ONE_AT_A_TIME = "not run: call one tool at a time; call it again if you still need it"
+# Told to a model that repeats itself; one after the other where the model takes no temperature to vary its answer.
+AGAIN = ("do something different now.", "try another tool, or another file or task.",
+         "read the failing trajectory again from its start: what went wrong first?", "change your edit, or submit what you have.")
 MAX_TRY_TASKS = 3
 TRY_LINES = 8  # the end of a failed try's conversation, shown with its result
 MAX_RESULT_CHARS = 4000  # a tool result the model reads in full: longer ones are cut (the tools page their output)
@@ -142,6 +147,18 @@ def check_arguments(name: str, raw) -> dict | str:
     return raw
 
 
+def tool_choice(meta: RoleModel) -> dict:
+    """A model on a local server is held to one call per reply (evolver.local.serving constrains its decoding):
+    the embedded 1.5B otherwise spent most turns on prose and empty tags. Hosted models call tools natively
+    and keep the choice, so a provider without "required" is never asked for it."""
+    return {"tool_choice": "required"} if meta.model.startswith("local/") else {}
+
+
+def request_shape(meta: RoleModel) -> dict:
+    """What this proposer's meta-LLM requests carry besides the conversation (its first turn's), for the preflight."""
+    return {"tools": tool_schemas(), "answer_tokens": ANSWER_TOKENS, "temperature": TEMPERATURE, "seed": 1, **tool_choice(meta)}
+
+
 class Investigator:
     name = "agent"
 
@@ -172,10 +189,9 @@ class Session:
         self.repeats = 0
         self.calls_made: set[tuple] = set()
         self.handlers: dict[str, Callable] = self._handlers()
-        # A model on a local server is held to one call per reply (evolver.local.serving constrains its decoding):
-        # the embedded 1.5B otherwise spent most turns on prose and empty tags. Hosted models call tools
-        # natively and keep the choice, so a provider without "required" is never asked for it.
-        self.choice = {"tool_choice": "required"} if request.meta.model.startswith("local/") else {}
+        self.choice = tool_choice(request.meta)
+        meta = request.meta
+        self.tempered = takes(meta.model, meta.api_base, meta.llm_args, "temperature", TEMPERATURE)  # a temperature of the proposer's own
 
     # -- the conversation ---------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -193,12 +209,8 @@ class Session:
             left = self.budget.turns - self.turns
             if left == 0:  # the last turn: only submit is useful now
                 messages.append({"role": "user", "content": "This is your last turn: call submit now if your edit is in place."})
-            # A model that repeats itself word for word gets more temperature, and every turn its own seed
-            # (a server with a fixed seed would otherwise repeat the same sample forever).
-            temperature = min(1.0, TEMPERATURE + 0.2 * self.repeats)
-            response, usage = meta_call(self.request.meta, messages, self.request.llm_retries, tools=schemas, max_tokens=ANSWER_TOKENS,
-                                        temperature=temperature, seed=self.turns, timeout=max(60.0, self.budget.seconds - self.elapsed()),
-                                        **self.choice)
+            response, usage = meta_call(self.request.meta, messages, self.request.llm_retries, tools=schemas, answer_tokens=ANSWER_TOKENS,
+                                        timeout=max(60.0, self.budget.seconds - self.elapsed()), **self.sampling(), **self.choice)
             self.usage = self.usage.add(usage)
             message = response.choices[0].message
             calls = list(message.tool_calls or [])[:1]  # one at a time: the next depends on this one's answer
@@ -211,8 +223,8 @@ class Session:
                 if self.submitted is None:
                     note = (answer or TOOLS_PLEASE) + " " + self.next_step()
                     if (message.content or "") in self.said:  # the same words again: a small model is looping
-                        note += " You wrote exactly this before: do something different now."
                         self.repeats += 1
+                        note += " You wrote exactly this before: " + self.again()
                     self.said.add(message.content or "")
                     # A reply that is neither a call nor a patch stays out of the conversation: a small model
                     # copies its own earlier prose (a plan, said again every turn) instead of calling a tool.
@@ -228,11 +240,25 @@ class Session:
             result = self.call(call.function.name, call.function.arguments)
             if (call.function.name, call.function.arguments) in self.calls_made:  # a small model's loop, in calls this time
                 self.repeats += 1
-                result += f"\nYou made exactly this call before: do something different now. {self.next_step()}"
+                result += f"\nYou made exactly this call before: {self.again()} {self.next_step()}"
             self.calls_made.add((call.function.name, call.function.arguments))
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+            # The provider's turn goes back as it came, every call in it answered: one was run, the others were not.
+            messages += [{"role": "tool", "tool_call_id": c.id, "content": ONE_AT_A_TIME} for c in (message.tool_calls or [])[1:]]
             self.log("tool", result, name=call.function.name)
         return self.outcome(stop)
+
+    def sampling(self) -> dict:
+        """A model that repeats itself word for word gets more temperature, and every turn its own seed (a server
+        with a fixed seed would otherwise repeat the same sample forever): where the model takes them."""
+        meta = self.request.meta
+        out = {"seed": self.turns} if takes(meta.model, meta.api_base, meta.llm_args, "seed", self.turns) else {}
+        return {"temperature": min(1.0, TEMPERATURE + 0.2 * self.repeats), **out} if self.tempered else out
+
+    def again(self) -> str:
+        """What a model that repeats itself is told: where no temperature will make its next answer differ
+        (a reasoning model takes only 1), the words themselves differ from one repeat to the next."""
+        return AGAIN[0] if self.tempered else AGAIN[self.repeats % len(AGAIN)]
 
     def opening(self) -> str:
         r = self.request
@@ -445,10 +471,14 @@ def written_call(text: str):
     return None
 
 
-def _assistant(message, calls) -> dict:
-    """The meta-LLM's turn as plain data for the next request (only the call that was answered)."""
-    out = {"role": "assistant", "content": message.content or ""}
-    if calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments or "{}"}}
-                             for c in calls]
-    return out
+def _assistant(message, calls):
+    """The meta-LLM's turn for the next request. Its own calls: the provider's message as it came (Anthropic
+    refuses a tool-using turn handed back without its signed thinking blocks). A call it wrote as text:
+    that call as plain data, with the turn's thinking blocks."""
+    if not calls or any(calls[0] is own for own in message.tool_calls or []):
+        return message
+    out = {"role": "assistant", "content": message.content or "",
+           "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments or "{}"}}
+                          for c in calls]}
+    blocks = getattr(message, "thinking_blocks", None)
+    return {**out, "thinking_blocks": blocks} if blocks else out

@@ -86,7 +86,7 @@ def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str,
 
 
 def _complete(role: RoleModel, messages: list[dict], retries: int) -> tuple[str, RoleUsage]:
-    response, usage = meta_call(role, messages, retries, max_tokens=ANSWER_TOKENS)
+    response, usage = meta_call(role, messages, retries, answer_tokens=ANSWER_TOKENS)
     return response.choices[0].message.content or "", usage
 
 
