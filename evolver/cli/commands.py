@@ -524,7 +524,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer_rows
     from evolver.cli.console import history_table, transfer_table
     from evolver.cli.history import history_rows
-    from evolver.cli.start import new_run, resume_run
+    from evolver.cli.start import new_run, resume_run, start_run
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.local.backend import cap_concurrency, serve_local
@@ -540,8 +540,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in given)} (only --iterations may change)")
             stack.enter_context(run.lock())  # before anything is read or written: one driver per run
             iterations = None if args.iterations is None else checked("iterations", args.iterations, "--iterations")
-            loop = resume_run(run, iterations, console)
-            loop.backend = stack.enter_context(make_backend(loop.cfg.backend, loop.cfg.ray_address, loop.cfg.rate_limits))
+            loop = resume_run(run, iterations, console, lambda cfg: stack.enter_context(make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits)))
         else:
             cfg = load_config(repo, _overrides(args))
             note = apply_default_models(cfg)  # said once the run could start: bad input gets one line
@@ -553,14 +552,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             if args.pilot and not args.dry_run:
                 raise UsageError("--pilot measures for a --dry-run's forecast; add --dry-run (a run measures its baseline anyway)")
             pilot = _pilot(cfg, backend, console, repo, args.pilot) if args.pilot else None
-            loop = new_run(repo, cfg, new_run_id("run"), backend, allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console,
-                           pilot=pilot)
+            run = new_run(repo, cfg, new_run_id("run"), backend, allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console,
+                          pilot=pilot)
             if note:
                 console.print(note)
-            if loop is None:
+            if run is None:
                 return 0
-            run = loop.run
-            stack.enter_context(run.lock())
+            stack.enter_context(run.lock())  # the record is all its folder holds yet
+            loop = start_run(run, cfg, backend, console)
         console.print(f"run {run.run_id}: {run.path}")
         with serve_local(loop.cfg, console) as local_api_base:
             loop.drive(local_api_base)

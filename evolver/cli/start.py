@@ -6,6 +6,7 @@ import dataclasses
 from importlib import resources
 import platform
 import random
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -85,10 +86,11 @@ def _versions() -> dict[str, str]:
 
 
 def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console,
-            pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None) -> Loop | None:
-    """A new run, ready to drive; None after a dry run, which prints the splits and the forecast (``pilot``,
+            pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None) -> RunDir | None:
+    """A new run's checks, then its record: the run's folder appears holding its settings and nothing else
+    (start_run does the rest). None after a dry run, which prints the splits and the forecast (``pilot``,
     given the analysis tasks, measures a few simulations: usage per simulation by role, seconds, how many,
-    their rewards by task)."""
+    their rewards by task) and writes nothing under runs/."""
     prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
@@ -98,8 +100,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         base_commit = git_repo.head.commit.hexsha
     except ValueError:
         raise UsageError(f"{repo} has no commit yet; commit agent/ first (`git add agent && git commit`)") from None
-    lineage = Lineage(repo, run_id)
-    if lineage.is_dirty("agent"):
+    if Lineage(repo, run_id).is_dirty("agent"):
         if not allow_dirty:
             raise UsageError("agent/ has uncommitted changes; commit them, or pass --allow-dirty to run from HEAD without them")
         console.print("[yellow]note:[/yellow] agent/ has uncommitted changes; this run starts from HEAD and does not include them")
@@ -114,52 +115,70 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     missing = missing_api_key(cfg.role("meta"))  # agent and user keys are checked by the worker
     if missing:
         raise UsageError(f"the meta model '{cfg.meta_model}' needs {missing} in the environment; set it, or choose another model with --meta-model")
-    learnings = read_learnings(repo, cfg.learnings_file)
-    run = RunDir(repo, run_id)
-    probe = listing_request(cfg, repo, run.evaluation("tasks").path, split=None)
-    try:
-        listing = backend.list_tasks(probe)
+    read_learnings(repo, cfg.learnings_file)  # said now; the run reads it when it chooses its tasks
+    if dry_run:
+        with tempfile.TemporaryDirectory(prefix="evolver-list-") as scratch:
+            listing = backend.list_tasks(listing_request(cfg, repo, Path(scratch), split=None))
         analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
+        console.print(_plan(cfg, repo, note, analysis, gate_tasks, holdout, pilot(analysis) if pilot else None), highlight=False)
+        return None
+    exclude_runs_dir(repo)
+    run = RunDir(repo, run_id)
+    run.create(
+        Manifest(run_id=run_id, created=time.time(), repo=str(repo), base_commit=base_commit,
+                 base_branch=None if git_repo.head.is_detached else git_repo.active_branch.name,
+                 config=dataclasses.asdict(cfg), versions=_versions(), models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
+                 analysis_tasks=[], gate_tasks=[], holdout_tasks=[], split_note="not chosen yet (the run lists its tasks first)",
+                 gate=dataclasses.asdict(gate)),
+        RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit, current_step="choosing the tasks"),
+    )
+    return run
+
+
+def start_run(run: RunDir, cfg: Config, backend: Backend, console: Console) -> Loop:
+    """A new run, its record written and locked, ready to drive; one whose tasks cannot be split is
+    bad input and leaves nothing."""
+    try:
+        manifest = _choose_tasks(run, cfg, backend, console)
     except UsageError:
         run.discard()
         raise
-    measured = pilot(analysis) if dry_run and pilot is not None else None
+    loop = _loop(run, manifest, run.state(), cfg, Lineage(run.repo, run.run_id), console)
+    loop.backend = backend
+    return loop
+
+
+def _choose_tasks(run: RunDir, cfg: Config, backend: Backend, console: Console) -> Manifest:
+    """What a run does after its record, before its baseline: list and split the tasks, keep the scan's
+    identifiers and the learnings, point `best` at the base. The split is recorded last, so `--resume` of a
+    run killed before it does all of this again."""
+    manifest = run.manifest()
+    listing = backend.list_tasks(listing_request(cfg, run.repo, run.evaluation("tasks").path, split=None))
+    analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
+    run.save_identifiers(listing.identifiers)
+    learnings = read_learnings(run.repo, cfg.learnings_file)
+    if learnings:
+        run.prior_learnings_file.write_text(learnings)
+    lineage = Lineage(run.repo, run.run_id)
+    lineage.set_branch(lineage.best_branch, manifest.base_commit)
+    if not run.logged("started"):
+        run.log("started", base_commit=manifest.base_commit, iterations=cfg.iterations)
+    manifest = manifest.model_copy(update={"analysis_tasks": analysis, "gate_tasks": gate_tasks, "holdout_tasks": holdout, "split_note": note})
+    run.save_manifest(manifest)
+    console.print(_plan(cfg, run.repo, note, analysis, gate_tasks, holdout, None))
+    return manifest
+
+
+def _plan(cfg: Config, repo: Path, note: str, analysis: list[str], gate_tasks: list[str], holdout: list[str],
+          measured: Optional[tuple[dict, float, int, dict]]) -> str:
+    """How the tasks were split and the forecast: from a pilot's measurements, or assuming a hosted API's pace."""
     per_sim, seconds = (measured[0], measured[1]) if measured else ({}, ASSUMED_SIM_SECONDS / max(1, cfg.concurrency))
     fc = forecast(cfg, len(analysis), len(gate_tasks), len(holdout), iterations=cfg.iterations, per_simulation=per_sim,
                   meta_price=price_of(cfg.role("meta").model), meta_prompt_tokens=meta_prompt_tokens(GUIDE.read_text(), repo, cfg.digest_chars),
                   noise=measured[3] if measured else None)
     where = f"measured on a pilot of {measured[2]} simulation(s)" if measured else f"{ASSUMED_SIM_SECONDS:.0f} s per simulation assumed"
-    plan = "\n".join([f"{note}.", *forecast_lines(fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})",
-                                                   priced=measured is not None)])
-    if dry_run:
-        run.discard()
-        console.print(plan, highlight=False)
-        return None
-    try:
-        exclude_runs_dir(repo)
-        branch = None if git_repo.head.is_detached else git_repo.active_branch.name
-        manifest = Manifest(
-            run_id=run_id, created=time.time(), repo=str(repo), base_commit=base_commit, base_branch=branch,
-            config=dataclasses.asdict(cfg), versions=_versions(),
-            models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
-            analysis_tasks=analysis, gate_tasks=gate_tasks, holdout_tasks=holdout, split_note=note,
-            gate=dataclasses.asdict(gate),
-        )
-        run.save_manifest(manifest)
-        run.save_identifiers(listing.identifiers)
-        if learnings:
-            run.prior_learnings_file.write_text(learnings)
-        state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
-        run.save_state(state)
-        lineage.set_branch(lineage.best_branch, base_commit)
-        run.log("started", base_commit=base_commit, iterations=cfg.iterations)
-    except BaseException:  # a half-made run (git refused a branch, a disk filled) must not be left to resume
-        run.discard()
-        raise
-    console.print(plan)  # once the run exists: a run that could not start says only why
-    loop = _loop(run, manifest, state, cfg, lineage, console)
-    loop.backend = backend
-    return loop
+    return "\n".join([f"{note}.", *forecast_lines(fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})",
+                                                  priced=measured is not None)])
 
 
 def read_learnings(repo: Path, name: str) -> str:
@@ -174,7 +193,9 @@ def read_learnings(repo: Path, name: str) -> str:
                          "give a text file in the repository, or leave learnings_file empty") from None
 
 
-def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
+def resume_run(run: RunDir, iterations: int | None, console: Console, open_backend: Callable[[Config], Backend]) -> Loop:
+    """A run to drive on, with the backend ``open_backend`` makes for its recorded settings; one killed
+    before it chose its tasks chooses them first."""
     manifest = run.manifest()
     state = run.state()
     cfg = Config(**manifest.config)  # migrated on reading (store.runstate.Manifest)
@@ -185,8 +206,13 @@ def resume_run(run: RunDir, iterations: int | None, console: Console) -> Loop:
     if state.status == "finished" and state.next_iteration > state.iterations_target:
         raise UsageError(f"run {run.run_id} is finished ({state.stop_reason}); pass a larger --iterations to extend it")
     state.status, state.stop_reason = "running", None
+    backend = open_backend(cfg)
+    if not manifest.tasks_chosen:
+        manifest = _choose_tasks(run, cfg, backend, console)
     run.log("resumed", next_iteration=state.next_iteration)
-    return _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
+    loop = _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
+    loop.backend = backend
+    return loop
 
 
 def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console) -> Loop:
