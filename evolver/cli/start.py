@@ -202,7 +202,7 @@ def resume_run(run: RunDir, iterations: int | None, console: Console, open_backe
     require_sandbox(cfg)  # the run's own setting: one started unconfined stays so, on the record
     tracking.require(cfg.track)  # the run's own setting too: a run tracked from its start stays tracked
     if iterations is not None:
-        cfg.iterations = state.iterations_target = iterations
+        cfg, state.iterations_target = dataclasses.replace(cfg, iterations=iterations), iterations
     if state.status == "finished" and state.next_iteration > state.iterations_target:
         raise UsageError(f"run {run.run_id} is finished ({state.stop_reason}); pass a larger --iterations to extend it")
     state.status, state.stop_reason = "running", None
@@ -218,7 +218,7 @@ def resume_run(run: RunDir, iterations: int | None, console: Console, open_backe
 def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console) -> Loop:
     if cfg.meta_model == LOCAL and not (cfg.meta_api_base or cfg.api_base):
         # The meta prompt and its answer must fit one slot of the embedded server.
-        cfg.meta_context_tokens = min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096)
+        cfg = dataclasses.replace(cfg, meta_context_tokens=min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096))
     if not GUIDE.exists():
         raise UsageError(f"{GUIDE} is missing; it is the guide the meta-LLM follows")
     identifiers = run.identifiers()
