@@ -533,12 +533,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         if args.resume:
             run = find_run(repo, args.resume)
-            given = sorted(k for k, v in _overrides(args).items() if v is not None and k != "iterations")
-            if given:  # the run's recorded settings win: say so rather than ignore the flag
-                raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in given)} (only --iterations may change)")
             stack.enter_context(run.lock())  # before anything is read or written: one driver per run
-            iterations = None if args.iterations is None else checked("iterations", args.iterations, "--iterations")
-            loop = resume_run(run, iterations, console, lambda cfg: stack.enter_context(make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits)))
+            given = {k: v for k, v in _overrides(args).items() if v is not None}
+            loop = resume_run(run, given, console, lambda cfg: stack.enter_context(make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits)))
         else:
             cfg = load_config(repo, _overrides(args))
             cfg, note = with_default_models(cfg)  # said once the run could start: bad input gets one line

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
-from evolver.config import LOCAL, Config, listing_request
+from evolver.config import LOCAL, SPECS, Config, checked, flag_of, listing_request
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.sandbox import require_sandbox
@@ -193,18 +193,28 @@ def read_learnings(repo: Path, name: str) -> str:
                          "give a text file in the repository, or leave learnings_file empty") from None
 
 
-def resume_run(run: RunDir, iterations: int | None, console: Console, open_backend: Callable[[Config], Backend]) -> Loop:
+def resume_run(run: RunDir, given: dict, console: Console, open_backend: Callable[[Config], Backend]) -> Loop:
     """A run to drive on, with the backend ``open_backend`` makes for its recorded settings; one killed
-    before it chose its tasks chooses them first."""
+    before it chose its tasks chooses them first. Of the settings ``given`` (as flags), the run takes a new
+    total of iterations and new stop conditions, which decide when it stops, never what it measures."""
+    fixed = sorted(k for k in given if k != "iterations" and SPECS[k].group != "stopping")
+    if fixed:  # the run's recorded settings win: say so rather than ignore the flag
+        may = ", ".join(flag_of(k) for k in SPECS if k == "iterations" or SPECS[k].group == "stopping")
+        raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in fixed)} (only {may} may change)")
+    given = {k: checked(k, v, flag_of(k)) for k, v in given.items()}
     manifest = run.manifest()
     state = run.state()
-    cfg = Config(**manifest.config)  # migrated on reading (store.runstate.Manifest)
+    cfg = dataclasses.replace(Config(**manifest.config), **given)  # migrated on reading (store.runstate.Manifest)
     require_sandbox(cfg)  # the run's own setting: one started unconfined stays so, on the record
     tracking.require(cfg.track)  # the run's own setting too: a run tracked from its start stays tracked
-    if iterations is not None:
-        cfg, state.iterations_target = dataclasses.replace(cfg, iterations=iterations), iterations
+    state.iterations_target = cfg.iterations if "iterations" in given else state.iterations_target
     if state.status == "finished" and state.next_iteration > state.iterations_target:
         raise UsageError(f"run {run.run_id} is finished ({state.stop_reason}); pass a larger --iterations to extend it")
+    stops = {k: v for k, v in given.items() if k != "iterations"}
+    if stops:  # recorded, so a later --resume, status and the report know the run's limits
+        manifest = manifest.model_copy(update={"config": {**manifest.config, **stops}})
+        run.save_manifest(manifest)
+        run.log("limits", **stops)
     state.status, state.stop_reason = "running", None
     backend = open_backend(cfg)
     if not manifest.tasks_chosen:

@@ -375,8 +375,7 @@ def resume_case(name, proposals, settings, at, note, tmp: Path, *, compare: bool
         run = RunDir(tmp / name / "target", "run-policy")
         at_kill = iteration_facts(run)
         again = watched(FakeBackend())
-        loop = resume_run(run, None, Console(quiet=True))
-        loop.backend = again
+        loop = resume_run(run, {}, Console(quiet=True), lambda cfg: again)
         loop.drive()
     end = iteration_facts(loop.run)
     assert whole is None or (end == iteration_facts(whole.run)) == ("does NOT" not in note), name
