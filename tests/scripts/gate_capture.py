@@ -243,7 +243,8 @@ LOOPS = [
     ("loop_k1_accept_then_reject", "exact,note1", {"iterations": 2}, None, None),
     ("loop_k2_screen", "exact+thorough", {"iterations": 1, "candidates": 2}, None, None),
     ("loop_k1_undecided", "worse,note1,note2", {"iterations": 6, "stall": 2}, "Note 1", None),
-    ("loop_k2_undecided_candidate", "note1+exact", {"iterations": 1, "candidates": 2}, "Note 1", None),
+    # The screen's winner meets an outage from its second gate stage on: undecided, with the screen's verdicts on record.
+    ("loop_k2_undecided_candidate", "note1+exact", {"iterations": 1, "candidates": 2}, None, ("iter-001b-gate", 2)),
     ("loop_k1_incumbent_outage", "exact", {"iterations": 1}, None, ("iter-001-incumbent", 2)),
 ]
 
