@@ -17,24 +17,15 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import SCRIPTED_MODELS, git, run_cli
-from tests.test_loop import final_state
+from tests.conftest import SCRIPTED_MODELS, run_cli
+from tests.test_loop import final_state, make_target
 
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:policy_script", "EVOLVER_TEST_PROPOSALS": "worse+exact"}
 ARGS = ["--iterations", "1", "--candidates", "2", "--gate-stages", "1", "--proposer", "oneshot", *SCRIPTED_MODELS]
 
 
 def tiny_target(path: Path) -> Path:
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.email", "test@example.invalid")
-    git(path, "config", "user.name", "test")
-    assert run_cli(["init", str(path)]).returncode == 0
-    config = (path / "evolver.toml").read_text().replace('domain = "mock"', 'domain = "evolver_tiny"\nplugins = ["tests.scripts.tiny_domain"]')
-    (path / "evolver.toml").write_text(config)
-    git(path, "add", "-A")
-    git(path, "commit", "-qm", "init")
-    return path
+    return make_target(path, "evolver_tiny", "tests.scripts.tiny_domain")
 
 
 def _start(repo: Path, *args: str) -> subprocess.Popen:

@@ -15,7 +15,7 @@ from evolver.evaluation.metrics import infra_by_role, mean_reward, rewards_by_ta
 from evolver.evolution.evidence import flipped
 from evolver.evolution.plan import max_simulations
 from evolver.store.lineage import Lineage
-from evolver.store.runstate import BestChange, RunDir, cut_off, list_runs, slug
+from evolver.store.runstate import BestChange, RunDir, list_runs, slug
 
 
 def history_rows(run: RunDir) -> list[dict]:
@@ -112,7 +112,7 @@ def runs(repo) -> list[dict]:
     rows = []
     for run in list_runs(Path(repo)):
         if run.cut_off():
-            rows.append({"run_id": run.run_id, "status": "cut off", "reason": cut_off(run.run_id)})
+            rows.append({"run_id": run.run_id, "status": "cut off", "reason": run.cut_off()})
             continue
         info = status(run)
         rows.append({k: info[k] for k in ("run_id", "status", "iterations_done", "iterations_target", "best", "cost", "cost_text", "domain")})

@@ -107,8 +107,7 @@ class Manifest(Versioned):
 
     @property
     def tasks_chosen(self) -> bool:
-        """Whether the run's tasks are split yet (a run has at least two gate tasks): one killed while it
-        listed them recorded its settings and no tasks, and `--resume` chooses them."""
+        """False for a run killed while it listed its tasks (a run has two gate tasks at least): `--resume` chooses them."""
         return bool(self.gate_tasks)
 
 
@@ -308,9 +307,9 @@ class RunDir:
     def exists(self) -> bool:
         return (self.path / "run.json").exists()
 
-    def cut_off(self) -> bool:
-        """A folder with no record (left by an evolver before the record came first): nothing can resume it."""
-        return self.path.is_dir() and not self.exists()
+    def cut_off(self) -> Optional[str]:
+        """Why nothing can resume a folder with no record (left by an evolver before the record came first); None for a run."""
+        return f"{self.run_id} was cut off before it recorded its settings; start a new run" if self.path.is_dir() and not self.exists() else None
 
     def create(self, manifest: Manifest, state: RunState) -> None:
         """The run's folder, appearing at once with its record (run.json and state.json): a kill at any moment
@@ -439,11 +438,6 @@ def measured(repo: Path, name: str) -> dict[str, list]:
     return {str(path.relative_to(folder)) or ".": EvalDir(path).records() for path in found}
 
 
-def cut_off(run_id: str) -> str:
-    """What is said of a run folder that has no record."""
-    return f"{run_id} was cut off before it recorded its settings; start a new run"
-
-
 def list_runs(repo: Path) -> list[RunDir]:
     """Every run folder of a repository (runs/run-*/), newest last; those cut off before their record too."""
     found = [RunDir(Path(repo), path.name) for path in runs_dir(repo).glob("run-*") if path.is_dir()]
@@ -464,7 +458,7 @@ def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
         raise UsageError(f"'{run_id}' is not a run id (a name under runs/, like run-20261125-201805-8fc2){hint}")
     run = RunDir(repo, run_id)
     if run.cut_off():
-        raise UsageError(cut_off(run_id))
+        raise UsageError(run.cut_off())
     if not run.exists():
         raise UsageError(f"unknown run id '{run_id}'{hint}")
     run.manifest()  # a damaged run.json says so in one line here, whatever the command goes on to read
