@@ -94,9 +94,11 @@ def test_a_stale_reference_is_measured_again_before_the_next_candidate(repo):
     more = run_cli(["run", str(repo), "--resume", run.name, "--iterations", "2"], env=LOOP_ENV)
     assert more.returncode == 0, more.stderr[-2000:]
     events = [json.loads(line)["event"] for line in (run / "log.jsonl").read_text().splitlines()]
-    assert "reference_stale" in events
-    # a new generation: fresh seeds and a fresh measurement of the incumbent before it is compared again
-    assert json.loads((run / "state.json").read_text())["generation"] == 1 and (run / "evals" / "analysis-g1").is_dir()
+    assert "reference_stale" in events[events.index("resumed"):]
+    # a new generation for each stale reference (a busy machine can make one stale within a run, too): fresh seeds
+    # and a fresh measurement of the incumbent before it is compared again
+    generation = json.loads((run / "state.json").read_text())["generation"]
+    assert events.count("reference_stale") == generation >= 1 and (run / "evals" / f"analysis-g{generation}").is_dir()
 
 
 def test_allow_dirty_runs_from_head_and_says_so(repo):

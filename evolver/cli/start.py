@@ -136,11 +136,11 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
 
 
 def start_run(run: RunDir, cfg: Config, backend: Backend, console: Console) -> Loop:
-    """A new run, its record written and locked, ready to drive; one whose tasks cannot be split is
-    bad input and leaves nothing."""
+    """A new run, its record written and locked, ready to drive. One that cannot start (tasks that cannot be
+    split, git refusing its branch, a full disk) leaves nothing; one interrupted is left for `--resume`."""
     try:
         manifest = _choose_tasks(run, cfg, backend, console)
-    except UsageError:
+    except Exception:
         run.discard()
         raise
     loop = _loop(run, manifest, run.state(), cfg, Lineage(run.repo, run.run_id), console)
