@@ -35,7 +35,7 @@ def main() -> None:
 
     import evolver.evolution.loop as loop_mod
     from evolver.cli.scaffold import init_repo
-    from evolver.cli.start import new_run
+    from evolver.cli.start import new_run, start_run
     from evolver.config import load_config
     from evolver.evaluation.backends.local import LocalBackend
 
@@ -68,7 +68,8 @@ def main() -> None:
 
     backend.evaluate, loop_mod.propose = timed_evaluate, timed_propose
     console = Console(stderr=True, quiet=True)
-    loop = new_run(repo, cfg, "run-overhead", backend, allow_dirty=False, dry_run=False, console=console)
+    run, _ = new_run(repo, cfg, "run-overhead", backend, allow_dirty=False, dry_run=False, console=console)
+    loop = start_run(run, cfg, backend, console)
     start = time.perf_counter()
     loop.measure_baseline()
     baseline_wall, baseline_sim = time.perf_counter() - start, sum(windows)

@@ -41,7 +41,7 @@ def one_iteration(k: int, concurrency: int, stages: list[str]) -> tuple[float, l
     from rich.console import Console
 
     from evolver.cli.scaffold import init_repo
-    from evolver.cli.start import new_run
+    from evolver.cli.start import new_run, start_run
     from evolver.config import load_config
     from evolver.evaluation.backends.local import LocalBackend
 
@@ -54,7 +54,9 @@ def one_iteration(k: int, concurrency: int, stages: list[str]) -> tuple[float, l
                              "iterations": 1, "candidates": k, "concurrency": concurrency, "gate_stages": stages, "holdout": "off"},
                       environ={})
     with LocalBackend() as backend:
-        loop = new_run(repo, cfg, f"run-k{k}", backend, allow_dirty=False, dry_run=False, console=Console(stderr=True, quiet=True))
+        console = Console(stderr=True, quiet=True)
+        run, _ = new_run(repo, cfg, f"run-k{k}", backend, allow_dirty=False, dry_run=False, console=console)
+        loop = start_run(run, cfg, backend, console)
         loop.measure_baseline()
         start = time.perf_counter()
         loop.iterate(1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -65,10 +65,12 @@ BOTH = ("eval", "run")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
+    """The settings of one command, final once built (load_config): a change is a new one (dataclasses.replace)."""
+
     # Models: one litellm model string per role, or "local" for the embedded model; empty: see
-    # apply_default_models. The user simulator changes scores, so every result file names it.
+    # with_default_models. The user simulator changes scores, so every result file names it.
     agent_model: str = setting("", "the agent being evolved: a litellm model string, or \"local\" for the embedded model", "models", flags=BOTH)
     user_model: str = setting("", "tau2's user simulator (it changes scores; every result names it)", "models", flags=BOTH)
     meta_model: str = setting("", "the model that proposes patches", "models", flags=BOTH)
@@ -234,22 +236,19 @@ LOCAL = "local"
 HOSTED_DEFAULTS = {"agent_model": "gpt-4.1-mini", "user_model": "gpt-4.1-mini", "meta_model": "gpt-4.1"}
 
 
-def apply_default_models(cfg: Config, environ: Optional[dict] = None, roles: tuple[str, ...] = ("agent", "user", "meta")) -> Optional[str]:
-    """Fill the unset models of ``roles`` (the ones the command uses): OpenAI's when OPENAI_API_KEY
-    is present, else the embedded local model. Returns the line to tell the user when the local
-    model was chosen for them."""
+def with_default_models(cfg: Config, environ: Optional[dict] = None, roles: tuple[str, ...] = ("agent", "user", "meta")) -> tuple[Config, Optional[str]]:
+    """``cfg`` with the unset models of ``roles`` (the ones the command uses) filled: OpenAI's when
+    OPENAI_API_KEY is present, else the embedded local model; and the line to tell the user when the
+    local model was chosen for them."""
     environ = os.environ if environ is None else environ
     unset = [f"{r}_model" for r in roles if not getattr(cfg, f"{r}_model")]
-    if not unset:
-        return None
     hosted = bool(environ.get("OPENAI_API_KEY"))
-    for key in unset:
-        setattr(cfg, key, HOSTED_DEFAULTS[key] if hosted else LOCAL)
-    if hosted:
-        return None
+    filled = replace(cfg, **{key: HOSTED_DEFAULTS[key] if hosted else LOCAL for key in unset})
+    if hosted or not unset:
+        return filled, None
     roles = ", ".join(k.removesuffix("_model") for k in unset)
-    return (f"no model configured and no OPENAI_API_KEY: using the embedded local model ({cfg.local_size} size) for {roles}; "
-            "it is for trying the loop, real gains need a capable model (--agent-model/--user-model/--meta-model)")
+    return filled, (f"no model configured and no OPENAI_API_KEY: using the embedded local model ({cfg.local_size} size) for {roles}; "
+                    "it is for trying the loop, real gains need a capable model (--agent-model/--user-model/--meta-model)")
 
 
 def spec(name: str) -> Spec:
@@ -493,7 +492,7 @@ def _out_of_range(name: str, value: Any) -> Optional[str]:
 def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[dict] = None) -> Config:
     """Merge file < environment < CLI overrides (None values in overrides are ignored); one check for all three."""
     environ = os.environ if environ is None else environ
-    cfg = Config()
+    values = asdict(Config())  # the defaults, then each source on top
     known = {f.name: f for f in fields(Config)}
     path = Path(repo) / CONFIG_FILE
     if path.exists() or path.is_symlink():
@@ -508,23 +507,23 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
                 raise UsageError(f"{path}: '{key}' may only be given as the --{key.replace('_', '-')} flag")
             if key not in known:
                 raise UsageError(f"{path}: unknown key '{key}'; known keys: {', '.join(sorted(known))}")
-            _set(cfg, key, _coerce(key, str(path), value, getattr(cfg, key)))
+            _set(values, key, _coerce(key, str(path), value, values[key]))
     for key in known:
         env_value = environ.get(ENV_PREFIX + key.upper())
         if env_value not in (None, "") and SPECS[key].flag_only:
             raise UsageError(f"{ENV_PREFIX + key.upper()} is not read: '{key}' may only be given as the --{key.replace('_', '-')} flag; unset it")
         if env_value not in (None, ""):
-            _set(cfg, key, _coerce(key, f"environment variable {ENV_PREFIX + key.upper()}", env_value, getattr(cfg, key)))
+            _set(values, key, _coerce(key, f"environment variable {ENV_PREFIX + key.upper()}", env_value, values[key]))
     for key, value in (overrides or {}).items():
         if value is not None:
-            _set(cfg, key, _coerce(key, flag_of(key), value, getattr(cfg, key)))
-    return cfg
+            _set(values, key, _coerce(key, flag_of(key), value, values[key]))
+    return Config(**values)
 
 
-def _set(cfg: Config, key: str, value: Any) -> None:
+def _set(values: dict, key: str, value: Any) -> None:
     """A later source wins; for a table of model arguments, key by key (a flag adds to the file's table)."""
-    current = getattr(cfg, key)
-    setattr(cfg, key, {**current, **value} if isinstance(current, dict) else value)
+    current = values[key]
+    values[key] = {**current, **value} if isinstance(current, dict) else value
 
 
 def checked(name: str, raw: Any, where: str) -> Any:

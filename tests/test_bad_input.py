@@ -189,6 +189,8 @@ CASES = [
     ("run-resume-a-path", ["run", "{repo}", "--resume", "../elsewhere"], "'../elsewhere' is not a run id", None),
     ("run-resume-a-path-to-a-run", ["run", "{repo}", "--resume", "../runs/{run}"], "is not a run id", None),
     ("run-resume-with-flags", ["run", "{repo}", "--resume", "{run}", "--concurrency", "2"], "--resume keeps the settings", None),
+    ("run-resume-budget-negative", ["run", "{repo}", "--resume", "{run}", "--budget-usd", "-1"], "--budget-usd -1 must be at least 0", None),
+    ("run-resume-finished-new-budget", ["run", "{repo}", "--resume", "{run}", "--budget-usd", "5"], "is finished", None),
     ("run-resume-iterations-0", ["run", "{repo}", "--resume", "{run}", "--iterations", "0"], "between 1 and 10000", None),
     ("run-resume-finished", ["run", "{repo}", "--resume", "{run}"], "is finished", None),
     ("run-immutable-refs", ["run", "{repo}"], "git failed", "immutable-refs"),

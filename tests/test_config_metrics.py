@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -170,10 +171,10 @@ def test_model_arguments_per_role_from_file_environment_and_flags_merge_key_by_k
     assert cfg.role("meta").llm_args == {"temperature": 0.0, "reasoning_effort": "high"}
     # No judge model: the judge is the user's model and takes the user's arguments first, then its own.
     assert cfg.role("judge").llm_args == {"temperature": 0.0, "reasoning_effort": "low", "extra_body": {"reasoning": {"enabled": False}}}
-    cfg.judge_model = "openai/judge"
+    cfg = dataclasses.replace(cfg, judge_model="openai/judge")
     assert cfg.role("judge").llm_args == {"temperature": 0.0, "extra_body": {"reasoning": {"enabled": False}}}
     # A local role carries them too, beside the user's adapter switch.
-    cfg.user_model = "local"
+    cfg = dataclasses.replace(cfg, user_model="local")
     assert cfg.role("user", "http://127.0.0.1:1/v1").llm_args["extra_body"] == {"enable_thinking": False}
     # Nothing set: exactly what every role sent before these settings existed.
     assert [load_config(tmp_path / "none", {}, environ={}).role(r).llm_args for r in ("agent", "user", "meta", "judge")] == [{"temperature": 0.0}] * 4
@@ -257,3 +258,13 @@ def test_a_run_recorded_before_model_arguments_resumes_without_them():
     assert [cfg.role(r).llm_args for r in ("agent", "user", "meta", "judge")] == [{"temperature": 0.0}] * 4
     assert cfg.learnings_file == "" and cfg.rate_limits == {} and json.loads(manifest.model_dump_json())["schema"] == 5
     assert cfg.gate_policy == "per-decision" and manifest.policy == {}
+
+
+def test_a_built_configuration_is_final(tmp_path):
+    """A value cannot change under a reader: a change is a new configuration."""
+    (tmp_path / "evolver.toml").write_text("iterations = 3\n[agent_args]\nmax_tokens = 64\n")
+    cfg = load_config(tmp_path, {"concurrency": 2})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.iterations = 4
+    more = dataclasses.replace(cfg, iterations=4)
+    assert (cfg.iterations, more.iterations, more.concurrency, more.agent_args) == (3, 4, 2, {"max_tokens": 64})

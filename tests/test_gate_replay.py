@@ -76,10 +76,14 @@ def test_the_staged_driver_asks_for_the_recorded_stages_and_gives_the_recorded_v
 
 @pytest.mark.parametrize("name", of_kind("loop"))
 def test_the_loops_stages_give_the_recorded_verdicts(name):
+    replayed = 0
     for iteration in CASES[name]["iterations"]:
+        assert len(iteration.get("gate_inputs", [])) == len(iteration["gate_stages"]), f"{name}, iteration {iteration['iteration']}"
         for i, stage in enumerate(iteration.get("gate_inputs", [])):
             got = judged(stage["incumbent"], stage["candidates"], iteration["gate_config"], stage["stage"], iteration["reference"])
             assert got == iteration["gate_stages"][i], f"{name}, iteration {iteration['iteration']}, stage {i}"
+            replayed += 1
+    assert replayed, f"{name} records no gate stage to replay"
 
 
 @pytest.mark.parametrize("name", of_kind("loop"))

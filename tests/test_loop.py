@@ -27,13 +27,13 @@ RUN_ARGS = ["--iterations", "4", "--concurrency", "8", "--holdout", "--proposer"
 EXPECTED = [("Break the state class", "invalid"), ("Edit the optimizer", "refused"), ("Transfer everyone", "rejected"), ("Keep the user's exact title", "accepted")]
 
 
-def make_target(path: Path) -> Path:
+def make_target(path: Path, domain: str = "evolver_gen", plugin: str = "tests.scripts.gen_domain") -> Path:
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main")
     git(path, "config", "user.email", "test@example.invalid")
     git(path, "config", "user.name", "test")
     assert run_cli(["init", str(path)]).returncode == 0
-    config = (path / "evolver.toml").read_text().replace('domain = "mock"', 'domain = "evolver_gen"\nplugins = ["tests.scripts.gen_domain"]')
+    config = (path / "evolver.toml").read_text().replace('domain = "mock"', f'domain = "{domain}"\nplugins = ["{plugin}"]')
     (path / "evolver.toml").write_text(config)
     git(path, "add", "-A")
     git(path, "commit", "-qm", "init")

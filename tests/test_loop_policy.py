@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolver.cli.start import new_run
+from evolver.cli.start import new_run, start_run
 from evolver.config import load_config
 from evolver.data import EvalResult, RoleUsage, SimRecord
 from evolver.evaluation.backends import TaskListing
@@ -91,7 +91,8 @@ def run_loop(tmp_path, monkeypatch, proposals: str, backend: FakeBackend | None 
                              "meta_model": "scripted/meta", "domain": "fake", "holdout": "off", "gate_stages": ["1", "2"], **settings},
                       environ={})
     backend = backend or FakeBackend()
-    loop = new_run(repo, cfg, "run-policy", backend, allow_dirty=False, dry_run=False, console=Console(quiet=True))
+    run, _ = new_run(repo, cfg, "run-policy", backend, allow_dirty=False, dry_run=False, console=Console(quiet=True))
+    loop = start_run(run, cfg, backend, Console(quiet=True))
     loop.drive()
     return loop
 

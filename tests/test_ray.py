@@ -60,20 +60,37 @@ def mock_repo(path: Path) -> Path:
 
 
 def processes_with(marker: str) -> dict[int, str]:
-    """Processes whose command line holds ``marker``, by pid. Given a Ray instance's own folder, that is
-    its daemons (their --temp-dir or --session-dir) and the worker daemon of an instance evolver started
-    (its socket), with that daemon's forks. Nothing else: other runs of these tests may share the machine."""
+    """Processes whose command line or open files name ``marker``, by pid (with their command lines). Given
+    a Ray instance's own folder (a command's TMPDIR, a cluster's root), that is its daemons (their --temp-dir
+    or --session-dir), its workers, which rename themselves (ray::IDLE, ray::run_group: their command line and
+    environment are overwritten) but keep their logs open in the instance's session folder, and the worker
+    daemon of an instance evolver started (its socket), with that daemon's forks. Nothing else: other runs
+    of these tests may share the machine."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            files = [os.readlink(fd) for fd in (entry / "fd").iterdir()] if marker not in cmd else []
         except OSError:
             continue
-        if marker in cmd:
-            found[int(entry.name)] = cmd
+        if marker in cmd or any(marker in f for f in files):
+            found[int(entry.name)] = cmd.strip()
     return found
+
+
+def test_the_leftover_check_sees_a_worker_that_renamed_itself(tmp_path):
+    """A process renamed as Ray renames its workers (setproctitle), its log open in the instance's folder: found."""
+    script = "import sys, time, ray._raylet as r; log = open(sys.argv[1], 'a'); r.setproctitle('ray::IDLE'); print(flush=True); time.sleep(120)"
+    worker = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "worker.out")], stdout=subprocess.PIPE, text=True)
+    try:
+        worker.stdout.readline()  # renamed
+        assert processes_with(str(tmp_path)) == {worker.pid: "ray::IDLE"}
+    finally:
+        worker.kill()
+        worker.wait()
+    assert left_behind(str(tmp_path), wait=5) == []
 
 
 def left_behind(marker: str, wait: float = 20.0) -> list[str]:

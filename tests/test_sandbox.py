@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from evolver.evaluation import sandbox
 from tests.conftest import ROOT
 from tests.scripts import hostile
 
@@ -210,3 +211,18 @@ def test_the_channel_refuses_what_is_not_a_message():
         chan.receive(5)
     ours.close()
     theirs.close()
+
+
+def test_grants_cut_out_the_hidden_folder_entry_by_entry(tmp_path):
+    """Landlock's grants computed for a hidden folder: a pure function, checked wherever the sandbox cannot run."""
+    (tmp_path / "site/tau2/data/tasks").mkdir(parents=True)
+    (tmp_path / "site/tau2/agent").mkdir()
+    (tmp_path / "site/tau2/__init__.py").write_text("")
+    (tmp_path / "site/other").mkdir()
+    (tmp_path / "lib").mkdir()
+    hidden = ((tmp_path / "site/tau2/data").resolve(),)
+    grants = sandbox._excluding(tmp_path.resolve(), hidden)
+    expected = {tmp_path / "lib", tmp_path / "site/other", tmp_path / "site/tau2/agent", tmp_path / "site/tau2/__init__.py"}
+    assert set(grants) == {p.resolve() for p in expected}
+    assert sandbox._excluding((tmp_path / "lib").resolve(), hidden) == [(tmp_path / "lib").resolve()]
+    assert sandbox._excluding(hidden[0], hidden) == []

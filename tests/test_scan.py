@@ -328,9 +328,9 @@ def test_retail_identifiers_are_quick_and_hold_order_ids():
     env = get_environment()
     tasks = [t.model_dump(mode="json") for t in get_tasks()]
     db = env.tools.db.model_dump(mode="json")
-    start = time.perf_counter()
+    start = time.thread_time()  # this thread's CPU time: what the scan costs, not how busy the machine is
     ids = task_data_identifiers(tasks, db, [t.name for t in env.get_tools()])
-    assert time.perf_counter() - start < 2
+    assert time.thread_time() - start < 2
     assert {"#W2378156", "W2378156", "19122", "credit_card_9513926"} <= ids
     assert not {"0", "7", "get_order_details"} & ids  # short numeric task ids would block every constant
     text, first = inject("ORDER = '#W2378156'\nZIP = 19122", inside=False)

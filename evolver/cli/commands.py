@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -15,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, GROUPS, SPECS, Config, apply_default_models, checked, eval_request, flag_of, listing_request, load_config
+from evolver.config import DOMAINS, GROUPS, SPECS, Config, checked, eval_request, flag_of, listing_request, load_config, with_default_models
 from evolver.errors import UsageError
 
 EPILOG = """\
@@ -267,7 +268,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         _check_repo(repo)
     cfg = load_config(repo, _overrides(args))
     console = Console(stderr=True, soft_wrap=True)
-    note = apply_default_models(cfg, roles=EVAL_ROLES)  # no meta-LLM in an evaluation; said once the input is known good
+    cfg, note = with_default_models(cfg, roles=EVAL_ROLES)  # no meta-LLM in an evaluation; said once the input is known good
     if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
     require_sandbox(cfg)
@@ -294,7 +295,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 backend.list_tasks(listing_request(cfg, checkout, evaluation.listing().path, task_ids=task_ids, num_tasks=args.num_tasks))
             if note:
                 console.print(note)
-            with preflighted(cfg, console, SIMULATED) as local_api_base, progress_bar(console, "simulations") as update:
+            with preflighted(cfg, console, SIMULATED) as (cfg, local_api_base), progress_bar(console, "simulations") as update:
                 req = eval_request(cfg, checkout, evaluation.path, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks)
                 result = backend.evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
@@ -337,7 +338,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     repo = Path(args.repo).resolve()
     cfg = load_config(repo, _overrides(args))
     console = Console(stderr=True, soft_wrap=True)
-    note = apply_default_models(cfg, roles=EVAL_ROLES)
+    cfg, note = with_default_models(cfg, roles=EVAL_ROLES)
     if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
     require_sandbox(cfg)
@@ -357,7 +358,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             if note:
                 console.print(note)
             config = CompareConfig(sided="better" if args.better else "two")
-            with preflighted(cfg, console, SIMULATED) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
+            with preflighted(cfg, console, SIMULATED) as (cfg, local_api_base), progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
                 record = compare_arms(cfg, backend, local_api_base, *arms, out, compare_id, tasks=task_ids, num_tasks=args.num_tasks,
                                       config=config, on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
                                       on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
@@ -392,8 +393,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     manifest = run.manifest()
     cfg = Config(**manifest.config)  # the run's own settings, with what is given here on top
     given = {k: v for k, v in _overrides(args).items() if v is not None}
-    for key, value in given.items():
-        setattr(cfg, key, checked(key, value, "--" + key.replace("_", "-")))
+    cfg = dataclasses.replace(cfg, **{key: checked(key, value, "--" + key.replace("_", "-")) for key, value in given.items()})
     if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
     require_sandbox(cfg)
@@ -406,7 +406,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     try:
         with make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits) as backend:
             backend.list_tasks(listing_request(cfg, repo, run.transfer(transfer_id).listing().path, task_ids=tasks))
-            with preflighted(cfg, console, SIMULATED) as local_api_base, progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
+            with preflighted(cfg, console, SIMULATED) as (cfg, local_api_base), progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
                 record = transfer(run, cfg, backend, local_api_base, each=args.each, tasks=tasks, transfer_id=transfer_id, lineage=lineage,
                                   on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
                                   on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
@@ -489,8 +489,8 @@ def _pilot(cfg: Config, backend, console: Console, repo: Path, n: int):
         from evolver.evaluation.metrics import rewards_by_task
         from evolver.local.backend import serve_local
 
-        with tempfile.TemporaryDirectory(prefix="evolver-pilot-") as tmp, serve_local(cfg, console, EVAL_ROLES) as local_api_base:
-            req = eval_request(cfg, repo, Path(tmp), local_api_base=local_api_base, task_ids=tasks[:n], trials=1, split=None)
+        with tempfile.TemporaryDirectory(prefix="evolver-pilot-") as tmp, serve_local(cfg, console, EVAL_ROLES) as (served, local_api_base):
+            req = eval_request(served, repo, Path(tmp), local_api_base=local_api_base, task_ids=tasks[:n], trials=1, split=None)
             result = backend.evaluate(req, "pilot", timeout=cfg.worker_timeout)
         sims = max(1, result.summary.num_simulations - result.summary.infra_errors)
         per = {role: RoleUsage(prompt_tokens=round(u.prompt_tokens / sims), completion_tokens=round(u.completion_tokens / sims), cost=u.cost / sims)
@@ -502,8 +502,6 @@ def _pilot(cfg: Config, backend, console: Console, repo: Path, n: int):
 
 def _transfer_at_end(run, cfg: Config, backend, console: Console) -> None:
     """`--transfer-models`: the finished run's base against its best under each model, on its gate tasks."""
-    import dataclasses
-
     from evolver.cli.compare import transfer
     from evolver.local.backend import serve_local
     from evolver.store.lineage import Lineage
@@ -514,7 +512,7 @@ def _transfer_at_end(run, cfg: Config, backend, console: Console) -> None:
     for model in cfg.transfer_models:
         other = dataclasses.replace(cfg, agent_model=model)
         console.print(f"transfer: base against best with the agent model {model}")
-        with serve_local(other, console, EVAL_ROLES) as local_api_base:
+        with serve_local(other, console, EVAL_ROLES) as (other, local_api_base):
             transfer(run, other, backend, local_api_base, each=False, tasks=list(run.manifest().gate_tasks), transfer_id=new_run_id("transfer"),
                      lineage=Lineage(run.repo, run.run_id), on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}",
                                                                                                highlight=False))
@@ -524,7 +522,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer_rows
     from evolver.cli.console import history_table, transfer_table
     from evolver.cli.history import history_rows, policy_lines
-    from evolver.cli.start import new_run, resume_run
+    from evolver.cli.start import new_run, resume_run, start_run
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.local.backend import cap_concurrency
@@ -536,32 +534,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         serving = stack.enter_context(contextlib.ExitStack())  # the embedded model's server, from the preflight to the run's end
         if args.resume:
             run = find_run(repo, args.resume)
-            given = sorted(k for k, v in _overrides(args).items() if v is not None and k != "iterations")
-            if given:  # the run's recorded settings win: say so rather than ignore the flag
-                raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in given)} (only --iterations may change)")
             stack.enter_context(run.lock())  # before anything is read or written: one driver per run
-            iterations = None if args.iterations is None else checked("iterations", args.iterations, "--iterations")
-            loop = resume_run(run, iterations, console, serving)
-            loop.backend = stack.enter_context(make_backend(loop.cfg.backend, loop.cfg.ray_address, loop.cfg.rate_limits))
+            given = {k: v for k, v in _overrides(args).items() if v is not None}
+            loop = resume_run(run, given, console, lambda cfg: stack.enter_context(make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits)), serving)
         else:
             cfg = load_config(repo, _overrides(args))
-            note = apply_default_models(cfg)  # said once the run could start: bad input gets one line
+            cfg, note = with_default_models(cfg)  # said once the run could start: bad input gets one line
             if cfg.domain not in DOMAINS and not cfg.plugins:
                 raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
             require_sandbox(cfg)
-            cap_concurrency(cfg, console)  # before the estimate, which divides by it
+            cfg = cap_concurrency(cfg, console)  # before the estimate, which divides by it
             backend = stack.enter_context(make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits))
             if args.pilot and not args.dry_run:
                 raise UsageError("--pilot measures for a --dry-run's forecast; add --dry-run (a run measures its baseline anyway)")
             pilot = _pilot(cfg, backend, console, repo, args.pilot) if args.pilot else None
-            loop = new_run(repo, cfg, new_run_id("run"), backend, allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console,
+            made = new_run(repo, cfg, new_run_id("run"), backend, allow_dirty=args.allow_dirty, dry_run=args.dry_run, console=console,
                            pilot=pilot, serving=serving)
             if note:
                 console.print(note)
-            if loop is None:
+            if made is None:
                 return 0
-            run = loop.run
-            stack.enter_context(run.lock())
+            run, local_api_base = made
+            stack.enter_context(run.lock())  # the record is all its folder holds yet
+            loop = start_run(run, cfg, backend, console, local_api_base)
         console.print(f"run {run.run_id}: {run.path}")
         with serving:
             loop.drive(loop.local_api_base)

@@ -409,6 +409,9 @@ def runs_table(rows: list[dict]) -> Table:
     for col in ("run", "status", "domain", "iterations", "best (gate)", "cost"):
         table.add_column(col)
     for r in rows:
+        if "reason" in r:  # a folder that holds no run
+            table.add_row(r["run_id"], r["reason"], "", "", "", "")
+            continue
         best = r["best"]
         table.add_row(r["run_id"], r["status"], r["domain"], f"{r['iterations_done']}/{r['iterations_target']}",
                       f"{'base' if best['iteration'] == 0 else best['iteration']} ({_fmt(best['gate'])})", r["cost_text"])

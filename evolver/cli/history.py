@@ -131,6 +131,9 @@ def runs(repo) -> list[dict]:
     """Every run of a repository, newest last, as `evolver runs` lists them."""
     rows = []
     for run in list_runs(Path(repo)):
+        if run.cut_off():
+            rows.append({"run_id": run.run_id, "status": "cut off", "reason": run.cut_off()})
+            continue
         info = status(run)
         rows.append({k: info[k] for k in ("run_id", "status", "iterations_done", "iterations_target", "best", "cost", "cost_text", "domain")})
     return rows

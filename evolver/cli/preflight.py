@@ -113,16 +113,17 @@ def say(console: Console, lines: list[str]) -> None:
 
 
 @contextmanager
-def preflighted(cfg: Config, console: Console, roles: tuple[str, ...], said: Optional[list[str]] = None) -> Iterator[Optional[str]]:
+def preflighted(cfg: Config, console: Console, roles: tuple[str, ...],
+                said: Optional[list[str]] = None) -> Iterator[tuple[Config, Optional[str]]]:
     """The embedded model's server when one of ``roles`` needs it (evolver.local.backend.serve_local), then the
-    preflight of ``roles``; yields the server's address. Its lines are said here, or added to ``said`` for a
+    preflight of ``roles``; yields the settings as served and the server's address. Its lines are said here, or added to ``said`` for a
     caller that still has input to refuse (a run not yet created)."""
     from evolver.local.backend import serve_local
 
-    with serve_local(cfg, console, roles) as local_api_base:
-        lines = preflight(cfg, local_api_base, roles)
+    with serve_local(cfg, console, roles) as (served, local_api_base):
+        lines = preflight(served, local_api_base, roles)
         if said is None:
             say(console, lines)
         else:
             said.extend(lines)
-        yield local_api_base
+        yield served, local_api_base

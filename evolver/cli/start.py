@@ -7,6 +7,7 @@ import dataclasses
 from importlib import resources
 import platform
 import random
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -17,7 +18,7 @@ from rich.console import Console
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
 from evolver.cli.preflight import RUN_ROLES, preflighted, say
-from evolver.config import LOCAL, Config, listing_request
+from evolver.config import LOCAL, SPECS, Config, checked, flag_of, listing_request
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.program_folders import command_problem
@@ -89,12 +90,13 @@ def _versions() -> dict[str, str]:
 
 def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console,
             pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None,
-            serving: Optional[contextlib.ExitStack] = None) -> Loop | None:
-    """A new run, ready to drive; None after a dry run, which prints the splits and the forecast (``pilot``,
-    given the analysis tasks, measures a few simulations: usage per simulation by role, seconds, how many,
-    their rewards by task). Once the input is known good and before the run is created, the embedded
-    model's server is started in ``serving`` (when given) if a role needs it, and every role is checked (the
-    preflight): when that fails, nothing is left behind."""
+            serving: Optional[contextlib.ExitStack] = None) -> tuple[RunDir, Optional[str]] | None:
+    """A new run's checks, then its record: the run's folder appears holding its settings and nothing else
+    (start_run does the rest); returned with the embedded model's address. None after a dry run, which prints
+    the splits and the forecast (``pilot``, given the analysis tasks, measures a few simulations: usage per
+    simulation by role, seconds, how many, their rewards by task) and writes nothing under runs/. Once the
+    input is known good and before the record, the embedded model's server is started in ``serving`` (when
+    given) if a role needs it, and every role is checked (the preflight): when that fails, nothing is left."""
     prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
@@ -104,8 +106,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         base_commit = git_repo.head.commit.hexsha
     except ValueError:
         raise UsageError(f"{repo} has no commit yet; commit agent/ first (`git add agent && git commit`)") from None
-    lineage = Lineage(repo, run_id)
-    if lineage.is_dirty("agent"):
+    if Lineage(repo, run_id).is_dirty("agent"):
         if not allow_dirty:
             raise UsageError("agent/ has uncommitted changes; commit them, or pass --allow-dirty to run from HEAD without them")
         console.print("[yellow]note:[/yellow] agent/ has uncommitted changes; this run starts from HEAD and does not include them")
@@ -123,59 +124,73 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
             check_api_base(base)
     if missing := missing_key_line("meta", cfg.role("meta")):  # agent and user keys are checked by the worker (and the preflight)
         raise UsageError(missing)
-    learnings = read_learnings(repo, cfg.learnings_file)
-    run = RunDir(repo, run_id)
-    probe = listing_request(cfg, repo, run.evaluation("tasks").path, split=None)
-    try:
-        listing = backend.list_tasks(probe)
+    read_learnings(repo, cfg.learnings_file)  # said now; the run reads it when it chooses its tasks
+    if dry_run:
+        with tempfile.TemporaryDirectory(prefix="evolver-list-") as scratch:
+            listing = backend.list_tasks(listing_request(cfg, repo, Path(scratch), split=None))
         analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
-    except UsageError:
+        console.print(_plan(cfg, repo, note, analysis, gate_tasks, holdout, pilot(analysis) if pilot else None), highlight=False)
+        return None
+    said: list[str] = []  # (a caller without ``serving`` serves and checks the models itself)
+    local_api_base = serving.enter_context(preflighted(cfg, console, RUN_ROLES, said))[1] if serving is not None else None
+    exclude_runs_dir(repo)
+    run = RunDir(repo, run_id)
+    run.create(
+        Manifest(run_id=run_id, created=time.time(), repo=str(repo), base_commit=base_commit,
+                 base_branch=None if git_repo.head.is_detached else git_repo.active_branch.name,
+                 config=dataclasses.asdict(cfg), versions=_versions(), models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
+                 analysis_tasks=[], gate_tasks=[], holdout_tasks=[], split_note="not chosen yet (the run lists its tasks first)",
+                 gate=dataclasses.asdict(policy.gate), policy=policy.to_json()),
+        RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit, current_step="choosing the tasks"),
+    )
+    say(console, said)  # once the run exists: a run that could not start says only why
+    return run, local_api_base
+
+
+def start_run(run: RunDir, cfg: Config, backend: Backend, console: Console, local_api_base: Optional[str] = None) -> Loop:
+    """A new run, its record written and locked, ready to drive. One that cannot start (tasks that cannot be
+    split, git refusing its branch, a full disk) leaves nothing; one interrupted is left for `--resume`."""
+    try:
+        manifest = _choose_tasks(run, cfg, backend, console)
+    except Exception:
         run.discard()
         raise
-    measured = pilot(analysis) if dry_run and pilot is not None else None
+    loop = _loop(run, manifest, run.state(), cfg, Lineage(run.repo, run.run_id), console)
+    loop.backend, loop.local_api_base = backend, local_api_base
+    return loop
+
+
+def _choose_tasks(run: RunDir, cfg: Config, backend: Backend, console: Console) -> Manifest:
+    """What a run does after its record, before its baseline: list and split the tasks, keep the scan's
+    identifiers and the learnings, point `best` at the base. The split is recorded last, so `--resume` of a
+    run killed before it does all of this again."""
+    manifest = run.manifest()
+    listing = backend.list_tasks(listing_request(cfg, run.repo, run.evaluation("tasks").path, split=None))
+    analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
+    run.save_identifiers(listing.identifiers)
+    learnings = read_learnings(run.repo, cfg.learnings_file)
+    if learnings:
+        run.prior_learnings_file.write_text(learnings)
+    lineage = Lineage(run.repo, run.run_id)
+    lineage.set_branch(lineage.best_branch, manifest.base_commit)
+    if not run.logged("started"):
+        run.log("started", base_commit=manifest.base_commit, iterations=cfg.iterations)
+    manifest = manifest.model_copy(update={"analysis_tasks": analysis, "gate_tasks": gate_tasks, "holdout_tasks": holdout, "split_note": note})
+    run.save_manifest(manifest)
+    console.print(_plan(cfg, run.repo, note, analysis, gate_tasks, holdout, None))
+    return manifest
+
+
+def _plan(cfg: Config, repo: Path, note: str, analysis: list[str], gate_tasks: list[str], holdout: list[str],
+          measured: Optional[tuple[dict, float, int, dict]]) -> str:
+    """How the tasks were split and the forecast: from a pilot's measurements, or assuming a hosted API's pace."""
     per_sim, seconds = (measured[0], measured[1]) if measured else ({}, ASSUMED_SIM_SECONDS / max(1, cfg.concurrency))
     fc = forecast(cfg, len(analysis), len(gate_tasks), len(holdout), iterations=cfg.iterations, per_simulation=per_sim,
                   meta_price=price_of(cfg.role("meta").model), meta_prompt_tokens=meta_prompt_tokens(GUIDE.read_text(), repo, cfg.digest_chars),
                   noise=measured[3] if measured else None)
     where = f"measured on a pilot of {measured[2]} simulation(s)" if measured else f"{ASSUMED_SIM_SECONDS:.0f} s per simulation assumed"
-    plan = "\n".join([f"{note}.", *forecast_lines(fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})",
-                                                   priced=measured is not None)])
-    if dry_run:
-        run.discard()
-        console.print(plan, highlight=False)
-        return None
-    said: list[str] = []
-    try:  # (a caller without ``serving`` serves and checks the models itself)
-        local_api_base = serving.enter_context(preflighted(cfg, console, RUN_ROLES, said)) if serving is not None else None
-    except BaseException:
-        run.discard()
-        raise
-    try:
-        exclude_runs_dir(repo)
-        branch = None if git_repo.head.is_detached else git_repo.active_branch.name
-        manifest = Manifest(
-            run_id=run_id, created=time.time(), repo=str(repo), base_commit=base_commit, base_branch=branch,
-            config=dataclasses.asdict(cfg), versions=_versions(),
-            models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
-            analysis_tasks=analysis, gate_tasks=gate_tasks, holdout_tasks=holdout, split_note=note,
-            gate=dataclasses.asdict(policy.gate), policy=policy.to_json(),
-        )
-        run.save_manifest(manifest)
-        run.save_identifiers(listing.identifiers)
-        if learnings:
-            run.prior_learnings_file.write_text(learnings)
-        state = RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit)
-        run.save_state(state)
-        lineage.set_branch(lineage.best_branch, base_commit)
-        run.log("started", base_commit=base_commit, iterations=cfg.iterations)
-    except BaseException:  # a half-made run (git refused a branch, a disk filled) must not be left to resume
-        run.discard()
-        raise
-    say(console, said)  # once the run exists: a run that could not start says only why
-    console.print(plan)
-    loop = _loop(run, manifest, state, cfg, lineage, console)
-    loop.backend, loop.local_api_base = backend, local_api_base
-    return loop
+    return "\n".join([f"{note}.", *forecast_lines(fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})",
+                                                  priced=measured is not None)])
 
 
 def read_learnings(repo: Path, name: str) -> str:
@@ -190,29 +205,46 @@ def read_learnings(repo: Path, name: str) -> str:
                          "give a text file in the repository, or leave learnings_file empty") from None
 
 
-def resume_run(run: RunDir, iterations: int | None, console: Console, serving: Optional[contextlib.ExitStack] = None) -> Loop:
-    """A run to drive on: its recorded settings; with ``serving``, the embedded model's server started in it when
-    a role needs it and every role checked (the preflight) before anything is spent."""
+def resume_run(run: RunDir, given: dict, console: Console, open_backend: Callable[[Config], Backend],
+               serving: Optional[contextlib.ExitStack] = None) -> Loop:
+    """A run to drive on, with the backend ``open_backend`` makes for its recorded settings; one killed
+    before it chose its tasks chooses them first. Of the settings ``given`` (as flags), the run takes a new
+    total of iterations and new stop conditions, which decide when it stops, never what it measures. With
+    ``serving``, the embedded model's server is started in it when a role needs it and every role is
+    checked (the preflight) before anything is spent."""
+    fixed = sorted(k for k in given if k != "iterations" and SPECS[k].group != "stopping")
+    if fixed:  # the run's recorded settings win: say so rather than ignore the flag
+        may = ", ".join(flag_of(k) for k in SPECS if k == "iterations" or SPECS[k].group == "stopping")
+        raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in fixed)} (only {may} may change)")
+    given = {k: checked(k, v, flag_of(k)) for k, v in given.items()}
     manifest = run.manifest()
     state = run.state()
-    cfg = Config(**manifest.config)  # migrated on reading (store.runstate.Manifest)
+    cfg = dataclasses.replace(Config(**manifest.config), **given)  # migrated on reading (store.runstate.Manifest)
     require_sandbox(cfg)  # the run's own setting: one started unconfined stays so, on the record
     tracking.require(cfg.track)  # the run's own setting too: a run tracked from its start stays tracked
-    if iterations is not None:
-        cfg.iterations = state.iterations_target = iterations
+    state.iterations_target = cfg.iterations if "iterations" in given else state.iterations_target
     if state.status == "finished" and state.next_iteration > state.iterations_target:
         raise UsageError(f"run {run.run_id} is finished ({state.stop_reason}); pass a larger --iterations to extend it")
-    loop = _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
-    loop.local_api_base = serving.enter_context(preflighted(cfg, console, RUN_ROLES)) if serving is not None else None
+    local_api_base = serving.enter_context(preflighted(cfg, console, RUN_ROLES))[1] if serving is not None else None
+    stops = {k: v for k, v in given.items() if k != "iterations"}
+    if stops:  # recorded, so a later --resume, status and the report know the run's limits
+        manifest = manifest.model_copy(update={"config": {**manifest.config, **stops}})
+        run.save_manifest(manifest)
+        run.log("limits", **stops)
     state.status, state.stop_reason = "running", None
+    backend = open_backend(cfg)
+    if not manifest.tasks_chosen:
+        manifest = _choose_tasks(run, cfg, backend, console)
     run.log("resumed", next_iteration=state.next_iteration)
+    loop = _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
+    loop.backend, loop.local_api_base = backend, local_api_base
     return loop
 
 
 def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console) -> Loop:
     if cfg.meta_model == LOCAL and not (cfg.meta_api_base or cfg.api_base):
         # The meta prompt and its answer must fit one slot of the embedded server.
-        cfg.meta_context_tokens = min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096)
+        cfg = dataclasses.replace(cfg, meta_context_tokens=min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096))
     if not GUIDE.exists():
         raise UsageError(f"{GUIDE} is missing; it is the guide the meta-LLM follows")
     identifiers = run.identifiers()

@@ -97,14 +97,15 @@ class Lineage:
         if path.exists():
             self.remove_worktree(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.repo.git.worktree("add", "--detach", "--force", str(path), commit)
+        # Twice: git locks a worktree while it adds one ("initializing"), and a kill leaves the lock behind.
+        self.repo.git.worktree("add", "--detach", "--force", "--force", str(path), commit)
         return path
 
     @_serial
     def remove_worktree(self, path: Path) -> None:
         if Path(path).exists():
             try:
-                self.repo.git.worktree("remove", "--force", str(path))
+                self.repo.git.worktree("remove", "--force", "--force", str(path))  # locked by a killed `add` too
             except git.GitCommandError:
                 shutil.rmtree(path, ignore_errors=True)
         self.repo.git.worktree("prune")

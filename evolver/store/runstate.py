@@ -97,7 +97,8 @@ ITERATION_MIGRATIONS = {1: _iteration_v1_to_v2}
 
 
 class Manifest(Versioned):
-    """What the run is: written once at the start (run.json)."""
+    """What the run is (run.json): the first file of its folder, written before anything else, and
+    written again once its tasks are chosen."""
 
     SCHEMA, MIGRATIONS, WHAT = MANIFEST_SCHEMA, MANIFEST_MIGRATIONS, "run.json"
 
@@ -115,6 +116,11 @@ class Manifest(Versioned):
     split_note: str
     gate: dict
     policy: dict = Field(default_factory=dict)  # the gate policy (gate.search.Policy); empty in a v4 run: per-decision around `gate`
+
+    @property
+    def tasks_chosen(self) -> bool:
+        """False for a run killed while it listed its tasks (a run has two gate tasks at least): `--resume` chooses them."""
+        return bool(self.gate_tasks)
 
 
 class BestChange(BaseModel):
@@ -315,6 +321,23 @@ class RunDir:
     def exists(self) -> bool:
         return (self.path / "run.json").exists()
 
+    def cut_off(self) -> Optional[str]:
+        """Why nothing can resume a folder with no record (left by an evolver before the record came first); None for a run."""
+        return f"{self.run_id} was cut off before it recorded its settings; start a new run" if self.path.is_dir() and not self.exists() else None
+
+    def create(self, manifest: Manifest, state: RunState) -> None:
+        """The run's folder, appearing at once with its record (run.json and state.json): a kill at any moment
+        leaves either no run or one that `--resume` continues. Everything else lands after."""
+        staging = runs_dir(self.repo) / f".{self.run_id}.starting"  # beside it, so the rename is atomic; hidden from run-*
+        staging.mkdir(parents=True)
+        try:
+            write_json_atomic(staging / "run.json", manifest)
+            write_json_atomic(staging / "state.json", state)
+            staging.rename(self.path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
     def discard(self) -> None:
         """Remove the whole run: one that failed to start must not be left to resume."""
         shutil.rmtree(self.path, ignore_errors=True)
@@ -430,9 +453,9 @@ def measured(repo: Path, name: str) -> dict[str, list]:
 
 
 def list_runs(repo: Path) -> list[RunDir]:
-    """Every run of a repository (runs/run-*/ with a run.json), newest last."""
-    found = sorted(runs_dir(repo).glob("run-*/run.json"), key=lambda p: p.stat().st_mtime)
-    return [RunDir(Path(repo), path.parent.name) for path in found]
+    """Every run folder of a repository (runs/run-*/), newest last; those cut off before their record too."""
+    found = [RunDir(Path(repo), path.name) for path in runs_dir(repo).glob("run-*") if path.is_dir()]
+    return sorted(found, key=lambda run: (run.path / "run.json" if run.exists() else run.path).stat().st_mtime)
 
 
 def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
@@ -448,6 +471,8 @@ def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
     if not RUN_ID.fullmatch(run_id):  # a path ("../elsewhere") is no run id: it would name branches git refuses
         raise UsageError(f"'{run_id}' is not a run id (a name under runs/, like run-20261125-201805-8fc2){hint}")
     run = RunDir(repo, run_id)
+    if run.cut_off():
+        raise UsageError(run.cut_off())
     if not run.exists():
         raise UsageError(f"unknown run id '{run_id}'{hint}")
     run.manifest()  # a damaged run.json says so in one line here, whatever the command goes on to read

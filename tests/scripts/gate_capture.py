@@ -244,7 +244,8 @@ LOOPS = [
     ("loop_k1_accept_then_reject", "exact,note1", {"gate_policy": "per-decision", "iterations": 2}, None, None),
     ("loop_k2_screen", "exact+thorough", {"gate_policy": "per-decision", "iterations": 1, "candidates": 2}, None, None),
     ("loop_k1_undecided", "worse,note1,note2", {"gate_policy": "per-decision", "iterations": 6, "stall": 2}, "Note 1", None),
-    ("loop_k2_undecided_candidate", "note1+exact", {"gate_policy": "per-decision", "iterations": 1, "candidates": 2}, "Note 1", None),
+    # The screen's winner meets an outage from its second gate stage on: undecided, with the screen's verdicts on record.
+    ("loop_k2_undecided_candidate", "note1+exact", {"gate_policy": "per-decision", "iterations": 1, "candidates": 2}, None, ("iter-001b-gate", 2)),
     ("loop_k1_incumbent_outage", "exact", {"gate_policy": "per-decision", "iterations": 1}, None, ("iter-001-incumbent", 2)),
     # the audited policy (the default): the screen against the incumbent's history, the lenient gate, the audit
     ("loop_audited_k1_keep_then_audit", "exact,note1,worse", {"iterations": 3}, None, None),
@@ -388,8 +389,7 @@ def resume_case(name, proposals, settings, at, note, tmp: Path, *, compare: bool
         run = RunDir(tmp / name / "target", "run-policy")
         at_kill = iteration_facts(run)
         again = watched(FakeBackend())
-        loop = resume_run(run, None, Console(quiet=True))
-        loop.backend = again
+        loop = resume_run(run, {}, Console(quiet=True), lambda cfg: again)
         loop.drive()
     end = iteration_facts(loop.run)
     assert whole is None or (end == iteration_facts(whole.run) and audits_of(loop.run) == audits_of(whole.run)) == ("does NOT" not in note), name
