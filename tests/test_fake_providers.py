@@ -35,7 +35,11 @@ def litellm():
     prepare_environment()  # no price list from the network
     import litellm
 
-    return litellm
+    # tau2 sets drop_params on import (tau2.utils.llm_utils), and an earlier test in the same process may
+    # have imported it: these tests are about litellm's own refusals, made with it off
+    dropped, litellm.drop_params = litellm.drop_params, False
+    yield litellm
+    litellm.drop_params = dropped
 
 
 def conversation(system: str = "You are an agent.") -> list[dict]:
