@@ -5,6 +5,7 @@
     claims/               one empty file per simulation a worker has started (when several share the grid)
     sims.jsonl            one SimRecord per finished simulation, each appended with one write()
     trajectories/         tau2's whole simulation, one file each, written before its line in sims.jsonl
+    turns/                the model's view of each agent turn (store.turnview), one file per simulation, written with its trajectory
     worker.log            the workers' output
     result-<T>.json       a run's EvalResult at T trials per task (result.json: that of `evolver eval`)
 
@@ -25,10 +26,12 @@ from pydantic import BaseModel
 
 from evolver.data import EvalRequest, EvalResult, SimRecord, write_json_atomic, write_text_atomic
 from evolver.store.records import read_record
+from evolver.store.turnview import TurnView
 
 REQUEST = "request.json"
 SIMS = "sims.jsonl"
 TRAJECTORIES = "trajectories"
+TURNS = "turns"
 CLAIMS = "claims"
 WORKER_LOG = "worker.log"
 RESULT = "result.json"
@@ -160,6 +163,30 @@ class EvalDir:
 
     def read_trajectory(self, record: SimRecord) -> Optional[str]:
         return (self.path / record.trajectory_file).read_text() if record.trajectory_file else None
+
+    def write_turns(self, record: SimRecord, text: Optional[str]) -> None:
+        """A simulation's turn view (as text), before its line in sims.jsonl, and its name in the record; nothing when
+        there is none. As with a trajectory, a name a record brings (from a Ray node) keeps only its file name."""
+        if text is None:
+            return
+        name = Path(record.turns_file).name if record.turns_file else f"{record.task_id}__trial{record.trial}.json"
+        (self.path / TURNS).mkdir(exist_ok=True)
+        write_text_atomic(self.path / TURNS / name, text)
+        record.turns_file = f"{TURNS}/{name}"
+
+    def read_turns_text(self, record: SimRecord) -> Optional[str]:
+        try:
+            return (self.path / record.turns_file).read_text() if record.turns_file else None
+        except OSError:
+            return None
+
+    def read_turns(self, record: SimRecord) -> Optional[TurnView]:
+        """The simulation's turn view; None when it has none, or it cannot be read (a damaged file is no evidence)."""
+        text = self.read_turns_text(record)
+        try:
+            return TurnView.model_validate_json(text) if text else None
+        except ValueError:
+            return None
 
     def append_sim(self, record: SimRecord | str) -> None:
         """One finished simulation (a record, or its JSON line as it came): one write() of the whole line,
