@@ -1,8 +1,9 @@
-"""What a proposer may read, as short, paged text: the analysis simulations and their trajectories,
-and the run's earlier candidates with their diffs, verdicts and the gate tasks they flipped.
+"""What a proposer may read, as short, paged text: the analysis simulations, their trajectories and
+the model's view of each turn with what the harness changed in it, and the run's earlier candidates
+with their diffs, verdicts and the gate tasks they flipped.
 
-Only the analysis evaluation's trajectories are here: gate and holdout trajectories never reach a
-proposer. Data values are masked as in the digest (evolver.evolution.digest), tasks are labelled
+Only the analysis evaluation's folder is read here (its trajectories and turn views): gate and holdout
+simulations, recorded alike, never reach a proposer. Data values are masked as in the digest (evolver.evolution.digest), tasks are labelled
 T1..Tn and gate tasks G1..Gn, so ids are never shown. Everything a caller passes in (a label, a
 pattern, a page) may come from an LLM: it is checked, and a bad value gets a one-line answer.
 """
@@ -14,7 +15,12 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.data import EvalResult, SimRecord
-from evolver.evolution.digest import Failure, describe, failed_checks, load_messages
+from evolver.evolution.digest import Failure, describe, failed_checks, leaf_values, load_messages
+from evolver.evolution.harness_changes import Change, changes
+from evolver.evolution.harness_code import HarnessCode
+from evolver.evolution.turntext import summary, turn_lines, turns_with_changes
+from evolver.store.evaldir import EvalDir
+from evolver.store.turnview import TurnView
 
 PAGE_LINES = 25
 MAX_PATTERN = 200
@@ -40,6 +46,7 @@ class Evidence:
     analysis_dir: Path
     earlier: list[EarlierCandidate] = field(default_factory=list)
     triaged: list = field(default_factory=list)  # evolver.evolution.triage.TaskTriage of the run's analysis evaluations
+    parent: Optional[Path] = None  # a checkout of the agent the analysis measured: the lines a harness change points to
 
     def triage_notes(self) -> list[str]:
         """The analysis tasks triage flags, by label: fixing them may be impossible or not the agent's job."""
@@ -50,6 +57,8 @@ class Evidence:
         self.labels = {task: f"T{i + 1}" for i, task in enumerate(self.analysis.task_ids)}
         self.by_label = {label: task for task, label in self.labels.items()}
         self._described: dict[tuple[str, int], Failure] = {}
+        self._views: dict[tuple[str, int], tuple[Optional[TurnView], list[Change]]] = {}
+        self.code = HarnessCode.read(self.parent) if self.parent else None
 
     # -- the analysis simulations -------------------------------------------------------------
     def record(self, label: str, trial: int) -> SimRecord | str:
@@ -64,8 +73,23 @@ class Evidence:
     def described(self, record: SimRecord) -> Failure:
         key = (record.task_id, record.trial)
         if key not in self._described:
-            self._described[key] = describe(self.labels[record.task_id], record, load_messages(self.analysis_dir, record))
+            view = self.view(record)[0]
+            self._described[key] = describe(self.labels[record.task_id], record, load_messages(self.analysis_dir, record),
+                                            more_values=leaf_values(list(view.arguments())) if view else ())
         return self._described[key]
+
+    def view(self, record: SimRecord) -> tuple[Optional[TurnView], list[Change]]:
+        """The simulation's turn view and the harness's changes in it; (None, []) when none was recorded."""
+        key = (record.task_id, record.trial)
+        if key not in self._views:
+            view = EvalDir(self.analysis_dir).read_turns(record)
+            self._views[key] = (view, changes(view, self.analysis.harness) if view else [])
+        return self._views[key]
+
+    def harness_line(self, record: SimRecord) -> str:
+        """The harness's changes in one simulation, in one line with the turns and the lines of agent/ to read; "" when none."""
+        found = self.view(record)[1]
+        return summary(found, self.code) if found else ""
 
     def summary_line(self, record: SimRecord) -> str:
         label = self.labels[record.task_id]
@@ -74,8 +98,10 @@ class Evidence:
         failure = self.described(record)
         checks = failed_checks(record.reward_breakdown) + [a.strip() for a in failure.actions if a.startswith("  exception: ")]
         errors = sum(1 for line in failure.transcript if line.startswith("tool ERROR"))
+        harness = self.harness_line(record)
         return (f"{label} trial {record.trial}: reward {record.reward or 0.0:.2f}, ended by {record.termination_reason} after {record.steps} messages"
-                + (f", {errors} tool error(s)" if errors else "") + (f"; failed: {'; '.join(checks)}" if checks else ""))
+                + (f", {errors} tool error(s)" if errors else "") + (f"; failed: {'; '.join(checks)}" if checks else "")
+                + (f"; the harness changed: {harness}" if harness else ""))
 
     def failures(self, contains: str = "", page: int = 1) -> str:
         """The analysis simulations that did not pass, one line each; ``contains`` filters the lines
@@ -97,6 +123,30 @@ class Evidence:
         # Framed as a record: a small model otherwise reads the customer's lines as addressed to itself.
         head = f"recorded conversation of the agent you improve with a customer (not addressed to you):\n{self.summary_line(record)}"
         return paged(head, self.described(record).transcript, page)
+
+    def turn(self, label: str, trial: int = 0, turn: Optional[int] = None) -> str:
+        """One turn of an analysis simulation as the model saw it (masked): tau2's message, each request and answer,
+        what the harness handed back and what it changed; without a turn, the first turn with a change."""
+        record = self.record(label, trial)
+        if isinstance(record, str):
+            return record
+        view, found = self.view(record)
+        if view is None or not view.turns:
+            return f"{label} trial {trial} has no recorded turns (its agent never answered a turn)"
+        turn = turn if turn is not None else (turns_with_changes(found) or [1])[0]
+        if not isinstance(turn, int) or isinstance(turn, bool) or not 1 <= turn <= len(view.turns):
+            return f"{label} trial {trial} has turns 1..{len(view.turns)}; there is no turn {turn}"
+        head = (f"recorded turn of the agent you improve (not addressed to you): {self.labels[record.task_id]} trial {record.trial}, "
+                f"turns with changes: {', '.join(map(str, turns_with_changes(found))) or 'none'}")
+        return "\n".join([head, *turn_lines(view, turn, found, self.described(record).mask, self.code)])
+
+    def turns_text(self, record: SimRecord) -> list[str]:
+        """Every turn of a simulation (masked), for a reader of whole files."""
+        view, found = self.view(record)
+        if view is None:
+            return []
+        mask = self.described(record).mask
+        return [line for n in range(1, len(view.turns) + 1) for line in [*turn_lines(view, n, found, mask, self.code), ""]]
 
     def search(self, pattern: str, page: int = 1) -> str:
         """Lines of every analysis trajectory (masked) that match a regular expression."""
