@@ -58,8 +58,15 @@ class HarnessCode:
     def read(cls, root: Path) -> Optional["HarnessCode"]:
         """The code of a checkout's agent; None when it cannot be read or parsed (then no lines are pointed to)."""
         try:
-            return cls((Path(root) / PATH).read_text())
-        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            return cls.parse((Path(root) / PATH).read_text())
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    @classmethod
+    def parse(cls, source: Optional[str]) -> Optional["HarnessCode"]:
+        try:
+            return cls(source) if source is not None else None
+        except (SyntaxError, ValueError):
             return None
 
     def _model_line(self) -> Optional[int]:
