@@ -78,12 +78,12 @@ def turn_lines(view: TurnView, n: int, found: list[Change], mask, code: Optional
         lines.append("3. the turn did not finish (the agent failed)")
     else:
         lines.append("3. the harness handed back to tau2: " + _given(returned, mask, width) + (" and ended the conversation" if turn.stop else ""))
-    mine = [c for c in found if c.turn == n]
+    mine = sorted((c for c in found if c.turn == n), key=lambda c: bool(c.layer))  # what no switched-on layer explains first
     lines.append("what the harness changed in this turn:" if mine else "what the harness changed in this turn: nothing")
     for c in mine:
         where = code.places(c) if code else []
         lines.append(f" - {change_line(c, mask, width)}" + (f" -> read {where[0].text()}" if where else ""))
-        lines += [f"   also: {p.text()}" for p in where[1:3]]
+        lines += [f"   also: {p.text()}" for p in where[1:3] if not c.layer]
     return lines
 
 

@@ -175,8 +175,9 @@ class EvalDir:
         record.turns_file = f"{TURNS}/{name}"
 
     def read_turns_text(self, record: SimRecord) -> Optional[str]:
+        """Read by its file name in this evaluation's turns/ only: a record cannot send a reader to another evaluation's files."""
         try:
-            return (self.path / record.turns_file).read_text() if record.turns_file else None
+            return (self.path / TURNS / Path(record.turns_file).name).read_text() if record.turns_file else None
         except OSError:
             return None
 
