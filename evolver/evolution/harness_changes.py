@@ -82,6 +82,10 @@ class _Item:
     also: Optional[dict] = None  # the agent's reply as the model wrote it (a harness may keep that instead)
     seen: bool = False
     gone: bool = False
+    keys: list = field(default_factory=list)  # what it looks like in a request (_keys), worked out once
+
+    def __post_init__(self):
+        self.keys = _keys(self)
 
 
 def changes(view: TurnView, switches: Optional[dict] = None) -> list[Change]:
@@ -110,7 +114,7 @@ def changes(view: TurnView, switches: Optional[dict] = None) -> list[Change]:
             found.append(Change(item.turn, "result_dropped" if item.who == "tool result" else "customer_dropped",
                                 details=(("content", item.given.content or "", ""),)))
     if not policy_seen and requests:
-        found.append(Change(1, "policy_missing", "system prompt", call=1))
+        found.append(Change(1, "policy_missing", call=1))
     found.sort(key=lambda c: (c.turn, c.call))
     return [_with_layer(c, switches or {}) for c in found]
 
@@ -118,15 +122,17 @@ def changes(view: TurnView, switches: Optional[dict] = None) -> list[Change]:
 def _prompt(n: int, k: int, messages: list[dict], items: list[_Item], earlier_replies: list, added: set) -> list[Change]:
     """One request against the conversation so far: what is missing, altered, out of order or added."""
     live = [item for item in items if not (item.who == "agent" and item.turn >= n)]
+    request = _Request(messages)
     where: dict[int, tuple[int, str]] = {}
-    used: set[int] = set()
-    for exact in (True, False):  # exact copies first; the newest message claims a copy that several share
-        for item in reversed(live):
-            if id(item) not in where:
-                index, how = _find(item, messages, used, exact)
-                if index is not None:
-                    where[id(item)] = (index, how)
-                    used.add(index)
+    for item in reversed(live):  # exact copies first; the newest item claims the latest of several equal copies
+        index = request.claim(item.keys)
+        if index is not None:
+            where[id(item)] = (index, "same")
+    for item in reversed(live):
+        if id(item) not in where and item.who != "agent":
+            index, how = request.claim_altered(item.given)
+            if index is not None:
+                where[id(item)] = (index, how)
     out = []
     for item in live:
         if id(item) not in where:
@@ -135,20 +141,18 @@ def _prompt(n: int, k: int, messages: list[dict], items: list[_Item], earlier_re
                 out.append(Change(n, "history_dropped", item.who, call=k))
             continue
         index, how = where[id(item)]
-        if not item.seen and how != "same" and item.who != "agent":
+        if not item.seen and how != "same":
             kind = "result_altered" if item.who == "tool result" else "customer_altered"
             out.append(Change(n, kind, how, details=(("content", item.given.content or "", _text(messages[index])),), call=k))
         item.seen = True
     order = [where[id(item)][0] for item in live if id(item) in where]
     if order != sorted(order):
         out.append(Change(n, "reordered", call=k))
-    replies = [json.dumps(_reply_message(r.model_dump()), sort_keys=True) for r in earlier_replies]
+    replies = {_reply_key(r.model_dump()) for r in earlier_replies}
     last_turn = max((i for i, m in enumerate(messages) if m.get("role") != "system"), default=-1)
     for i, m in enumerate(messages):
-        if i in used or (i == 0 and m.get("role") == "system"):
-            continue
-        if m.get("role") == "assistant" and json.dumps(_reply_message(m), sort_keys=True) in replies:
-            continue  # the model's own answer of this turn, shown to it again with the harness's feedback
+        if i in request.used or (i == 0 and m.get("role") == "system") or request.keys[i] in replies:
+            continue  # tau2's, the system prompt, or the model's own answer of this turn shown to it again (a retry)
         key = (str(m.get("role")), _text(m))
         if key in added:
             continue
@@ -158,37 +162,62 @@ def _prompt(n: int, k: int, messages: list[dict], items: list[_Item], earlier_re
     return out
 
 
-def _find(item: _Item, messages: list[dict], used: set, exact: bool) -> tuple[Optional[int], str]:
-    """Where the item is in a request: an exact copy ("same"), or else altered: "cut" (a part of it), "reworded",
-    "replaced" (its call's answer with other content), "moved into a ... message" (another role's)."""
+class _Request:
+    """One request's messages, indexed by what they say; each is claimed by one item of the conversation at most."""
+
+    def __init__(self, messages: list[dict]):
+        self.messages = messages
+        self.keys = [_key(m) for m in messages]
+        self.free: dict[tuple, list[int]] = {}
+        for i, key in enumerate(self.keys):
+            self.free.setdefault(key, []).append(i)
+        self.used: set[int] = set()
+
+    def claim(self, keys: list[tuple]) -> Optional[int]:
+        """The latest unclaimed message equal to the item, if any."""
+        index = max((self.free[k][-1] for k in keys if self.free.get(k)), default=None)
+        if index is not None:
+            self._take(index)
+        return index
+
+    def claim_altered(self, g: Given) -> tuple[Optional[int], str]:
+        """Where an item reached the model altered: "cut" (a part of it), "reworded", "replaced" (its call's answer with
+        other content), "moved into a ... message" (another role's); (None, "") when it did not."""
+        text, role = g.content or "", "tool" if g.role == "tool" else "user"
+        free = [i for i in range(len(self.messages) - 1, -1, -1) if i not in self.used]
+        same_role = [i for i in free if self.messages[i].get("role") == role and (role != "tool" or self.messages[i].get("tool_call_id") == g.id)]
+        found = next(((i, how) for i in same_role if (how := _altered(text, _text(self.messages[i])))), None)
+        if found is None and role == "tool" and same_role:
+            found = (same_role[0], "replaced")
+        if found is None and text:
+            found = next(((i, f"moved into a {self.messages[i].get('role')} message") for i in free if text in _text(self.messages[i])), None)
+        if found is None:
+            return None, ""
+        self._take(found[0])
+        return found
+
+    def _take(self, index: int) -> None:
+        self.used.add(index)
+        self.free[self.keys[index]].remove(index)
+
+
+def _key(m: dict) -> tuple:
+    role = str(m.get("role"))
+    if role == "assistant":
+        return _reply_key(m)
+    return (role, m.get("tool_call_id") if role == "tool" else None, _text(m))
+
+
+def _keys(item: _Item) -> list[tuple]:
+    """What an item looks like in a request: the agent's reply as tau2 got it or as the model wrote it (a harness may keep either)."""
     g = item.given
     if item.who == "agent":
-        if not exact:
-            return None, ""
-        wanted = {json.dumps(_given_message(g), sort_keys=True)} | ({json.dumps(_reply_message(item.also), sort_keys=True)} if item.also else set())
-        return next(((i, "same") for i, m in _latest_first(messages)
-                     if i not in used and m.get("role") == "assistant" and json.dumps(_reply_message(m), sort_keys=True) in wanted), (None, ""))
-    text, role = g.content or "", "tool" if item.who == "tool result" else "user"
-    same_role = [i for i, m in _latest_first(messages) if i not in used and m.get("role") == role
-                 and (role != "tool" or m.get("tool_call_id") == g.id)]
-    if exact:
-        return next(((i, "same") for i in same_role if _text(messages[i]) == text), (None, ""))
-    for i in same_role:
-        how = _altered(text, _text(messages[i]))
-        if how:
-            return i, how
-    if role == "tool" and same_role:
-        return same_role[0], "replaced"
-    if text:
-        for i, m in _latest_first(messages):
-            if i not in used and text in _text(m):
-                return i, f"moved into a {m.get('role')} message"
-    return None, ""
+        return [("assistant", json.dumps(_given_message(g), sort_keys=True))] + ([_reply_key(item.also)] if item.also else [])
+    return [("tool", g.id, g.content or "")] if item.who == "tool result" else [("user", None, g.content or "")]
 
 
-def _latest_first(messages: list[dict]):
-    """A request's messages from its end: the newest of several equal items is matched to the latest copy."""
-    return reversed(list(enumerate(messages)))
+def _reply_key(m: dict) -> tuple:
+    return ("assistant", json.dumps(_reply_message(m), sort_keys=True))
 
 
 def _altered(original: str, shown: str) -> str:
@@ -226,7 +255,7 @@ def _reply(n: int, turn, calls: list) -> list[Change]:
     answered = [c for c, _ in calls if c.reply is not None]
     if not calls:
         return [Change(n, "no_call")]
-    out = [Change(n, "retried", f"{len(calls)} requests", call=len(calls))] if len(calls) > 1 else []
+    out = [Change(n, "retried", details=(("requests", "", str(len(calls))),), call=len(calls))] if len(calls) > 1 else []
     if not answered:
         return out
     model, returned = answered[-1].reply, turn.returned
