@@ -16,7 +16,7 @@ from typing import Optional
 
 from evolver.data import EvalResult, SimRecord
 from evolver.evolution.digest import Failure, describe, failed_checks, leaf_values, load_messages
-from evolver.evolution.harness_changes import Change, changes
+from evolver.evolution.harness_changes import KINDS, Change, changes
 from evolver.evolution.harness_code import HarnessCode
 from evolver.evolution.turntext import summary, turn_lines, turns_with_changes
 from evolver.store.evaldir import EvalDir
@@ -106,15 +106,37 @@ class Evidence:
     def failures(self, contains: str = "", page: int = 1) -> str:
         """The analysis simulations that did not pass, one line each; ``contains`` filters the lines
         (a task label, a termination reason, a check, "tool error")."""
-        lines = [self.summary_line(r) for r in sorted(self.analysis.simulations, key=lambda r: (self.labels[r.task_id], r.trial))
-                 if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0]
+        lines = [self.summary_line(r) for r in sorted(self.failed(), key=lambda r: (self.labels[r.task_id], r.trial))]
         lines = [line for line in lines if str(contains).lower() in line.lower()]
         passed = sum(1 for r in self.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) >= 1.0)
         head = f"{len(lines)} failed simulation(s){' matching ' + repr(_short(contains)) if contains else ''}; {passed} passed"
         notes = self.triage_notes()
         if notes and page == 1:
             head += "\ntasks that may be only noise (triage):\n" + "\n".join(notes)
+        overview = self.harness_overview()
+        if overview and page == 1:
+            head += "\n" + overview
         return paged(head, lines, page)
+
+    def failed(self) -> list[SimRecord]:
+        return [r for r in self.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0]
+
+    def harness_overview(self) -> str:
+        """Where to look first: the change the harness made in most failed simulations (one no switched-on layer
+        explains, if there is one) and the lines of agent/ that run there; "" when it changed nothing in them."""
+        found = {(r.task_id, r.trial): self.view(r)[1] for r in self.failed()}
+        changed = [f for f in found.values() if f]
+        if not changed:
+            return ""
+        unexplained = [c for f in changed for c in f if not c.layer] or [c for f in changed for c in f]
+        kind = max(dict.fromkeys(c.kind for c in unexplained), key=lambda k: sum(any(c.kind == k for c in f) for f in changed))
+        example = next(c for c in unexplained if c.kind == kind)
+        where = self.code.places(example) if self.code else []
+        share = sum(any(c.kind == kind for c in f) for f in changed)
+        return (f"the harness changed what passed between tau2 and the model in {len(changed)} of {len(found)} failed simulation(s); most often "
+                f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}"
+                + (f" -> read_file {where[0].path} start={where[0].start} end={where[0].end} first ({where[0].function}"
+                   f"{', ' + where[0].part if where[0].part else ''})" if where else ""))
 
     def trajectory(self, label: str, trial: int = 0, page: int = 1) -> str:
         record = self.record(label, trial)

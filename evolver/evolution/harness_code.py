@@ -35,6 +35,8 @@ class Place:
     end: int
     part: str = ""  # "before the model call", "after the model call", "H2 on"
 
+    path = PATH
+
     def text(self) -> str:
         return f"{PATH} lines {self.start}-{self.end} ({self.function}{', ' + self.part if self.part else ''})"
 

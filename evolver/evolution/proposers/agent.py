@@ -251,7 +251,7 @@ class Session:
         if r.learnings:
             parts.append("Learnings so far:\n" + "\n".join(r.learnings[-8:]))
         parts.append(f"Budget: {self.budget.turns} turns, {self.budget.tries} try simulations, {self.budget.seconds / 60:.0f} minutes. "
-                     "Start by reading a failing trajectory.")
+                     "Start by reading a failing trajectory, or the lines a failure's harness change names.")
         return "\n\n".join(parts)
 
     def out_of_budget(self) -> str | None:
