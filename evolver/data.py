@@ -237,11 +237,16 @@ def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a text file so a reader never sees it half-written (see write_json_atomic)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write a file so a reader never sees it half-written (see write_json_atomic)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -9,6 +9,7 @@ nothing; `evolver show --turns` and the report are tested on the loop's finished
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from evolver.evolution.evidence import Evidence
 from evolver.evolution.harness_changes import changes
 from evolver.evolution.proposers import Budget, Request
 from evolver.evolution.proposers.agent import Session
+from evolver.llm import prepare_environment
 from evolver.store.evaldir import EvalDir
 from tests.conftest import ROOT, eval_json, git, init_repo
 from tests.scripts.meddling import meddle
@@ -52,7 +54,7 @@ def _kinds(found) -> dict:
 def test_the_view_holds_both_sides_of_every_turn_each_request_stored_as_what_is_new(meddled):
     repo, result, folder, sims = meddled
     view = EvalDir(folder).read_turns(sims["create_task_1"])
-    assert json.loads((folder / sims["create_task_1"].turns_file).read_text())["schema"] == 1
+    assert json.loads(gzip.decompress((folder / sims["create_task_1"].turns_file).read_bytes()))["schema"] == 1
     first = view.turns[0]
     assert first.given[0].role == "user" and first.given[0].content.startswith("Hi, please create a task")  # tau2's side, uncut
     [(_, call, messages)] = [r for r in view.requests() if r[0] == 0]
@@ -138,12 +140,13 @@ def test_a_view_is_read_only_from_its_own_evaluation(meddled, tmp_path):
     repo, result, folder, sims = meddled
     elsewhere = tmp_path / "gate"
     (elsewhere / "turns").mkdir(parents=True)
-    (elsewhere / "turns" / "canary.json").write_text((folder / sims["create_task_1"].turns_file).read_text())
-    record = sims["update_task_1"].model_copy(update={"turns_file": f"../../{elsewhere.name}/turns/canary.json"})
+    (elsewhere / "turns" / "canary.json.gz").write_bytes((folder / sims["create_task_1"].turns_file).read_bytes())
+    record = sims["update_task_1"].model_copy(update={"turns_file": f"../../{elsewhere.name}/turns/canary.json.gz"})
     assert EvalDir(folder).read_turns(record) is None
 
 
 def test_a_flood_of_requests_is_recorded_up_to_a_limit(monkeypatch):
+    prepare_environment()  # litellm, imported with the proxy, reads its price list from disk, never the network
     from evolver.evaluation import proxy_agent, turnlog
 
     monkeypatch.setattr(turnlog, "MAX_CHARS", 1000)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
 from typing import Optional
 
-from evolver.store.turnview import Given, TurnView
+from evolver.store.turnview import Given, TurnView, call_arguments
 
 # The steps of a turn, in the order the harness runs them.
 PROMPT, TOOLS, GUIDANCE, REPLY, TURN = "before the model call", "the tools offered", "the text added after the conversation", \
@@ -260,7 +260,7 @@ def _reply(n: int, turn, calls: list) -> list[Change]:
         return out
     model, returned = answered[-1].reply, turn.returned
     k = max(i for i, (c, _) in enumerate(calls, 1) if c.reply is not None)
-    mine = [(c.get("id"), c.get("name"), _arguments(c.get("arguments"))) for c in model.tool_calls]
+    mine = [(c.get("id"), c.get("name"), call_arguments(c.get("arguments"))) for c in model.tool_calls]
     theirs = [(c.get("id"), c.get("name"), c.get("arguments") or {}) for c in returned.tool_calls]
     same_text = (model.content or "").strip() == (returned.content or "").strip()
     if turn.stop and not (same_text and [x[1:] for x in mine] == [x[1:] for x in theirs]):
@@ -325,14 +325,6 @@ def _text(message: dict) -> str:
     return content or ""
 
 
-def _arguments(text):
-    try:
-        value = json.loads(text) if isinstance(text, str) else text
-    except ValueError:
-        return text
-    return value if isinstance(value, dict) else text
-
-
 def _value(v) -> str:
     return "(none)" if v is _NONE else v if isinstance(v, str) else json.dumps(v)
 
@@ -350,7 +342,7 @@ def _reply_message(m: dict) -> dict:
     calls = []
     for c in m.get("tool_calls") or []:
         fn = c.get("function") or c
-        calls.append([fn.get("name"), _arguments(fn.get("arguments"))])
+        calls.append([fn.get("name"), call_arguments(fn.get("arguments"))])
     return {"content": _text(m).strip(), "calls": calls}
 
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 from evolver.evolution.harness_changes import KINDS, Change, tally
 from evolver.evolution.harness_code import HarnessCode
-from evolver.store.turnview import Given, TurnView
+from evolver.store.turnview import Given, TurnView, call_arguments
 
 SUMMARY_KINDS = 3  # kinds of change named in a failure's one line
 
@@ -127,12 +127,7 @@ def _reply(content: Optional[str], calls: list[dict], mask, width: int) -> str:
     if calls:
         shown = []
         for c in calls:
-            args = c.get("arguments")
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args)
-                except ValueError:
-                    pass
+            args = call_arguments(c.get("arguments"))
             shown.append(f"{c.get('name')}({mask.args(args) if isinstance(args, dict) else _cut(mask.text(str(args)), 80)})")
         return "tool call(s) " + "; ".join(shown) + (f" with text: {_cut(mask.text(content), width // 2)}" if content else "")
     return f"text: {_cut(mask.text(content or ''), width)}" if content else "nothing (an empty reply)"

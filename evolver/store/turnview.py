@@ -96,14 +96,20 @@ class TurnView(Versioned):
             replies = [call.reply.tool_calls for call in turn.calls if call.reply] + [turn.returned.tool_calls if turn.returned else []]
             for calls in replies:
                 for c in calls:
-                    args = c.get("arguments")
-                    if isinstance(args, str):
-                        try:
-                            args = json.loads(args)
-                        except ValueError:
-                            continue
+                    args = call_arguments(c.get("arguments"))
                     if isinstance(args, dict):
                         yield args
 
     def tools_of(self, call: Call) -> Optional[list[dict]]:
         return None if call.tools is None or not 0 <= call.tools < len(self.tool_sets) else self.tool_sets[call.tools]
+
+
+def call_arguments(value):
+    """A call's arguments as data: the model's JSON text parsed when it is an object, else as it came (text that is not JSON)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    return parsed if isinstance(parsed, dict) else value
