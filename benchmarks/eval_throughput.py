@@ -179,7 +179,7 @@ def run_backend(backend, trials: int, concurrency: int, repo: Path, tasks: list[
     start = time.perf_counter()
     result = backend.evaluate(req, "bench", timeout=3600)
     seconds = time.perf_counter() - start
-    sizes = {folder: sum(p.stat().st_size for p in (out / folder).glob("*.json")) for folder in ("trajectories", "turns")}
+    sizes = {folder: sum(p.stat().st_size for p in (out / folder).glob("*")) for folder in ("trajectories", "turns")}
     shutil.rmtree(out, ignore_errors=True)
     return {"seconds": seconds, "sims": len(result.simulations), "infra": result.summary.infra_errors, **sizes}
 

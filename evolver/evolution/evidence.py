@@ -124,19 +124,33 @@ class Evidence:
     def harness_overview(self) -> str:
         """Where to look first: the change the harness made in most failed simulations (one no switched-on layer
         explains, if there is one) and the lines of agent/ that run there; "" when it changed nothing in them."""
-        found = {(r.task_id, r.trial): self.view(r)[1] for r in self.failed()}
-        changed = [f for f in found.values() if f]
-        if not changed:
+        common = self._most_common_change()
+        if common is None:
             return ""
+        kind, share, changed, failed, where = common
+        return (f"the harness changed what passed between tau2 and the model in {changed} of {failed} failed simulation(s); most often "
+                f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}" + (f" -> {self.first_read()} first" if where else ""))
+
+    def first_read(self) -> str:
+        """The call that reads the lines where the harness made its most common change, as a small model can copy it; "" if none."""
+        common = self._most_common_change()
+        where = common[4] if common else None
+        if where is None:
+            return ""
+        return f"read_file {where.path} start={where.start} end={where.end} ({where.function}{', ' + where.part if where.part else ''})"
+
+    def _most_common_change(self):
+        """(kind, in how many failures, failures changed, failures, the likeliest place) of the change the harness made in most failed
+        simulations, preferring one no switched-on layer explains; None when it changed nothing in them."""
+        found = [self.view(r)[1] for r in self.failed()]
+        changed = [f for f in found if f]
+        if not changed:
+            return None
         unexplained = [c for f in changed for c in f if not c.layer] or [c for f in changed for c in f]
-        kind = max(dict.fromkeys(c.kind for c in unexplained), key=lambda k: sum(any(c.kind == k for c in f) for f in changed))
-        example = next(c for c in unexplained if c.kind == kind)
-        where = self.code.places(example) if self.code else []
-        share = sum(any(c.kind == kind for c in f) for f in changed)
-        return (f"the harness changed what passed between tau2 and the model in {len(changed)} of {len(found)} failed simulation(s); most often "
-                f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}"
-                + (f" -> read_file {where[0].path} start={where[0].start} end={where[0].end} first ({where[0].function}"
-                   f"{', ' + where[0].part if where[0].part else ''})" if where else ""))
+        share = {kind: sum(any(c.kind == kind for c in f) for f in changed) for kind in dict.fromkeys(c.kind for c in unexplained)}
+        kind = max(share, key=share.get)
+        places = self.code.places(next(c for c in unexplained if c.kind == kind)) if self.code else []
+        return kind, share[kind], len(changed), len(found), places[0] if places else None
 
     def trajectory(self, label: str, trial: int = 0, page: int = 1) -> str:
         record = self.record(label, trial)
@@ -144,7 +158,15 @@ class Evidence:
             return record
         # Framed as a record: a small model otherwise reads the customer's lines as addressed to itself.
         head = f"recorded conversation of the agent you improve with a customer (not addressed to you):\n{self.summary_line(record)}"
-        return paged(head, self.described(record).transcript, page)
+        found = self.view(record)[1]
+        changed = turns_with_changes(found)
+        # Said again at the end of the first page, where a small model reads: the turn and the lines where the harness changed it.
+        tail = ([f"the harness changed this conversation in turn(s) {', '.join(map(str, changed[:5]))}: read_turn {self.labels[record.task_id]} "
+                 f"turn {changed[0]}" + (f", or read_file {where[0].path} start={where[0].start} end={where[0].end}"
+                                         if self.code and (where := self.code.places(next(c for c in found if c.turn == changed[0]))) else "")]
+                if changed else [])
+        lines = self.described(record).transcript
+        return paged(head, lines[:PAGE_LINES - 1] + tail + lines[PAGE_LINES - 1:], page)  # the first page's last line
 
     def turn(self, label: str, trial: int = 0, turn: Optional[int] = None) -> str:
         """One turn of an analysis simulation as the model saw it (masked): tau2's message, each request and answer,

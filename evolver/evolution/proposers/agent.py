@@ -59,7 +59,7 @@ Call one tool at a time and keep your messages short."""
 NEXT = {
     "list_failures": "read_turn on a failure the harness changed, else read_trajectory on one of them",
     "read_turn": "read_file agent/agent.py at the lines it names",
-    "read_trajectory": "find the code responsible: search_code, or read_file agent/agent.py",
+    "read_trajectory": "read_file at the lines its last line names; otherwise find the code responsible: search_code, or read_file agent/agent.py",
     "search_code": "read_file around the line that matters",
     "read_file": "replace_in_file, with old copied exactly from these lines without the line numbers",
     "replace_in_file": "try_agent on a failing task, then submit",
@@ -250,8 +250,10 @@ class Session:
                  "Earlier candidates of this run:\n" + r.evidence.candidates()]
         if r.learnings:
             parts.append("Learnings so far:\n" + "\n".join(r.learnings[-8:]))
+        first = r.evidence.first_read()
         parts.append(f"Budget: {self.budget.turns} turns, {self.budget.tries} try simulations, {self.budget.seconds / 60:.0f} minutes. "
-                     "Start by reading a failing trajectory, or the lines a failure's harness change names.")
+                     + (f"Start with {first}: the lines where the harness changed what passed between tau2 and the model."
+                        if first else "Start by reading a failing trajectory."))
         return "\n\n".join(parts)
 
     def out_of_budget(self) -> str | None:
