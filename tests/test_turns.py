@@ -94,7 +94,10 @@ def test_a_proposer_reads_the_changes_masked_with_the_lines_to_read(meddled, tmp
     s = Session(request)
     failures = s.call("list_failures", "{}")
     assert "the harness changed: " in failures and "calls' arguments changed after the model answered: create_task(title)" in failures
-    assert re.search(rf"agent/agent\.py lines {model_call}-\d+ \(generate_next_message, after the model call\)", failures)
+    pointed = re.search(rf"agent/agent\.py lines {model_call}-\d+ \(generate_next_message, after the model call; "
+                        r"the lines that change the reply there: ([\d, -]+)\)", failures)
+    rewrite = next(n for n, line in enumerate(lines, 1) if "call.arguments = {**call.arguments" in line)
+    assert pointed and any(int(a) <= rewrite <= int(b or a) for a, _, b in re.findall(r"(\d+)(-(\d+))?", pointed.group(1)))
     assert "(next: read_turn on a failure the harness changed" in failures
     assert re.search(r"the harness changed what passed between tau2 and the model in 2 of 2 failed simulation\(s\); most often \(in 1\): "
                      r".* -> read_file agent/agent\.py start=\d+ end=\d+ \(.*\) first", failures)  # where to look first

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Optional
 
 from rich.console import Console
@@ -65,9 +66,9 @@ def find_simulation(run: RunDir, which: str, task: str, trial: int) -> Simulatio
     if view is None:
         raise UsageError(f"{name} recorded no turns for task '{task}' trial {trial} (recorded since evolver records the model's view, "
                          "when the simulation's agent started)")
-    result = evaluation.latest_result()
-    code = HarnessCode.parse(Lineage(run.repo, run.run_id).file_at(commit, "agent/agent.py")) if commit else None
-    return Simulation(name, found[trial], view, changes(view, result.harness if result else {}), code)
+    switches = (evaluation.latest_result() or SimpleNamespace(harness={})).harness
+    code = HarnessCode.parse(Lineage(run.repo, run.run_id).file_at(commit, "agent/agent.py"), switches) if commit else None
+    return Simulation(name, found[trial], view, changes(view, switches), code)
 
 
 def _iteration(run: RunDir, which: str):
@@ -128,7 +129,7 @@ def failed_analysis(run: RunDir) -> list[dict]:
         result = evaluation.latest_result()
         if result is None:
             continue
-        code = HarnessCode.parse(lineage.file_at(commit, "agent/agent.py"))
+        code = HarnessCode.parse(lineage.file_at(commit, "agent/agent.py"), result.harness)
         for r in sorted(result.simulations, key=lambda r: (r.task_id, r.trial)):
             if r.outcome == "infra_error" or (r.reward or 0.0) >= 1.0:
                 continue

@@ -58,7 +58,7 @@ class Evidence:
         self.by_label = {label: task for task, label in self.labels.items()}
         self._described: dict[tuple[str, int], Failure] = {}
         self._views: dict[tuple[str, int], tuple[Optional[TurnView], list[Change]]] = {}
-        self.code = HarnessCode.read(self.parent) if self.parent else None
+        self.code = HarnessCode.read(self.parent, self.analysis.harness) if self.parent else None
 
     # -- the analysis simulations -------------------------------------------------------------
     def record(self, label: str, trial: int) -> SimRecord | str:

@@ -26,6 +26,10 @@ BY_KIND = {"policy_missing": ("system_prompt", "get_init_state"), "guidance_adde
 BY_LAYER = {(REPLY, "H2"): "realize_action", (PROMPT, "H2"): "realize_action", (REPLY, "H4"): "should_stop",
             (GUIDANCE, "H4"): "regulation_notes", (GUIDANCE, "H5"): "skill_texts", (TOOLS, "H3"): "tool_schemas"}
 HELPERS = 3  # functions of agent.py a layer's entry calls, listed after it (one-liners left out)
+# In the turn's own lines, what writes the prompt (before the model call) or the reply (after it): the names assigned or mutated.
+WRITTEN = {PROMPT: ("the prompt", ("context", "messages", "message", "system_messages")),
+           REPLY: ("the reply", ("reply", "arguments", "tool_calls", "name", "content"))}
+MUTATORS = ("append", "extend", "insert", "pop", "remove", "clear", "update")
 
 
 @dataclass(frozen=True)
@@ -34,18 +38,24 @@ class Place:
     start: int
     end: int
     part: str = ""  # "before the model call", "after the model call", "H2 on"
+    writes: tuple[int, ...] = ()  # its lines that write what the change is about (the prompt, the reply)
+    written: str = ""  # "the prompt", "the reply"
 
     path = PATH
 
     def text(self) -> str:
-        return f"{PATH} lines {self.start}-{self.end} ({self.function}{', ' + self.part if self.part else ''})"
+        where = f"{self.function}{', ' + self.part if self.part else ''}"
+        if self.writes:
+            where += f"; the lines that change {self.written} there: {_spans(self.writes)}"
+        return f"{PATH} lines {self.start}-{self.end} ({where})"
 
 
 class HarnessCode:
     """The line spans of agent.py's functions and HarnessAgent's members, and where a turn calls the model."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, switches: Optional[dict] = None):
         tree = ast.parse(source)
+        self.switches = switches  # which layers were on: a write under a switch that is off is not pointed to; None: not known
         self.spans: dict[str, tuple[int, int]] = {}
         self.nodes: dict[str, ast.AST] = {}
         for node in tree.body:
@@ -57,17 +67,17 @@ class HarnessCode:
         self.model_line = self._model_line()
 
     @classmethod
-    def read(cls, root: Path) -> Optional["HarnessCode"]:
+    def read(cls, root: Path, switches: Optional[dict] = None) -> Optional["HarnessCode"]:
         """The code of a checkout's agent; None when it cannot be read or parsed (then no lines are pointed to)."""
         try:
-            return cls.parse((Path(root) / PATH).read_text())
+            return cls.parse((Path(root) / PATH).read_text(), switches)
         except (OSError, UnicodeDecodeError):
             return None
 
     @classmethod
-    def parse(cls, source: Optional[str]) -> Optional["HarnessCode"]:
+    def parse(cls, source: Optional[str], switches: Optional[dict] = None) -> Optional["HarnessCode"]:
         try:
-            return cls(source) if source is not None else None
+            return cls(source, switches) if source is not None else None
         except (SyntaxError, ValueError):
             return None
 
@@ -92,9 +102,32 @@ class HarnessCode:
         start, end = self.spans[TURN_METHOD]
         if self.model_line is None or step in (TURN, GUIDANCE, TOOLS):
             return Place(TURN_METHOD, start, end)
-        if step == PROMPT:
-            return Place(TURN_METHOD, start, self.model_line - 1, "before the model call")
-        return Place(TURN_METHOD, self.model_line, end, "after the model call" if step == REPLY else "")
+        first, last, part = (start, self.model_line - 1, "before the model call") if step == PROMPT else (self.model_line, end, "after the model call")
+        written, names = WRITTEN[step]
+        return Place(TURN_METHOD, first, last, part, tuple(self._writes(names, first, last)), written)
+
+    def _writes(self, names: tuple[str, ...], first: int, last: int) -> list[int]:
+        """The lines between first and last that assign or mutate one of ``names`` (with the headers of the blocks that hold
+        them), the model call and what a switched-off layer guards left out."""
+        node = self.nodes[TURN_METHOD]
+        off = [(n.lineno, n.end_lineno) for n in ast.walk(node) if isinstance(n, ast.If) and self._off(n.test)]
+        lines: set[int] = set()
+        for n in ast.walk(node):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in MUTATORS:
+                targets = [n.func.value]
+            if (any(_name(t) in names for t in targets) and first <= n.lineno <= last and n.lineno != self.model_line
+                    and not any(a <= n.lineno <= b for a, b in off)):
+                lines.update(range(n.lineno, (n.end_lineno or n.lineno) + 1))
+        headers = {n.lineno for n in ast.walk(node) if isinstance(n, (ast.For, ast.While, ast.If, ast.With)) and first <= n.lineno <= last
+                   and any(n.lineno < line <= (n.end_lineno or n.lineno) for line in lines)}
+        return sorted(lines | headers)
+
+    def _off(self, test: ast.AST) -> bool:
+        """Whether a test checks the switch of a layer that is off (`if self.switches.h2_action_realization:`)."""
+        node = test.values[0] if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else test
+        return (self.switches is not None and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "switches" and not self.switches.get(node.attr, False))
 
     def _place(self, name: str, part: str = "") -> Optional[Place]:
         span = self.spans.get(name)
@@ -112,6 +145,24 @@ class HarnessCode:
 def _called(call: ast.Call) -> str:
     func = call.func
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _name(target: ast.AST) -> str:
+    """The name a write lands on: `context`, `call.arguments`, `state.messages[0]` -> context, arguments, messages."""
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+
+
+def _spans(lines: tuple[int, ...]) -> str:
+    """152, 153, 157 -> "152-153, 157"."""
+    runs: list[list[int]] = []
+    for line in lines:
+        if runs and line == runs[-1][-1] + 1:
+            runs[-1].append(line)
+        else:
+            runs.append([line])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def _unique(places: list[Place]) -> list[Place]:
