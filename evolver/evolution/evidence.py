@@ -17,7 +17,7 @@ from typing import Optional
 from evolver.data import EvalResult, SimRecord
 from evolver.evolution.digest import Failure, describe, failed_checks, leaf_values, load_messages
 from evolver.evolution.harness_changes import KINDS, Change, changes
-from evolver.evolution.harness_code import HarnessCode
+from evolver.evolution.harness_code import HarnessCode, spans
 from evolver.evolution.turntext import summary, turn_lines, turns_with_changes
 from evolver.store.evaldir import EvalDir
 from evolver.store.turnview import TurnView
@@ -137,7 +137,8 @@ class Evidence:
         where = common[4] if common else None
         if where is None:
             return ""
-        return f"read_file {where.path} start={where.start} end={where.end} ({where.function}{', ' + where.part if where.part else ''})"
+        lines = f"; lines {spans(where.writes)} there make the change: if it is the fault, remove or correct them" if where.writes else ""
+        return f"read_file {where.path} start={where.start} end={where.end} ({where.function}{', ' + where.part if where.part else ''}{lines})"
 
     def _most_common_change(self):
         """(kind, in how many failures, failures changed, failures, the likeliest place) of the change the harness made in most failed

@@ -46,7 +46,7 @@ class Place:
     def text(self) -> str:
         where = f"{self.function}{', ' + self.part if self.part else ''}"
         if self.writes:
-            where += f"; the lines that change {self.written} there: {_spans(self.writes)}"
+            where += f"; the lines that change {self.written} there: {spans(self.writes)}"
         return f"{PATH} lines {self.start}-{self.end} ({where})"
 
 
@@ -154,7 +154,7 @@ def _name(target: ast.AST) -> str:
     return target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
 
 
-def _spans(lines: tuple[int, ...]) -> str:
+def spans(lines: tuple[int, ...]) -> str:
     """152, 153, 157 -> "152-153, 157"."""
     runs: list[list[int]] = []
     for line in lines:
