@@ -177,3 +177,17 @@ def test_an_evaluation_can_leave_the_view_unrecorded(tmp_path):
     finally:
         backend.close()
     assert result.summary.scored == 1 and result.simulations[0].turns_file is None and not (tmp_path / "out" / "turns").exists()
+
+
+def test_the_digest_says_a_repeated_change_once_per_pattern(tmp_path):
+    """Eight failures with the same change would otherwise crowd the full trajectories out of the digest."""
+    from evolver.data import EvalSummary, SimRecord
+    from evolver.evolution.digest import build_digest
+
+    sims = [SimRecord(task_id=f"t{n}", trial=0, outcome="ok", reward=0.0, termination_reason="max_steps") for n in range(3)]
+    summary = EvalSummary(num_tasks=3, num_trials=1, num_simulations=3, scored=3, failed=0, infra_errors=0, avg_reward=0.0, pass_hat_k={},
+                          usage={}, duration=1.0)
+    result = EvalResult(run_id="r", checkout=".", domain="mock", split=None, task_ids=["t0", "t1", "t2"], trials=1, seed=1, max_steps=30,
+                        models={}, summary=summary, simulations=sims)
+    digest = build_digest(result, tmp_path, harness=lambda record: "14 tool results never reached the model (turns 2-15)")
+    assert digest.count("the harness changed: 14 tool results") == 1 and digest.count("the harness changed: the same") == 2

@@ -185,13 +185,15 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
     body: list[str] = []
     for n, (signature, members) in enumerate(sorted(groups.items(), key=lambda kv: -len(kv[1])), 1):
         body.append(f"## Pattern {n}: {signature} ({len(members)} simulation(s))")
+        said = ""
         for f in members:
             ended = f"ended by {f.record.termination_reason} after {f.record.steps} messages"
             body.append(f"- {f.label} (trial {f.record.trial}): user wanted: \"{f.goal}\"")
             body.append(f"  agent did: {'; '.join(f.actions) or 'no tool calls'}; {ended}")
             changed = harness(f.record) if harness else ""
-            if changed:
-                body.append(f"  the harness changed: {changed}")
+            if changed:  # said once per pattern: repeated, it would crowd the full trajectories out of the digest
+                body.append(f"  the harness changed: {'the same' if changed == said else changed}")
+                said = changed
         body.append("")
     ranked = sorted(groups.values(), key=len, reverse=True)
     index, count = focus
