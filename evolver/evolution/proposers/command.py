@@ -51,8 +51,9 @@ What went wrong: `analysis/failures.md` lists the failed simulations of the anal
 (T1..Tn) and what the harness changed in each; `analysis/T3-trial0.md` and the like are whole
 conversations, with data values masked as <Vn>; `analysis/T3-trial0.turns.md` shows each turn as the
 model saw it (what tau2 gave the harness, each request and answer, what went back, what the harness
-changed, and the lines of agent/agent.py that ran there). `candidates/` holds what earlier candidates of this run changed and how the gate judged them
-(gate tasks are G1..Gn); `learnings.md` the findings so far. {focus}
+changed, and the lines of agent/agent.py that ran there). `candidates/` holds what earlier
+candidates of this run changed and how the gate judged them (gate tasks are G1..Gn);
+`learnings.md` the findings so far. {focus}
 
 Make one focused change that fixes the most common failure without breaking what works. Then write
 `PROPOSAL.md` with a line `TITLE: ...` and a line `RATIONALE: ...` (which failures it fixes and why).
