@@ -1,6 +1,7 @@
 """Throughput of `evolver eval` against tau2's own runner, with scripted LLMs at a fixed latency.
 
     python benchmarks/eval_throughput.py [--latencies 0.5,0.1] [--grids 32,128] [--concurrency 8,16] [--ray | --ray-only]
+    python benchmarks/eval_throughput.py --turns-only [--latencies 0.1,0] [--grids 32] [--concurrency 8]
 
 For each setting it prints simulations per second for
   - evolver: the `evolver eval` command in a fresh process, timed from launch to
@@ -30,6 +31,12 @@ node) is printed once.
 time of every process, from /proc/stat, idle and steal left out) in the median
 warm run and the median tau2 run, each including its own process's start: on
 a shared machine whose speed drifts it moves less than the rates do.
+
+With --turns-only it measures what recording the model's view of every turn costs
+(evolver.evaluation.turnlog): the same evaluation through `LocalBackend.evaluate` with the
+recording on and off, alternated (--repeats each, the order switched every pair, so that a
+change of load hits both), as seconds and CPU milliseconds per simulation, and the bytes each
+simulation's view takes on disk beside its trajectory.
 
 First it measures the sandbox's own cost: milliseconds per agent turn through
 the agent process (channel, LLM request relayed through the trusted side,
@@ -160,18 +167,60 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
     return {"proxy_ms": proxy_ms, "direct_ms": direct_ms, "start_ms": start_ms}
 
 
-def run_backend(backend, trials: int, concurrency: int, repo: Path, tasks: list[str] = TASKS) -> dict:
-    """One evaluation through a backend object in this process, timed around evaluate()."""
+def run_backend(backend, trials: int, concurrency: int, repo: Path, tasks: list[str] = TASKS, record_turns: bool = True) -> dict:
+    """One evaluation through a backend object in this process, timed around evaluate(); with the bytes its
+    trajectories and turn views took on disk."""
     from evolver.config import eval_request, load_config
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"})
     out = Path(tempfile.mkdtemp(prefix="evolver-bench-out-"))
     req = eval_request(cfg, repo, out, local_api_base=None, task_ids=tasks, trials=trials, concurrency=concurrency)
+    req = req.model_copy(update={"record_turns": record_turns})
     start = time.perf_counter()
     result = backend.evaluate(req, "bench", timeout=3600)
     seconds = time.perf_counter() - start
+    sizes = {folder: sum(p.stat().st_size for p in (out / folder).glob("*")) for folder in ("trajectories", "turns")}
     shutil.rmtree(out, ignore_errors=True)
-    return {"seconds": seconds, "sims": len(result.simulations), "infra": result.summary.infra_errors}
+    return {"seconds": seconds, "sims": len(result.simulations), "infra": result.summary.infra_errors, **sizes}
+
+
+def turns_cost(args) -> None:
+    """--turns-only: evaluations with the model's view recorded and without, alternated."""
+    from evolver.cli.scaffold import init_repo
+    from evolver.evaluation import zygote_client
+    from evolver.evaluation.backends.local import LocalBackend
+
+    os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
+    os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")
+    repo = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
+    init_repo(repo)
+    print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'s/sim on':>8} {'off':>7} {'on/off':>6} {'each pair':>11} | "
+          f"{'cpu ms/sim on':>13} {'off':>5} | {'view bytes/sim':>14} {'trajectory':>10}")
+    try:
+        for latency in [float(x) for x in args.latencies.split(",")]:
+            os.environ["EVOLVER_SCRIPTED_LATENCY"] = str(latency)  # before the backend starts: its workers inherit it
+            backend = LocalBackend()
+            try:
+                for grid in [int(x) for x in args.grids.split(",")]:
+                    for conc in [int(x) for x in args.concurrency.split(",")]:
+                        trials = grid // len(TASKS)
+                        run_backend(backend, 1, conc, repo)  # the daemon warm before either side is timed
+                        pairs = []
+                        for i in range(args.repeats):
+                            order = (True, False) if i % 2 == 0 else (False, True)
+                            runs = {record: with_cpu(lambda record=record: run_backend(backend, trials, conc, repo, record_turns=record)) for record in order}
+                            pairs.append((runs[True], runs[False]))
+                        on, off = median([a for a, _ in pairs]), median([b for _, b in pairs])
+                        assert on["infra"] == off["infra"] == 0, "infrastructure errors in the benchmark"
+                        per = lambda r: r["seconds"] / r["sims"]  # noqa: E731
+                        ratios = sorted(per(a) / per(b) for a, b in pairs)
+                        print(f"{latency:>7.2f} {grid:>5} {conc:>4} | {per(on):>8.3f} {per(off):>7.3f} {per(on) / per(off):>6.3f} "
+                              f"{ratios[0]:>5.2f}-{ratios[-1]:<5.2f} | {on['cpu_ms']:>13.0f} {off['cpu_ms']:>5.0f} | "
+                              f"{on['turns'] / on['sims']:>14,.0f} {on['trajectories'] / on['sims']:>10,.0f}", flush=True)
+            finally:
+                backend.close()
+    finally:
+        zygote_client.stop_all()
 
 
 def start_ray(repo: Path):
@@ -227,9 +276,12 @@ def main() -> None:
     parser.add_argument("--proxy-turns", type=int, default=300, help="agent turns timed for the sandbox's per-turn cost (0: skip)")
     parser.add_argument("--ray", action="store_true", help="add the Ray backend on a local instance against the local backend")
     parser.add_argument("--ray-only", action="store_true", help="only that comparison")
+    parser.add_argument("--turns-only", action="store_true", help="only the cost of recording the model's view of every turn")
     args = parser.parse_args()
     if args.ray_only:
         return main_ray(args)
+    if args.turns_only:
+        return turns_cost(args)
     os.environ.setdefault("EVOLVER_SCRIPT", "evolver.scripted:mock_script")
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")  # the benchmark's own daemon
     from evolver.cli.scaffold import init_repo

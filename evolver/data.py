@@ -68,6 +68,8 @@ class EvalRequest(BaseModel):
     sandbox: bool = True
     agent_timeout: float = 120.0  # seconds of agent compute per turn, LLM calls not counted
     agent_memory_mb: int = 1024  # memory the agent process may add to what it starts with
+    # Record the model's view of every agent turn beside each trajectory (evolver.evaluation.turnlog).
+    record_turns: bool = True
     # Modules imported before tasks are resolved, e.g. to register a domain with tau2's registry.
     plugins: list[str] = Field(default_factory=list)
     # Only resolve the tasks and report them (and the domain's splits) in the status file.
@@ -187,6 +189,7 @@ class SimRecord(BaseModel):
     rate_limits: dict[str, RateTally] = Field(default_factory=dict)  # per provider endpoint and model (evolver.ratelimit)
     error: Optional[str] = None
     trajectory_file: Optional[str] = None
+    turns_file: Optional[str] = None  # the model's view of each turn (evolver.store.turnview), written by the trusted side
 
 
 class InfraTally(BaseModel):
@@ -248,11 +251,16 @@ def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a text file so a reader never sees it half-written (see write_json_atomic)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write a file so a reader never sees it half-written (see write_json_atomic)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

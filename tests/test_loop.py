@@ -134,6 +134,45 @@ def test_history_table_show_and_status(finished_run):
     assert "create_task(user_id, title)" in digest and "Code Audit" not in digest  # procedures, not data
 
 
+def test_show_turns_prints_a_simulation_as_the_model_saw_it_and_the_report_links_each_failed_analysis_one(finished_run):
+    repo, run_id, _, _ = finished_run
+    run = repo / "runs" / run_id
+    manifest = json.loads((run / "run.json").read_text())
+    failed = next(t for t in manifest["analysis_tasks"] if int(t[-2:]) % 2)  # the base agent garbles odd titles
+    shown = run_cli(["show", run_id, "1", "--turns", failed, "--repo", str(repo)])
+    assert shown.returncode == 0, shown.stderr
+    assert f"{failed} trial 0 in analysis-g0: reward 0.00" in shown.stdout and "the harness changed: nothing" in shown.stdout
+    assert "turn 1 of 2" in shown.stdout and "the model answered: tool call(s) create_task(" in shown.stdout
+    gate = json.loads(run_cli(["show", run_id, "4", "--turns", manifest["gate_tasks"][0], "--json", "--repo", str(repo)]).stdout)
+    assert gate["evaluation"] == "iter-004-gate" and gate["view"]["turns"] and gate["changes"] == []  # recorded for a person, too
+    holdout = run_cli(["show", run_id, "base", "--turns", manifest["holdout_tasks"][0], "--repo", str(repo)])
+    assert holdout.returncode == 0 and " in holdout-" in holdout.stdout
+    assert run_cli(["report", run_id, "--repo", str(repo)]).returncode == 0
+    table = (run / "report.html").read_text().split('id="failed-analysis-table"')[1].split("</table>")[0]
+    assert f"evolver show {run_id} 1 --turns {failed}" in table
+    assert not any(t in table for t in manifest["gate_tasks"] + manifest["holdout_tasks"])
+
+
+def test_a_proposer_reads_the_analysis_folder_and_nothing_of_the_gate(finished_run, monkeypatch):
+    """Every simulation is recorded, gate and holdout ones too (for a person); what a proposer reads comes
+    from the analysis evaluation's folder alone, the folder the loop hands its Evidence."""
+    from evolver.data import EvalResult
+    from evolver.evolution.evidence import Evidence
+
+    repo, run_id, _, _ = finished_run
+    evals = repo / "runs" / run_id / "evals"
+    assert list((evals / "iter-004-gate" / "turns").glob("*.json")) and list((evals / "reference-g0" / "turns").glob("*.json"))
+    analysis = EvalResult.model_validate_json(next((evals / "analysis-g0").glob("result-*.json")).read_text())
+    read: list[Path] = []
+    original = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: read.append(self) or original(self, *a, **k))
+    evidence = Evidence(analysis, evals / "analysis-g0", parent=repo)
+    shown = [evidence.failures(), evidence.search("create"), *(evidence.trajectory(label) + evidence.turn(label) for label in evidence.labels.values())]
+    assert all(shown) and any("turn 1 of" in text for text in shown)
+    runs = [p for p in read if evals in p.parents]
+    assert runs and all((evals / "analysis-g0") in p.parents for p in runs), sorted({p.parent.parent.name for p in runs})
+
+
 def test_rollback_moves_best_and_is_recorded(finished_run, tmp_path):
     repo, run_id, _, _ = finished_run
     proc = run_cli(["rollback", run_id, "--to", "base", "--reason", "regressed in production", "--repo", str(repo)])

@@ -188,9 +188,12 @@ def test_eval_on_ray_gives_the_local_results_for_the_same_seed(both):
     run_dir = Path(out["ray"]["result_file"]).parent
     keys = [(r.task_id, r.trial) for r in map(SimRecord.model_validate_json, (run_dir / "sims.jsonl").read_text().splitlines())]
     assert sorted(keys) == sorted(ray)  # the driver wrote each simulation once
+    local_dir = Path(out["local"]["result_file"]).parent
     for sim in result["simulations"]:
         trajectory = json.loads((run_dir / sim["trajectory_file"]).read_text())
         assert trajectory["task_id"] == sim["task_id"] and trajectory["messages"]
+        # the model's view of each turn comes back from the node with its trajectory, as the local worker records it
+        assert (run_dir / sim["turns_file"]).read_bytes() == (local_dir / sim["turns_file"]).read_bytes()
 
 
 def test_keys_reach_the_workers_on_the_nodes_and_never_the_agent(both):

@@ -193,11 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", default=".", help="repository (default: current)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("show", help="one candidate: rationale, diff, tasks that flipped")
+    p = sub.add_parser("show", help="one candidate: rationale, diff, tasks that flipped; --turns TASK: a simulation as the model saw it")
     p.add_argument("run")
     p.add_argument("iteration", help="a candidate (3, or 3b in an iteration of several), or an iteration (3) to see all its candidates")
     p.add_argument("--repo", default=".")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--turns", metavar="TASK", help="a task's simulation turn by turn: what tau2 gave the harness, what the model was sent and "
+                                                   "answered, what went back, what the harness changed (ITER may be base)")
+    p.add_argument("--trial", type=int, default=0, help="with --turns: the trial (default 0)")
 
     p = sub.add_parser("report", help="write a run's report: one self-contained HTML file (runs/RUN/report.html)")
     p.add_argument("run", nargs="?", help="run id (default: the newest)")
@@ -601,6 +604,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     from evolver.cli.history import show
     from evolver.store.runstate import find_run
 
+    if args.turns is not None:
+        from evolver.cli.turns import show_turns
+
+        return show_turns(find_run(Path(args.repo).resolve(), args.run), args.iteration, args.turns, args.trial, args.json, out_console())
     info = show(find_run(Path(args.repo).resolve(), args.run), args.iteration)
     if args.json:
         print(json.dumps(info, indent=2, default=str))

@@ -292,7 +292,7 @@ class Recorder:
     def __call__(self, *args, **kwargs):
         from tau2.data_model.message import UserMessage
 
-        from evolver.evaluation import proxy_agent
+        from evolver.evaluation import proxy_agent, turnlog
 
         task, seed = kwargs["task"], kwargs.get("seed")
         trial = self._trial(task.id, seed, sys._getframe(1))
@@ -301,6 +301,7 @@ class Recorder:
         with self.lock:
             self.started += 1
         context = proxy_agent.begin_simulation()
+        turnlog.begin(self.req.record_turns)
         self.unevaluated.simulation = None
         kwargs["llm_args_user"] = user_simulator_args(task, kwargs.get("llm_args_user"))
         try:
@@ -402,8 +403,11 @@ class Recorder:
         )
 
     def _write(self, record: SimRecord, sim) -> None:
+        from evolver.evaluation.turnlog import recorded
+
         if sim is not None:
             self.evaluation.write_trajectory(record, sim)
+        self.evaluation.write_turns(record, recorded())  # the model's view, recorded in this thread
         self.evaluation.append_sim(record)  # one write() of the whole line: workers of other shards append to the same file
 
 
@@ -443,6 +447,7 @@ def run(req: EvalRequest) -> None:
             raise Stop("usage_error", missing, EXIT_USAGE)
     _status(req, "importing", tasks=[t.id for t in tasks])
     from evolver.evaluation import proxy_agent
+    from evolver.evaluation.turnlog import RecordingProxyAgent, recording  # the model's view of each turn, kept on the trusted side
     from evolver.evaluation.zygote_client import WorkerConnection
 
     staging = Path(tempfile.mkdtemp(prefix="evolver-agent-"))
@@ -450,12 +455,12 @@ def run(req: EvalRequest) -> None:
         proxy_agent.settings = proxy_agent.Settings(
             role=req.agent, source=stage_candidate(Path(req.checkout), staging), scratch_root=staging,
             sandbox=req.sandbox, limits={"memory_mb": req.agent_memory_mb}, turn_timeout=req.agent_timeout,
-            completion=retrying(litellm.completion, req.llm_retries, "agent"), factory=WorkerConnection.from_environment(), max_steps=req.max_steps,
-            names=req.agent.agent_names(),
+            completion=recording(retrying(litellm.completion, req.llm_retries, "agent")), factory=WorkerConnection.from_environment(),
+            max_steps=req.max_steps, names=req.agent.agent_names(),
         )
         checked = check_candidate(proxy_agent.settings)
         try:
-            registry.register_agent(proxy_agent.ProxyAgent, AGENT_NAME)
+            registry.register_agent(RecordingProxyAgent, AGENT_NAME)
             _simulate(req, tasks, checked)
         finally:
             checked.close()  # a no-op once a simulation has had it

@@ -13,6 +13,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Optional
 
 from evolver.data import EvalResult, SimRecord
 
@@ -63,11 +64,11 @@ class Masker:
         return json.dumps(walk(data))
 
 
-def _leaf_values(obj) -> set[str]:
+def leaf_values(obj) -> set[str]:
     if isinstance(obj, dict):
-        return set().union(*(_leaf_values(v) for v in obj.values())) if obj else set()
+        return set().union(*(leaf_values(v) for v in obj.values())) if obj else set()
     if isinstance(obj, list):
-        return set().union(*(_leaf_values(v) for v in obj)) if obj else set()
+        return set().union(*(leaf_values(v) for v in obj)) if obj else set()
     return {str(obj)} if obj is not None and not isinstance(obj, bool) else set()
 
 
@@ -102,6 +103,7 @@ class Failure:
     goal: str
     actions: list[str]
     transcript: list[str] = field(default_factory=list)
+    mask: Masker = field(default_factory=Masker)  # this trajectory's placeholders: the turn view shows the same <Vn>
 
     @property
     def signature(self) -> str:
@@ -118,14 +120,15 @@ def load_messages(result_dir: Path, record: SimRecord) -> list[dict]:
         return []
 
 
-def describe(label: str, record: SimRecord, messages: list[dict]) -> Failure:
+def describe(label: str, record: SimRecord, messages: list[dict], more_values=()) -> Failure:
+    """``more_values``: data values seen elsewhere in the simulation (the model's own calls, in its turn view), masked alike."""
     expected = [c.get("action") or {} for c in record.reward_breakdown.get("action_checks") or []]
-    values = set()
+    values = set(more_values)
     for m in messages:
         for call in m.get("tool_calls") or []:
-            values |= _leaf_values(call.get("arguments"))
+            values |= leaf_values(call.get("arguments"))
     for action in expected:
-        values |= _leaf_values(action.get("arguments"))
+        values |= leaf_values(action.get("arguments"))
     mask = Masker(values)
     user_turns = [m for m in messages if m.get("role") == "user" and m.get("content")]
     goal = mask.text(user_turns[0]["content"])[:300] if user_turns else "(no user message)"
@@ -146,12 +149,14 @@ def describe(label: str, record: SimRecord, messages: list[dict]) -> Failure:
     if record.outcome == "failed" and record.error:
         checks.append("the agent's code raised an exception")
         actions.append("  exception: " + mask.text(record.error.splitlines()[0])[:200])
-    return Failure(label=label, record=record, checks=checks, goal=goal, actions=actions, transcript=transcript)
+    return Failure(label=label, record=record, checks=checks, goal=goal, actions=actions, transcript=transcript, mask=mask)
 
 
 def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, full_examples: int = 2, focus: tuple[int, int] = (0, 1),
-                 notes: tuple[str, ...] = ()) -> str:
-    """A markdown digest of the failures in `result` (an analysis-set evaluation).
+                 notes: tuple[str, ...] = (), harness: Optional[Callable[[SimRecord], str]] = None, overview: str = "") -> str:
+    """A markdown digest of the failures in `result` (an analysis-set evaluation); ``harness`` says in one line what the
+    harness changed in a simulation, ``overview`` where to look first (evolver.evolution.evidence.Evidence.harness_line,
+    harness_overview).
 
     ``focus`` (i, k): the digest for candidate i of k proposed at once. Every candidate sees all
     failure patterns, but the full trajectories and the stated focus are patterns i, i+k, ...,
@@ -166,6 +171,9 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
     head = [
         f"# Failure digest: {len(failures)} of {len(scored)} analysis simulations failed",
         f"Tasks are labelled T1..T{len(labels)}; data values are shown as <Vn> placeholders.",
+        *(["'The harness changed' compares what tau2 gave the agent and took back with what the model was sent and answered; "
+           "it names the turns and the lines of agent/agent.py that run there."] if harness else []),
+        *([overview[0].upper() + overview[1:] + "."] if overview else []),
         *([f"Tasks that may be only noise (triage): {'; '.join(notes)}"] if notes else []),
         "",
     ]
@@ -177,10 +185,15 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
     body: list[str] = []
     for n, (signature, members) in enumerate(sorted(groups.items(), key=lambda kv: -len(kv[1])), 1):
         body.append(f"## Pattern {n}: {signature} ({len(members)} simulation(s))")
+        said = ""
         for f in members:
             ended = f"ended by {f.record.termination_reason} after {f.record.steps} messages"
             body.append(f"- {f.label} (trial {f.record.trial}): user wanted: \"{f.goal}\"")
             body.append(f"  agent did: {'; '.join(f.actions) or 'no tool calls'}; {ended}")
+            changed = harness(f.record) if harness else ""
+            if changed:  # said once per pattern: repeated, it would crowd the full trajectories out of the digest
+                body.append(f"  the harness changed: {'the same' if changed == said else changed}")
+                said = changed
         body.append("")
     ranked = sorted(groups.values(), key=len, reverse=True)
     index, count = focus

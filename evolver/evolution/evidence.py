@@ -1,8 +1,9 @@
-"""What a proposer may read, as short, paged text: the analysis simulations and their trajectories,
-and the run's earlier candidates with their diffs, verdicts and the gate tasks they flipped.
+"""What a proposer may read, as short, paged text: the analysis simulations, their trajectories and
+the model's view of each turn with what the harness changed in it, and the run's earlier candidates
+with their diffs, verdicts and the gate tasks they flipped.
 
-Only the analysis evaluation's trajectories are here: gate and holdout trajectories never reach a
-proposer. Data values are masked as in the digest (evolver.evolution.digest), tasks are labelled
+Only the analysis evaluation's folder is read here (its trajectories and turn views): gate and holdout
+simulations, recorded alike, never reach a proposer. Data values are masked as in the digest (evolver.evolution.digest), tasks are labelled
 T1..Tn and gate tasks G1..Gn, so ids are never shown. Everything a caller passes in (a label, a
 pattern, a page) may come from an LLM: it is checked, and a bad value gets a one-line answer.
 """
@@ -14,7 +15,12 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.data import EvalResult, SimRecord
-from evolver.evolution.digest import Failure, describe, failed_checks, load_messages
+from evolver.evolution.digest import Failure, describe, failed_checks, leaf_values, load_messages
+from evolver.evolution.harness_changes import KINDS, Change, changes
+from evolver.evolution.harness_code import HarnessCode, spans
+from evolver.evolution.turntext import summary, turn_lines, turns_with_changes
+from evolver.store.evaldir import EvalDir
+from evolver.store.turnview import TurnView
 
 PAGE_LINES = 25
 MAX_PATTERN = 200
@@ -40,6 +46,7 @@ class Evidence:
     analysis_dir: Path
     earlier: list[EarlierCandidate] = field(default_factory=list)
     triaged: list = field(default_factory=list)  # evolver.evolution.triage.TaskTriage of the run's analysis evaluations
+    parent: Optional[Path] = None  # a checkout of the agent the analysis measured: the lines a harness change points to
 
     def triage_notes(self) -> list[str]:
         """The analysis tasks triage flags, by label: fixing them may be impossible or not the agent's job."""
@@ -50,6 +57,8 @@ class Evidence:
         self.labels = {task: f"T{i + 1}" for i, task in enumerate(self.analysis.task_ids)}
         self.by_label = {label: task for task, label in self.labels.items()}
         self._described: dict[tuple[str, int], Failure] = {}
+        self._views: dict[tuple[str, int], tuple[Optional[TurnView], list[Change]]] = {}
+        self.code = HarnessCode.read(self.parent, self.analysis.harness) if self.parent else None
 
     # -- the analysis simulations -------------------------------------------------------------
     def record(self, label: str, trial: int) -> SimRecord | str:
@@ -64,8 +73,23 @@ class Evidence:
     def described(self, record: SimRecord) -> Failure:
         key = (record.task_id, record.trial)
         if key not in self._described:
-            self._described[key] = describe(self.labels[record.task_id], record, load_messages(self.analysis_dir, record))
+            view = self.view(record)[0]
+            self._described[key] = describe(self.labels[record.task_id], record, load_messages(self.analysis_dir, record),
+                                            more_values=leaf_values(list(view.arguments())) if view else ())
         return self._described[key]
+
+    def view(self, record: SimRecord) -> tuple[Optional[TurnView], list[Change]]:
+        """The simulation's turn view and the harness's changes in it; (None, []) when none was recorded."""
+        key = (record.task_id, record.trial)
+        if key not in self._views:
+            view = EvalDir(self.analysis_dir).read_turns(record)
+            self._views[key] = (view, changes(view, self.analysis.harness) if view else [])
+        return self._views[key]
+
+    def harness_line(self, record: SimRecord) -> str:
+        """The harness's changes in one simulation, in one line with the turns and the lines of agent/ to read; "" when none."""
+        found = self.view(record)[1]
+        return summary(found, self.code) if found else ""
 
     def summary_line(self, record: SimRecord) -> str:
         label = self.labels[record.task_id]
@@ -74,21 +98,60 @@ class Evidence:
         failure = self.described(record)
         checks = failed_checks(record.reward_breakdown) + [a.strip() for a in failure.actions if a.startswith("  exception: ")]
         errors = sum(1 for line in failure.transcript if line.startswith("tool ERROR"))
+        harness = self.harness_line(record)
         return (f"{label} trial {record.trial}: reward {record.reward or 0.0:.2f}, ended by {record.termination_reason} after {record.steps} messages"
-                + (f", {errors} tool error(s)" if errors else "") + (f"; failed: {'; '.join(checks)}" if checks else ""))
+                + (f", {errors} tool error(s)" if errors else "") + (f"; failed: {'; '.join(checks)}" if checks else "")
+                + (f"; the harness changed: {harness}" if harness else ""))
 
     def failures(self, contains: str = "", page: int = 1) -> str:
         """The analysis simulations that did not pass, one line each; ``contains`` filters the lines
         (a task label, a termination reason, a check, "tool error")."""
-        lines = [self.summary_line(r) for r in sorted(self.analysis.simulations, key=lambda r: (self.labels[r.task_id], r.trial))
-                 if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0]
+        lines = [self.summary_line(r) for r in sorted(self.failed(), key=lambda r: (self.labels[r.task_id], r.trial))]
         lines = [line for line in lines if str(contains).lower() in line.lower()]
         passed = sum(1 for r in self.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) >= 1.0)
         head = f"{len(lines)} failed simulation(s){' matching ' + repr(_short(contains)) if contains else ''}; {passed} passed"
         notes = self.triage_notes()
         if notes and page == 1:
             head += "\ntasks that may be only noise (triage):\n" + "\n".join(notes)
+        overview = self.harness_overview()
+        if overview and page == 1:
+            head += "\n" + overview
         return paged(head, lines, page)
+
+    def failed(self) -> list[SimRecord]:
+        return [r for r in self.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0]
+
+    def harness_overview(self) -> str:
+        """Where to look first: the change the harness made in most failed simulations (one no switched-on layer
+        explains, if there is one) and the lines of agent/ that run there; "" when it changed nothing in them."""
+        common = self._most_common_change()
+        if common is None:
+            return ""
+        kind, share, changed, failed, where = common
+        return (f"the harness changed what passed between tau2 and the model in {changed} of {failed} failed simulation(s); most often "
+                f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}" + (f" -> {self.first_read()} first" if where else ""))
+
+    def first_read(self) -> str:
+        """The call that reads the lines where the harness made its most common change, as a small model can copy it; "" if none."""
+        common = self._most_common_change()
+        where = common[4] if common else None
+        if where is None:
+            return ""
+        lines = f"; lines {spans(where.writes)} there make the change: if it is the fault, remove or correct them" if where.writes else ""
+        return f"read_file {where.path} start={where.start} end={where.end} ({where.function}{', ' + where.part if where.part else ''}{lines})"
+
+    def _most_common_change(self):
+        """(kind, in how many failures, failures changed, failures, the likeliest place) of the change the harness made in most failed
+        simulations, preferring one no switched-on layer explains; None when it changed nothing in them."""
+        found = [self.view(r)[1] for r in self.failed()]
+        changed = [f for f in found if f]
+        if not changed:
+            return None
+        unexplained = [c for f in changed for c in f if not c.layer] or [c for f in changed for c in f]
+        share = {kind: sum(any(c.kind == kind for c in f) for f in changed) for kind in dict.fromkeys(c.kind for c in unexplained)}
+        kind = max(share, key=share.get)
+        places = self.code.places(next(c for c in unexplained if c.kind == kind)) if self.code else []
+        return kind, share[kind], len(changed), len(found), places[0] if places else None
 
     def trajectory(self, label: str, trial: int = 0, page: int = 1) -> str:
         record = self.record(label, trial)
@@ -96,7 +159,39 @@ class Evidence:
             return record
         # Framed as a record: a small model otherwise reads the customer's lines as addressed to itself.
         head = f"recorded conversation of the agent you improve with a customer (not addressed to you):\n{self.summary_line(record)}"
-        return paged(head, self.described(record).transcript, page)
+        found = self.view(record)[1]
+        changed = turns_with_changes(found)
+        # Said again at the end of the first page, where a small model reads: the turn and the lines where the harness changed it.
+        tail = ([f"the harness changed this conversation in turn(s) {', '.join(map(str, changed[:5]))}: read_turn {self.labels[record.task_id]} "
+                 f"turn {changed[0]}" + (f", or read_file {where[0].path} start={where[0].start} end={where[0].end}"
+                                         if self.code and (where := self.code.places(next(c for c in found if c.turn == changed[0]))) else "")]
+                if changed else [])
+        lines = self.described(record).transcript
+        return paged(head, lines[:PAGE_LINES - 1] + tail + lines[PAGE_LINES - 1:], page)  # the first page's last line
+
+    def turn(self, label: str, trial: int = 0, turn: Optional[int] = None) -> str:
+        """One turn of an analysis simulation as the model saw it (masked): tau2's message, each request and answer,
+        what the harness handed back and what it changed; without a turn, the first turn with a change."""
+        record = self.record(label, trial)
+        if isinstance(record, str):
+            return record
+        view, found = self.view(record)
+        if view is None or not view.turns:
+            return f"{label} trial {trial} has no recorded turns (its agent never answered a turn)"
+        turn = turn if turn is not None else (turns_with_changes(found) or [1])[0]
+        if not isinstance(turn, int) or isinstance(turn, bool) or not 1 <= turn <= len(view.turns):
+            return f"{label} trial {trial} has turns 1..{len(view.turns)}; there is no turn {turn}"
+        head = (f"recorded turn of the agent you improve (not addressed to you): {self.labels[record.task_id]} trial {record.trial}, "
+                f"turns with changes: {', '.join(map(str, turns_with_changes(found))) or 'none'}")
+        return "\n".join([head, *turn_lines(view, turn, found, self.described(record).mask, self.code)])
+
+    def turns_text(self, record: SimRecord) -> list[str]:
+        """Every turn of a simulation (masked), for a reader of whole files."""
+        view, found = self.view(record)
+        if view is None:
+            return []
+        mask = self.described(record).mask
+        return [line for n in range(1, len(view.turns) + 1) for line in [*turn_lines(view, n, found, mask, self.code), ""]]
 
     def search(self, pattern: str, page: int = 1) -> str:
         """Lines of every analysis trajectory (masked) that match a regular expression."""

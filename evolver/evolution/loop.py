@@ -207,7 +207,7 @@ class Loop:
             label=cand.label, focus=(record.candidates.index(cand), len(record.candidates)), parent=parent_tree,
             evidence=Evidence(analysis, self.run.evaluation(f"analysis-g{record.generation}").path, self.earlier_candidates(record),
                               triage({name: records for name, records in measured(self.run.repo, self.run.run_id).items()
-                                      if name.startswith("evals/analysis-")})),
+                                      if name.startswith("evals/analysis-")}), parent=parent_tree),
             learnings=self.learnings(), guide=self.guide, identifiers=self.identifiers, meta=self.cfg.role("meta", self.local_api_base),
             llm_retries=self.cfg.llm_retries, context_tokens=self.cfg.meta_context_tokens, budget=proposer_budget(self.cfg),
             workdir=workdir, prompts_dir=self.prompts_dir, digest_chars=self.cfg.digest_chars, try_agent=try_agent,

@@ -5,6 +5,7 @@
     claims/               one empty file per simulation a worker has started (when several share the grid)
     sims.jsonl            one SimRecord per finished simulation, each appended with one write()
     trajectories/         tau2's whole simulation, one file each, written before its line in sims.jsonl
+    turns/                the model's view of each agent turn (store.turnview), one gzip file per simulation, written with its trajectory
     worker.log            the workers' output
     result-<T>.json       a run's EvalResult at T trials per task (result.json: that of `evolver eval`)
 
@@ -14,6 +15,7 @@ results, the command line reads it. docs/run-directory.md is the contract.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -23,12 +25,14 @@ from typing import Optional
 
 from pydantic import BaseModel
 
-from evolver.data import EvalRequest, EvalResult, SimRecord, write_json_atomic, write_text_atomic
+from evolver.data import EvalRequest, EvalResult, SimRecord, write_bytes_atomic, write_json_atomic, write_text_atomic
 from evolver.store.records import read_record
+from evolver.store.turnview import TurnView
 
 REQUEST = "request.json"
 SIMS = "sims.jsonl"
 TRAJECTORIES = "trajectories"
+TURNS = "turns"
 CLAIMS = "claims"
 WORKER_LOG = "worker.log"
 RESULT = "result.json"
@@ -160,6 +164,34 @@ class EvalDir:
 
     def read_trajectory(self, record: SimRecord) -> Optional[str]:
         return (self.path / record.trajectory_file).read_text() if record.trajectory_file else None
+
+    def write_turns(self, record: SimRecord, view: Optional[str | bytes]) -> None:
+        """A simulation's turn view, before its line in sims.jsonl, and its name in the record; nothing when there is none.
+        ``view``: its JSON text, stored compressed, or the compressed file as another evaluation folder holds it (from a
+        Ray node). As with a trajectory, a name a record brings keeps only its file name."""
+        if view is None:
+            return
+        name = Path(record.turns_file).name if record.turns_file else f"{record.task_id}__trial{record.trial}.json.gz"
+        (self.path / TURNS).mkdir(exist_ok=True)
+        data = view if isinstance(view, bytes) else gzip.compress(view.encode("utf-8"), mtime=0)  # mtime 0: the same view, the same bytes
+        write_bytes_atomic(self.path / TURNS / name, data)
+        record.turns_file = f"{TURNS}/{name}"
+
+    def read_turns_file(self, record: SimRecord) -> Optional[bytes]:
+        """The view's file as stored (compressed). Read by its file name in this evaluation's turns/ only: a record cannot
+        send a reader to another evaluation's files."""
+        try:
+            return (self.path / TURNS / Path(record.turns_file).name).read_bytes() if record.turns_file else None
+        except OSError:
+            return None
+
+    def read_turns(self, record: SimRecord) -> Optional[TurnView]:
+        """The simulation's turn view; None when it has none, or it cannot be read (a damaged file is no evidence)."""
+        data = self.read_turns_file(record)
+        try:
+            return TurnView.model_validate_json(gzip.decompress(data)) if data else None
+        except (OSError, EOFError, ValueError):
+            return None
 
     def append_sim(self, record: SimRecord | str) -> None:
         """One finished simulation (a record, or its JSON line as it came): one write() of the whole line,

@@ -69,6 +69,14 @@ class Lineage:
             return None
 
     @_serial
+    def file_at(self, commit: str, path: str) -> Optional[str]:
+        """A file's text as a commit holds it (agent/agent.py of the incumbent an analysis measured); None if it has none."""
+        try:
+            return (self.repo.commit(commit).tree / path).data_stream.read().decode("utf-8")
+        except (git.BadName, ValueError, KeyError, UnicodeDecodeError):
+            return None
+
+    @_serial
     def diff(self, parent: str, child: str) -> str:
         return self.repo.git.diff(parent, child, "--", "agent")
 

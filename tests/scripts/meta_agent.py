@@ -5,7 +5,8 @@ the proposer's tools, deterministically, so the plumbing can be tested (and benc
     -> replace_in_file -> try_agent (the failing task) -> submit
 
 Which fix it makes comes from what it read: the first Fix whose symptom (a regular expression) matches
-the failures list or the trajectory. Shared by tests/test_proposer.py and benchmarks/planted_faults.py.
+the failures list or the trajectory; when that edit is refused (its old text is not in the file: two
+faults can look alike), the next Fix that matches. Shared by tests/test_proposer.py and benchmarks/planted_faults.py.
 """
 
 from __future__ import annotations
@@ -58,18 +59,20 @@ def investigate(messages: list[dict], fixes: list[Fix]) -> Reply:
         if not first:
             return Reply("Nothing fails: nothing to fix.")
         return _call("read_trajectory", task=first.group(1), trial=int(first.group(2)))
-    fix = next((f for f in fixes if re.search(f.symptom, seen)), None)
-    if fix is None:
-        return Reply("I cannot tell what is wrong from this trajectory.")
+    # Every Fix whose symptom it read is a hypothesis, tried in order: an edit whose old text is not in the
+    # file was the wrong one (two faults can look alike: both lose the conversation), so the next is tried.
+    hypotheses = [f for f in fixes if re.search(f.symptom, seen)]
+    refused = sum(1 for tool, _, answer in done if tool == "replace_in_file" and not answer.startswith("applied"))
+    if refused >= len(hypotheses):
+        return Reply("I cannot tell what is wrong from this trajectory." if not refused else f"My edit was refused: {result}")
+    fix = hypotheses[refused]
     if name == "read_trajectory":
         return _call("read_file", path=fix.path)
     replacements = [(fix.old, fix.new), *fix.more]
-    if name == "read_file":
+    if name == "read_file" or (name == "replace_in_file" and not result.startswith("applied")):
         return _call("replace_in_file", path=fix.path, old=fix.old, new=fix.new)
     if name == "replace_in_file":
-        if not result.startswith("applied"):
-            return Reply(f"My edit was refused: {result}")
-        made = sum(1 for tool, _, _ in done if tool == "replace_in_file")
+        made = sum(1 for tool, _, answer in done if tool == "replace_in_file" and answer.startswith("applied"))
         if made < len(replacements):
             old, new = replacements[made]
             return _call("replace_in_file", path=fix.path, old=old, new=new)

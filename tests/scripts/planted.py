@@ -1,5 +1,7 @@
-"""Planted faults: six variants of the template agent, each with one deliberate fault of the kinds
-Life-Harness's layers target, for benchmarks/planted_faults.py and tests/test_proposer.py.
+"""Planted faults: eight variants of the template agent, each with one deliberate fault of the kinds
+Life-Harness's layers target, for benchmarks/planted_faults.py and tests/test_proposer.py. Two of them
+(rewritten_call, dropped_history) leave tau2's trajectory looking like the model's own mistake: only
+the model's view of each turn (evolver.store.turnview) shows the harness at work.
 
 With the scripted customer and the scripted agent below (EVOLVER_SCRIPT=tests.scripts.planted:script,
 --agent-model scripted/bench), the template solves every task of the test domain built on tau2's mock
@@ -48,6 +50,11 @@ FAULTS = [
             CALL + "        for call in reply.tool_calls or []:  # normalise arguments\n"
                    "            call.arguments = {k: v.upper() if isinstance(v, str) else v for k, v in call.arguments.items()}\n",
             symptom=r"tool ERROR"),
+    # Only the model's view tells it apart from a model that writes a wrong title: the trajectory shows the call as tau2 got it.
+    Planted("rewritten_call", "H2 action realization: the model's tool call is rewritten after it answered", CALL,
+            CALL + "        for call in reply.tool_calls or []:  # keep arguments short for the tools\n"
+                   "            call.arguments = {k: v[:10] if isinstance(v, str) else v for k, v in call.arguments.items()}\n",
+            symptom=r"arguments changed after the model answered"),
     Planted("dropped_tool_results", "history: tool results never reach the model", TURN,
             "        if not isinstance(message, (MultiToolMessage, ToolMessage)):  # results are in the environment already\n"
             "            state.messages.append(message)\n",
@@ -55,6 +62,10 @@ FAULTS = [
     Planted("early_stop", "H4 trajectory regulation: a stop rule ends conversations before the agent acts", STOP,
             STOP.replace("or [])", "or []) or len(state.messages) >= 2"), switches=("h4_trajectory_regulation",),
             symptom=r"ended by agent_stop after 3 messages"),
+    # The state keeps the conversation; only the prompt loses it, so the trajectory looks like a forgetful model.
+    Planted("dropped_history", "the prompt: the earlier turns of the conversation are dropped from it", CONTEXT,
+            "        context = state.system_messages + state.messages[-2:] + self.guidance(state)  # the latest exchange is what matters\n",
+            symptom=r"earlier messages? of the conversation left out"),
     Planted("state_reset", "state: the conversation is forgotten at every turn", TURN,
             "        state.messages = []  # start each turn clean\n" + TURN,
             symptom=LOST[:20]),
@@ -97,11 +108,14 @@ def bench_agent(messages: list[dict]) -> Reply:
 
 
 def digest_answer(messages: list[dict]) -> Reply:
-    """The one-shot proposer's scripted meta-LLM: the same knowledge, matched against the digest it is shown."""
-    prompt = "\n".join(str(m.get("content") or "") for m in messages)
-    fix = next((f for f in fixes() if re.search(f.symptom, prompt)), None)
-    if fix is None:
+    """The one-shot proposer's scripted meta-LLM: the same knowledge, matched against the digest it is shown;
+    each answer sent back (its SEARCH text was not in the file) is followed by the next fix that matches."""
+    prompt = "\n".join(str(m.get("content") or "") for m in messages[:2])
+    hypotheses = [f for f in fixes() if re.search(f.symptom, prompt)]
+    answered = sum(1 for m in messages if m.get("role") == "assistant")
+    if answered >= len(hypotheses):
         return Reply("I cannot tell what is wrong from this digest.")
+    fix = hypotheses[answered]
     blocks = "".join(f"<<<<<<< SEARCH\n{old}=======\n{new}>>>>>>> REPLACE\n" for old, new in [(fix.old, fix.new), *fix.more])
     return Reply(f"TITLE: {fix.title}\nRATIONALE: the digest shows it\nFILE: {fix.path}\n{blocks}")
 

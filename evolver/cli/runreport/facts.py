@@ -9,6 +9,7 @@ from typing import Optional
 from evolver import __version__
 from evolver.cli.compare import transfer_rows
 from evolver.cli.history import history_rows, latest_rewards, policy_lines, show, status
+from evolver.cli.turns import failed_analysis
 from evolver.data import RoleUsage, cached_text
 from evolver.evaluation.metrics import mean_reward
 from evolver.evolution.triage import triage
@@ -127,6 +128,8 @@ class RunFacts:
     triage: list[dict] = field(default_factory=list)  # the flagged tasks (evolver.evolution.triage): task, flags, why
     # Per iteration (None: outside the iterations), per provider endpoint and model: permits, 429s, seconds waited.
     rate_limits: list[tuple[Optional[int], dict]] = field(default_factory=list)
+    # The failed simulations of the analysis evaluations (what the proposers read): what the harness changed, the command to see it.
+    failed_analysis: list[dict] = field(default_factory=list)
     generated: float = field(default_factory=time.time)
     evolver_version: str = __version__
 
@@ -205,7 +208,7 @@ def collect(run: RunDir) -> RunFacts:
         decisions=state.decisions, alpha=float(manifest.gate.get("alpha", 0.05)), policy=policy_lines(manifest, state),
         transfers=transfer_rows(run.transfers()),
         triage=[{"task": t.task, "flags": t.flags, "why": t.why} for t in triage(measured(run.repo, run.run_id)) if t.flags],
-        rate_limits=_rate_limits(records, state),
+        rate_limits=_rate_limits(records, state), failed_analysis=failed_analysis(run),
     )
 
 

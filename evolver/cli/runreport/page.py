@@ -80,6 +80,9 @@ candidates per iteration the gate tests each at &alpha;/K). {_never_gated(facts)
 <section id="candidates"><h2>Candidates</h2>
 {_candidates_table(facts)}
 </section>
+<section id="failed-analysis"><h2>Failed analysis simulations</h2>
+{_failed_analysis(facts)}
+</section>
 <section id="holdout"><h2>Holdout</h2>
 {_holdout(facts)}
 </section>
@@ -190,6 +193,18 @@ def _candidate_detail(c: Candidate) -> str:
     if c.findings:
         parts.append("<details><summary>static scan</summary><ul>" + "".join(f"<li><code>{escape(x)}</code></li>" for x in c.findings) + "</ul></details>")
     return " ".join(parts) or '<span class="note">nothing more recorded</span>'
+
+
+def _failed_analysis(f: RunFacts) -> str:
+    if not f.failed_analysis:
+        return '<p class="note">No analysis simulation failed.</p>'
+    head = "<tr><th>read by iteration</th><th>task</th><th>trial</th><th>reward</th><th>ended by</th><th>what the harness changed</th><th>turn by turn</th></tr>"
+    rows = "".join(f'<tr class="failed-sim"><td>{escape(r["iteration"])}</td><td><code>{escape(r["task"])}</code></td><td class="num">{r["trial"]}</td>'
+                   f'<td class="num">{_score(r["reward"])}</td><td>{escape(str(r["ended"]))}</td><td>{escape(r["harness"] or "not recorded")}</td>'
+                   f'<td><code>{escape(r["command"])}</code></td></tr>' for r in f.failed_analysis)
+    return (f'<table id="failed-analysis-table">{head}{rows}</table><p class="note">The simulations the proposer read; "what the harness changed" '
+            "compares what tau2 gave the agent and took back with what the model was sent and answered (a change is information, "
+            "not a verdict: a layer that is on makes some on purpose). The command prints the simulation turn by turn.</p>")
 
 
 def _transfers(f: RunFacts) -> str:

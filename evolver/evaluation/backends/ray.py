@@ -353,6 +353,8 @@ class _Evaluation:
             return  # not this group's simulation: nothing of the kind may land in the run directory
         if item["trajectory"] is not None and record.trajectory_file:
             self.evaluation.write_trajectory(record, item["trajectory"])
+        if item.get("turns") is not None and record.turns_file:
+            self.evaluation.write_turns(record, item["turns"])
         self.evaluation.append_sim(item["record"])  # the line as the node's worker wrote it
         if record.outcome != "infra_error":
             self.done[(record.task_id, record.trial)] = record

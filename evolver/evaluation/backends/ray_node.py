@@ -65,7 +65,7 @@ def unpack_agent(archive: bytes, checkout: Path) -> None:
 
 def run_group(job: dict, archive: bytes, environment: dict, limiter=None) -> Iterator[dict]:
     """Run one group (job: the sub-request, the records of its simulations already finished, the
-    wall-clock limit and the configured rate limits) and yield {"record": line, "trajectory": text or None}
+    wall-clock limit and the configured rate limits) and yield {"record": line, "trajectory": text or None, "turns": bytes or None}
     per simulation as it ends, {"note": text} for the person running it, then {"end": {...}} (or
     {"usage_error": message}). ``limiter``: the cluster's rate limiter (a Ray actor), which the group's
     workers reach through a relay in this process. Cancelling the Ray task stops the group's workers."""
@@ -134,9 +134,10 @@ def _stream(req: EvalRequest, timeout: float, environment: dict, offset: int, li
 
 
 def _finished(evaluation: EvalDir, lines: list[str]) -> Iterator[dict]:
-    """The group's newly finished simulations, each line with its trajectory (written before its line)."""
+    """The group's newly finished simulations, each line with its trajectory and turn view (written before its line)."""
     for line in lines:
-        yield {"record": line, "trajectory": evaluation.read_trajectory(SimRecord.model_validate_json(line))}
+        record = SimRecord.model_validate_json(line)
+        yield {"record": line, "trajectory": evaluation.read_trajectory(record), "turns": evaluation.read_turns_file(record)}
 
 
 def _closing(outcome: dict, evaluation: EvalDir) -> dict:

@@ -44,6 +44,8 @@ SYSTEM = """You improve the harness of a customer-service agent that runs on tau
 agent is frozen: you change only files under agent/, through the tools. Work like a careful engineer:
 
 1. See what fails: list_failures, then read one or two failing trajectories whole with read_trajectory.
+   Where a failure's line says what the harness changed, read_turn shows that turn as the model saw it
+   and names the lines of agent/agent.py that run there: read those lines first.
 2. Find the cause in the code: list_files, read_file, search_code. The guide Harness.md explains the
    agent, its four harness layers (switched in agent/harness.toml) and the skill format.
 3. Look at what earlier candidates of this run tried and why they were not kept: list_candidates,
@@ -60,8 +62,9 @@ Call one tool at a time and keep your messages short."""
 
 # What usually comes next, said after a tool's answer: a small model loses the thread of SYSTEM's steps.
 NEXT = {
-    "list_failures": "read_trajectory on one of them",
-    "read_trajectory": "find the code responsible: search_code, or read_file agent/agent.py",
+    "list_failures": "read_turn on a failure the harness changed, else read_trajectory on one of them",
+    "read_turn": "read_file agent/agent.py at the lines it names",
+    "read_trajectory": "read_file at the lines its last line names; otherwise find the code responsible: search_code, or read_file agent/agent.py",
     "search_code": "read_file around the line that matters",
     "read_file": "replace_in_file, with old copied exactly from these lines without the line numbers",
     "replace_in_file": "try_agent on a failing task, then submit",
@@ -77,6 +80,10 @@ TOOLS = [
     ("read_trajectory", "Read one analysis simulation's conversation (masked), a page at a time.",
      {"task": ("string", True, "task label, e.g. T3"), "trial": ("integer", False, "trial number, default 0"),
       "page": ("integer", False, "page number, from 1")}),
+    ("read_turn", "Read one turn of an analysis simulation as the model saw it: what tau2 gave the harness, each request to the "
+                  "model and its answer, what the harness handed back, what it changed and the lines of agent/agent.py that ran there.",
+     {"task": ("string", True, "task label, e.g. T3"), "trial": ("integer", False, "trial number, default 0"),
+      "turn": ("integer", False, "turn number; default: the first turn the harness changed")}),
     ("search_trajectories", "Search every analysis trajectory for a regular expression; returns the matching lines.",
      {"pattern": ("string", True, "a regular expression"), "page": ("integer", False, "page number, from 1")}),
     ("list_files", "List the files of agent/ you may read and edit, and the harness layers' switches.", {}),
@@ -269,8 +276,10 @@ class Session:
                  "Earlier candidates of this run:\n" + r.evidence.candidates()]
         if r.learnings:
             parts.append("Learnings so far:\n" + "\n".join(r.learnings[-8:]))
+        first = r.evidence.first_read()
         parts.append(f"Budget: {self.budget.turns} turns, {self.budget.tries} try simulations, {self.budget.seconds / 60:.0f} minutes. "
-                     "Start by reading a failing trajectory.")
+                     + (f"Start with {first}: the lines where the harness changed what passed between tau2 and the model."
+                        if first else "Start by reading a failing trajectory."))
         return "\n\n".join(parts)
 
     def out_of_budget(self) -> str | None:
@@ -308,6 +317,7 @@ class Session:
         return {
             "list_failures": lambda contains="", page=1: e.failures(contains, page),
             "read_trajectory": lambda task, trial=0, page=1: e.trajectory(task, trial, page),
+            "read_turn": lambda task, trial=0, turn=None: e.turn(task, trial, turn),
             "search_trajectories": lambda pattern, page=1: e.search(pattern, page),
             "list_files": lambda: s.files(),
             "read_file": lambda path, start=1, end=None: s.read(path, start, end),

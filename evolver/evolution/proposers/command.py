@@ -6,7 +6,8 @@ The workspace (the proposal's folder in the run directory, `workspace/`):
     TASK.md          what to do, and what is off limits
     Harness.md       the guide
     agent/           a copy of the parent's agent/: edit it
-    analysis/        failures.md, and one file per analysis simulation (masked, like the digest)
+    analysis/        failures.md, and per analysis simulation its conversation and its turns as the model saw
+                     them, with what the harness changed (masked, like the digest)
     candidates/      the run's earlier candidates: verdict, the gate tasks they flipped, diff
     learnings.md     what earlier iterations found
     PROPOSAL.md      written by the command, optional: "TITLE: ..." and "RATIONALE: ..." lines
@@ -50,9 +51,12 @@ agent/harness.toml, the skills in agent/skills/). `Harness.md` is the guide: the
 harness layers, the rules and the skill format.
 
 What went wrong: `analysis/failures.md` lists the failed simulations of the analysis tasks
-(T1..Tn); `analysis/T3-trial0.md` and the like are whole conversations, with data values masked as
-<Vn>. `candidates/` holds what earlier candidates of this run changed and how the gate judged them
-(gate tasks are G1..Gn); `learnings.md` the findings so far. {focus}
+(T1..Tn) and what the harness changed in each; `analysis/T3-trial0.md` and the like are whole
+conversations, with data values masked as <Vn>; `analysis/T3-trial0.turns.md` shows each turn as the
+model saw it (what tau2 gave the harness, each request and answer, what went back, what the harness
+changed, and the lines of agent/agent.py that ran there). `candidates/` holds what earlier
+candidates of this run changed and how the gate judged them (gate tasks are G1..Gn);
+`learnings.md` the findings so far. {focus}
 
 Make one focused change that fixes the most common failure without breaking what works. Then write
 `PROPOSAL.md` with a line `TITLE: ...` and a line `RATIONALE: ...` (which failures it fixes and why).
@@ -148,6 +152,7 @@ def prepare_workspace(request: Request, workspace: Path) -> None:
     (workspace / "Harness.md").write_text(request.guide)
     (workspace / "learnings.md").write_text("\n".join(request.learnings) or "None yet: this is the first attempt.\n")
     write_evidence(request.evidence, workspace)
+    write_turn_views(request.evidence, workspace / "analysis")
 
 
 def write_evidence(evidence: Evidence, workspace: Path) -> None:
@@ -166,6 +171,14 @@ def write_evidence(evidence: Evidence, workspace: Path) -> None:
     for c in evidence.earlier:
         (earlier / f"{c.label}.md").write_text(f"# {c.label}: {c.title}\n\nverdict: {c.status}: {c.reason}\n"
                                                f"gate tasks that flipped: {', '.join(c.flips) or 'none'}\n\n```diff\n{c.diff}\n```\n")
+
+
+def write_turn_views(evidence: Evidence, analysis: Path) -> None:
+    """Each analysis simulation turn by turn, as the model saw it and with the harness's changes (masked)."""
+    for record in evidence.analysis.simulations:
+        lines = evidence.turns_text(record) if record.outcome != "infra_error" else []
+        if lines:
+            (analysis / f"{evidence.labels[record.task_id]}-trial{record.trial}.turns.md").write_text("\n".join(lines))
 
 
 def take_patch(request: Request, workspace: Path) -> Outcome:

@@ -26,7 +26,8 @@ class OneShot:
     def propose(self, request: Request) -> Outcome:
         focus = request.focus
         digest = build_digest(request.evidence.analysis, request.evidence.analysis_dir, max_chars=request.digest_chars, focus=focus,
-                              notes=tuple(request.evidence.triage_notes()))
+                              notes=tuple(request.evidence.triage_notes()), harness=request.evidence.harness_line,
+                              overview=request.evidence.harness_overview())
         request.workdir.mkdir(parents=True, exist_ok=True)
         (request.workdir / "digest.md").write_text(digest)  # what the meta-LLM saw
         messages = build_messages(request.prompts_dir, request.guide, agent_files_text(request.parent), digest, request.learnings,

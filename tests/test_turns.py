@@ -1,0 +1,193 @@
+"""The model's view of every turn: recorded on the trusted side, compared into the harness's changes,
+and read by the proposers (masked, with the lines of agent/ to read).
+
+A real `evolver eval` on tau2's mock domain with the scripted agent and customer, of a harness that
+cuts, drops, adds and rewrites on purpose (tests/scripts/meddling.py), and of one that changes
+nothing; `evolver show --turns` and the report are tested on the loop's finished run
+(tests/test_loop.py), its bad input in tests/test_bad_input.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from evolver.data import EvalResult, RoleModel
+from evolver.evolution.evidence import Evidence
+from evolver.evolution.harness_changes import changes
+from evolver.evolution.proposers import Budget, Request
+from evolver.evolution.proposers.agent import Session
+from evolver.llm import prepare_environment
+from evolver.store.evaldir import EvalDir
+from tests.conftest import ROOT, eval_json, git, init_repo
+from tests.scripts.meddling import meddle
+
+TASKS = "create_task_1,update_task_1,update_task_with_message_history"
+
+
+@pytest.fixture(scope="module")
+def meddled(tmp_path_factory):
+    """A harness that meddles, with H3 on (its tool descriptions are a layer's change on purpose), evaluated once."""
+    repo = init_repo(tmp_path_factory.mktemp("turns") / "target")
+    agent = repo / "agent" / "agent.py"
+    agent.write_text(meddle(agent.read_text()))
+    switches = repo / "agent" / "harness.toml"
+    switches.write_text(switches.read_text().replace("h3_environment_contract = false", "h3_environment_contract = true"))
+    git(repo, "commit", "-qam", "meddle")
+    summary = eval_json(repo, "--task-ids", TASKS, "--max-steps", "10")
+    path = Path(summary["result_file"])
+    result = EvalResult.model_validate_json(path.read_text())
+    return repo, result, path.parent, {r.task_id: r for r in result.simulations}
+
+
+def _kinds(found) -> dict:
+    out = {}
+    for c in found:
+        out.setdefault((c.kind, c.layer), set()).add(c.subject)
+    return out
+
+
+def test_the_view_holds_both_sides_of_every_turn_each_request_stored_as_what_is_new(meddled):
+    repo, result, folder, sims = meddled
+    view = EvalDir(folder).read_turns(sims["create_task_1"])
+    assert json.loads(gzip.decompress((folder / sims["create_task_1"].turns_file).read_bytes()))["schema"] == 1
+    first = view.turns[0]
+    assert first.given[0].role == "user" and first.given[0].content.startswith("Hi, please create a task")  # tau2's side, uncut
+    [(_, call, messages)] = [r for r in view.requests() if r[0] == 0]
+    assert [m["role"] for m in messages] == ["system", "system", "user"]  # the note in, the greeting out
+    assert messages[2]["content"].startswith("please create a task")  # the model's side, cut
+    assert view.policy and view.policy in messages[0]["content"] and "policy_at" in call.add[0]  # stored once, put back on reading
+    assert call.tools == 1 and view.tools_of(call) != view.tools  # H3's descriptions: the harness's own tool set
+    model_title = json.loads(call.reply.tool_calls[0]["arguments"])["title"]
+    assert first.returned.tool_calls[0]["arguments"]["title"] == model_title.upper() != model_title
+    later = view.turns[1].calls[0]
+    assert later.keep >= 3 and [m["role"] for m in later.add] == ["assistant"]  # only what is new: its own call (the result was dropped)
+    stop = EvalDir(folder).read_turns(sims["update_task_1"]).turns[-1]
+    assert stop.stop and stop.returned.content == "Goodbye. ###STOP###" and stop.calls[-1].reply.tool_calls[0]["name"] == "update_task_status"
+
+
+def test_the_changes_name_what_the_harness_did_and_nothing_more(meddled):
+    repo, result, folder, sims = meddled
+    found = {task: changes(EvalDir(folder).read_turns(r), result.harness) for task, r in sims.items()}
+    h3 = {("tool_changed", "H3"): {f"{t}: description changed" for t in ("create_task", "get_users", "update_task_status", "transfer_to_human_agents")}}
+    assert _kinds(found["create_task_1"]) == {**h3, ("customer_altered", ""): {"cut"}, ("message_added", ""): {"system"},
+                                              ("history_dropped", ""): {"agent"}, ("args_changed", ""): {"create_task(title)"},
+                                              ("result_dropped", ""): {""}}
+    assert _kinds(found["update_task_1"]) == {**h3, ("to_stop", ""): {""}}
+    assert _kinds(found["update_task_with_message_history"]) == h3  # its starting history reached the model whole
+    rewrite = next(c for c in found["create_task_1"] if c.kind == "args_changed")
+    [(key, before, after)] = rewrite.details
+    assert key == "title" and after == before.upper() and rewrite.turn == 1 and rewrite.step == "after the model answered"
+
+
+def test_a_proposer_reads_the_changes_masked_with_the_lines_to_read(meddled, tmp_path):
+    repo, result, folder, sims = meddled
+    lines = (repo / "agent" / "agent.py").read_text().splitlines()
+    model_call = next(n for n, line in enumerate(lines, 1) if "reply = self.call_llm(context)" in line)
+    request = Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder, parent=repo), learnings=[], guide="# Guide\n",
+                      identifiers=frozenset(), meta=RoleModel(model="scripted/meta"), llm_retries=1, context_tokens=32000,
+                      budget=Budget(turns=4, tokens=50_000, tries=0, seconds=60), workdir=tmp_path / "proposal", prompts_dir=ROOT / "prompts")
+    s = Session(request)
+    failures = s.call("list_failures", "{}")
+    assert "the harness changed: " in failures and "calls' arguments changed after the model answered: create_task(title)" in failures
+    pointed = re.search(rf"agent/agent\.py lines {model_call}-\d+ \(generate_next_message, after the model call; "
+                        r"the lines that change the reply there: ([\d, -]+)\)", failures)
+    rewrite = next(n for n, line in enumerate(lines, 1) if "call.arguments = {**call.arguments" in line)
+    assert pointed and any(int(a) <= rewrite <= int(b or a) for a, _, b in re.findall(r"(\d+)(-(\d+))?", pointed.group(1)))
+    assert "(next: read_turn on a failure the harness changed" in failures
+    assert re.search(r"the harness changed what passed between tau2 and the model in 2 of 2 failed simulation\(s\); most often \(in 1\): "
+                     r".* -> read_file agent/agent\.py start=\d+ end=\d+ \(.*\) first", failures)  # where to look first
+    trajectory = s.call("read_trajectory", json.dumps({"task": "T1"}))
+    assert re.search(r"the harness changed this conversation in turn\(s\) 1, 2, .*: read_turn T1 turn 1, or read_file agent/agent\.py start=\d+", trajectory)
+    assert "Start with read_file agent/agent.py start=" in s.opening()
+    turn = s.call("read_turn", json.dumps({"task": "T1"}))  # the first turn the harness changed
+    assert "turn 1 of" in turn and "the harness handed back to tau2: tool call(s) create_task(" in turn
+    assert re.search(r"title: <V\d+> -> <V\d+> \(case changed\)", turn) and "customer message reached the model altered (cut)" in turn
+    assert "user_1" not in turn and "Important" not in turn.replace("important", "")  # values masked as in the trajectory
+    assert turn.endswith("(next: read_file agent/agent.py at the lines it names)")
+    for hostile, answer in [({"task": "G1"}, "gate and holdout tasks are never shown"), ({"task": "T1", "turn": 99}, "there is no turn 99"),
+                            ({"task": "T1", "turn": "x"}, "must be an integer")]:
+        assert answer in s.call("read_turn", json.dumps(hostile))
+
+
+def test_the_digest_and_the_command_workspace_carry_the_same(meddled, tmp_path):
+    from evolver.evolution.digest import build_digest
+    from evolver.evolution.proposers.command import prepare_workspace
+
+    repo, result, folder, sims = meddled
+    evidence = Evidence(result, folder, parent=repo)
+    digest = build_digest(result, folder, harness=evidence.harness_line)
+    assert "the harness changed: " in digest and "reply handed back as a stop" in digest
+    request = Request(label="1", focus=(0, 1), parent=repo, evidence=evidence, learnings=[], guide="# Guide\n", identifiers=frozenset(),
+                      meta=RoleModel(model="scripted/meta"), llm_retries=1, context_tokens=32000, budget=Budget(), workdir=tmp_path,
+                      prompts_dir=ROOT / "prompts")
+    prepare_workspace(request, tmp_path / "workspace")
+    analysis = tmp_path / "workspace" / "analysis"
+    assert "the harness changed:" in (analysis / "failures.md").read_text()
+    turns = (analysis / "T1-trial0.turns.md").read_text()
+    assert "what the harness changed in this turn:" in turns and "user_1" not in turns
+
+
+def test_a_harness_that_changes_nothing_shows_nothing(tmp_path):
+    repo = init_repo(tmp_path / "target")
+    summary = eval_json(repo, "--task-ids", TASKS)
+    result = EvalResult.model_validate_json(Path(summary["result_file"]).read_text())
+    evaluation = EvalDir(Path(summary["result_file"]).parent)
+    assert all(changes(evaluation.read_turns(r), result.harness) == [] for r in result.simulations)
+
+
+def test_a_view_is_read_only_from_its_own_evaluation(meddled, tmp_path):
+    """Gate and holdout simulations are recorded too (for the report): a proposer reads the analysis folder only, and a
+    record cannot send a reader to another evaluation's files."""
+    repo, result, folder, sims = meddled
+    elsewhere = tmp_path / "gate"
+    (elsewhere / "turns").mkdir(parents=True)
+    (elsewhere / "turns" / "canary.json.gz").write_bytes((folder / sims["create_task_1"].turns_file).read_bytes())
+    record = sims["update_task_1"].model_copy(update={"turns_file": f"../../{elsewhere.name}/turns/canary.json.gz"})
+    assert EvalDir(folder).read_turns(record) is None
+
+
+def test_a_flood_of_requests_is_recorded_up_to_a_limit(monkeypatch):
+    prepare_environment()  # litellm, imported with the proxy, reads its price list from disk, never the network
+    from evolver.evaluation import proxy_agent, turnlog
+
+    monkeypatch.setattr(turnlog, "MAX_CHARS", 1000)
+    log = turnlog.TurnLog()
+    for n in range(5):
+        log.call(proxy_agent._llm_request({"messages": [{"role": "user", "content": "x" * 400 * (n + 1), "policy_at": 0}]}))
+    assert len(log.view.turns[0].calls) == 1 and "later calls are not recorded" in log.view.cut
+    assert all("policy_at" not in m for c in log.view.turns[0].calls for m in c.add)  # a candidate cannot forge where the policy stands
+
+
+def test_an_evaluation_can_leave_the_view_unrecorded(tmp_path):
+    """The benchmark's switch (benchmarks/eval_throughput.py): the same evaluation with nothing recorded."""
+    from evolver.config import eval_request, load_config
+    from evolver.evaluation.backends.local import LocalBackend
+
+    repo = init_repo(tmp_path / "target")
+    cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"})
+    req = eval_request(cfg, repo, tmp_path / "out", local_api_base=None, task_ids=["create_task_1"], trials=1).model_copy(update={"record_turns": False})
+    backend = LocalBackend()
+    try:
+        result = backend.evaluate(req, "test", timeout=300)
+    finally:
+        backend.close()
+    assert result.summary.scored == 1 and result.simulations[0].turns_file is None and not (tmp_path / "out" / "turns").exists()
+
+
+def test_the_digest_says_a_repeated_change_once_per_pattern(tmp_path):
+    """Eight failures with the same change would otherwise crowd the full trajectories out of the digest."""
+    from evolver.data import EvalSummary, SimRecord
+    from evolver.evolution.digest import build_digest
+
+    sims = [SimRecord(task_id=f"t{n}", trial=0, outcome="ok", reward=0.0, termination_reason="max_steps") for n in range(3)]
+    summary = EvalSummary(num_tasks=3, num_trials=1, num_simulations=3, scored=3, failed=0, infra_errors=0, avg_reward=0.0, pass_hat_k={},
+                          usage={}, duration=1.0)
+    result = EvalResult(run_id="r", checkout=".", domain="mock", split=None, task_ids=["t0", "t1", "t2"], trials=1, seed=1, max_steps=30,
+                        models={}, summary=summary, simulations=sims)
+    digest = build_digest(result, tmp_path, harness=lambda record: "14 tool results never reached the model (turns 2-15)")
+    assert digest.count("the harness changed: 14 tool results") == 1 and digest.count("the harness changed: the same") == 2
