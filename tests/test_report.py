@@ -49,7 +49,9 @@ def report_run(tmp_path_factory):
     marker = base / "mlflow-imported"
     env = {"EVOLVER_SCRIPT": SCRIPT, "EVOLVER_TEST_PLAN": "exact+worse,note+broken,thorough+note", "EVOLVER_SCRIPTED_PRICE": "0.002",
            **_without_mlflow(marker)}
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--candidates", "2", "--gate-stages", "1,2", "--holdout",
+    # The story below is the per-decision gate's (each candidate against the incumbent's fresh reference);
+    # the default policy's screen and audit are shown by test_loop's runs.
+    proc = run_cli(["run", str(repo), "--iterations", "1", "--candidates", "2", "--gate-stages", "1,2", "--holdout", "--gate-policy", "per-decision",
                     "--concurrency", "8", "--proposer", "oneshot", *SCRIPTED_MODELS], env=env, timeout=1200)  # a broken patch reaches the loop
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_id = run_id_of(repo)

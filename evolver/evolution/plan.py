@@ -20,6 +20,10 @@ from evolver.errors import UsageError
 # +5 and +10 point candidates at the default stages (docs/gate.md, the "sims" column: 135 of 240). A
 # single-stage gate stops nothing early.
 GATE_SHARE = 0.56
+# The audit's expected trials per task of each arm: the best it audits was kept on evidence, so its first
+# or second look (1 or 2 trials) usually decides. An assumption, not a measurement (a large gain stops at
+# the first: tests/test_compare.py's dry-run check); the budget checks hold a run to the audit's most.
+AUDIT_TRIALS = 1.5
 # The meta-LLM's side of a proposal, before any is measured: the investigating proposer is assumed to
 # use half its token budget; a one-shot answer is its prompt plus the answer, in about this split.
 META_SHARE, PROMPT_SHARE = 0.5, 0.9
@@ -68,12 +72,15 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
     longest = math.ceil(gate.stages[-1] * (MOST_STRETCH if policy.fresh_reference else 1))
     screen = 1 if policy.screen_bar is not None else gate.screen if cfg.candidates > 1 else 0  # trials per task of each candidate alone
     reference = n_gate * policy.reference_trials
-    end = audit_cost(policy, n_gate) + 2 * n_holdout * cfg.holdout_trials
+    holdout = 2 * n_holdout * cfg.holdout_trials
     # each candidate's try simulations (the agent proposer), smoke test and, with several, screen
     if gate_share is not None:  # what is expected: the gate unstretched, its usual share of it, and no keep (no fresh reference)
         trials = gate_trials or gate.stages[-1]  # the gate sized to the noise, when it is known
         per_iteration = cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen) + 2 * n_gate * trials * gate_share
+        # the audit is a staged test too: it stops early on what is clear either way, as the gate does
+        end = (2 * n_gate * AUDIT_TRIALS if policy.audit else 0) + holdout
         return math.ceil((n_analysis * cfg.analysis_trials + reference if baseline else 0) + iterations * per_iteration + end)
+    end = audit_cost(policy, n_gate) + holdout
     fresh = reference if policy.fresh_reference else 0
     per_iteration = cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen) + 2 * n_gate * longest + fresh + n_analysis * cfg.analysis_trials
     start = n_analysis * cfg.analysis_trials + reference if baseline else 0
