@@ -78,12 +78,13 @@ def preflight_line(proc, role: str) -> str:
 META = [  # (meta model, its flags, what its preflight line says the requests leave out)
     ("openai/gpt-5", [], "temperature (gpt-5 takes only 1 while it reasons)"),
     ("openai/o3", ["--meta-reasoning-effort", "high"], "temperature (o3 takes only 1 while it reasons)"),
+    ("anthropic/claude-sonnet-4-5", [], "seed (anthropic's claude-sonnet-4-5 does not take it)"),
     ("anthropic/claude-sonnet-4-5", ["--meta-reasoning-effort", "high"], "temperature (thinking takes only 1)"),
     ("openai/o3", ["--meta-reasoning-effort", "high", "--proposer", "oneshot"], "temperature (o3 takes only 1 while it reasons)"),
 ]
 
 
-@pytest.mark.parametrize("meta, flags, said", META, ids=["gpt-5", "o3", "claude-thinking", "o3-oneshot"])
+@pytest.mark.parametrize("meta, flags, said", META, ids=["gpt-5", "o3", "claude", "claude-thinking", "o3-oneshot"])
 def test_run_keeps_the_planted_fix_with_each_hosted_meta_model(planted, servers, meta, flags, said):
     provider = meta.split("/")[0]
     fake = servers[provider]
