@@ -166,7 +166,7 @@ def domain_identifiers(domain: str) -> list[str]:
     from tau2.registry import registry
     from tau2.run import load_tasks
 
-    from evolver.evaluation.scan import task_data_identifiers
+    from evolver.evaluation.scan.taskdata import task_data_identifiers
 
     env = registry.get_env_constructor(domain)()
     db = getattr(getattr(env, "tools", None), "db", None)
