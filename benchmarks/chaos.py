@@ -55,7 +55,7 @@ def main() -> None:
     prepare_environment()
     from evolver.evaluation import zygote_client
     from evolver.evaluation.scan import scan_text
-    from evolver.evaluation.worker import domain_identifiers
+    from evolver.evaluation.worker.tasks import domain_identifiers
     from tests.scripts import hostile
 
     started = time.monotonic()

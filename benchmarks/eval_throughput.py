@@ -127,14 +127,15 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
     from tau2.domains.mock.environment import get_environment
 
     from evolver.data import RoleModel
-    from evolver.evaluation import proxy_agent, worker, zygote_client
+    from evolver.evaluation import proxy_agent, zygote_client
+    from evolver.evaluation.worker.candidate import stage_candidate
     from evolver.llm import retrying
     from evolver.local.providers import register_providers
 
     os.environ["EVOLVER_SCRIPTED_LATENCY"] = "0"
     register_providers(["scripted/agent"])
     staging = Path(tempfile.mkdtemp(prefix="evolver-proxy-"))
-    source = worker.stage_candidate(repo, staging)
+    source = stage_candidate(repo, staging)
     factory = zygote_client.WorkerConnection(zygote_client.connect().sock.detach())
     proxy_agent.settings = proxy_agent.Settings(
         role=RoleModel(model="scripted/agent"), source=source, scratch_root=staging, sandbox=True,

@@ -243,7 +243,7 @@ def first_customer_message(task, api_base: str, adapter) -> str:
     history = list(task.initial_state.message_history or []) if task.initial_state else []
     # The mock tasks' histories end with the agent's text message to the customer, as a fresh start does.
     incoming = history.pop() if history else DEFAULT_FIRST_AGENT_MESSAGE
-    from evolver.evaluation.worker import user_simulator_args
+    from evolver.evaluation.worker.recorder import user_simulator_args
 
     args = {"temperature": 0.0, "api_base": api_base, "max_tokens": FIRST_MESSAGE_TOKENS, serving.USER_ADAPTER: adapter}
     user = UserSimulator(instructions=str(task.user_scenario), llm="local/user", llm_args=user_simulator_args(task, args))

@@ -93,12 +93,13 @@ def simulate(learner, rpm: float, burst: float, latency: float, demand: float, s
     ``burst`` seconds of it; evolver's Limiter with ``learner`` on a virtual clock, asked and told as
     evolver.llm does. ``quiet``: the callers stop every other QUIET seconds, as a run's calls do between
     evaluations."""
-    from evolver import ratelimit
+    from evolver.ratelimit.answers import Answer
+    from evolver.ratelimit.lanes import Limiter
 
     rate = rpm / 60
     callers = max(1, round(demand * rate * latency))
     now = 0.0
-    limiter = ratelimit.Limiter(learner=lambda: learner, clock=lambda: now)
+    limiter = Limiter(learner=lambda: learner, clock=lambda: now)
     capacity, level, filled = max(1.0, rate * burst), max(1.0, rate * burst), 0.0
     queue: list[tuple] = []  # the tickets of callers waiting for their turn, first come first served
     events = [(0.0, "ask")] * callers
@@ -132,11 +133,11 @@ def simulate(learner, rpm: float, burst: float, latency: float, demand: float, s
             else:
                 send()
         elif what == "ok":
-            limiter.report(MODEL, ratelimit.Answer())
+            limiter.report(MODEL, Answer())
             heapq.heappush(events, (now, "ask"))
         elif what.startswith("429"):
             wait = float(what.split(":")[1])
-            limiter.report(MODEL, ratelimit.Answer(limited=True, retry_after=wait if retry_after and wait else None))
+            limiter.report(MODEL, Answer(limited=True, retry_after=wait if retry_after and wait else None))
             heapq.heappush(events, (now, "ask"))
         while queue:  # the head of the queue asks again when it is due
             delay, _ = limiter.reserve(MODEL, 1, queue[0])
@@ -153,7 +154,7 @@ def simulate(learner, rpm: float, burst: float, latency: float, demand: float, s
 
 
 def controllers(args) -> None:
-    from evolver.ratelimit import Learner
+    from evolver.ratelimit.learning import Learner
 
     rules = {"additive +1% of the limit/s, halve": lambda rpm: AIMD(step=rpm / 60 * 0.01),
              "additive +5% of the limit/s, halve": lambda rpm: AIMD(step=rpm / 60 * 0.05),

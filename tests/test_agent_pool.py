@@ -9,7 +9,8 @@ import time
 import pytest
 
 from evolver.data import RoleModel
-from evolver.evaluation import proxy_agent, worker, zygote_client
+from evolver.evaluation import proxy_agent, zygote_client
+from evolver.evaluation.worker.candidate import stage_candidate
 
 
 class CountingFactory:
@@ -31,7 +32,7 @@ class CountingFactory:
 @pytest.fixture
 def settings(repo, tmp_path):
     return proxy_agent.Settings(
-        role=RoleModel(model="scripted/agent"), source=worker.stage_candidate(repo, tmp_path), scratch_root=tmp_path,
+        role=RoleModel(model="scripted/agent"), source=stage_candidate(repo, tmp_path), scratch_root=tmp_path,
         sandbox=True, limits={"memory_mb": 1024}, turn_timeout=60, completion=None, factory=CountingFactory())
 
 

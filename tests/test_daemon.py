@@ -202,8 +202,8 @@ def test_a_child_that_exits_in_the_same_read_as_its_pid_is_not_lost():
 WARM_PROBE = r"""
 import os, sys, threading
 os.environ["EVOLVER_SCRIPT"] = "evolver.scripted:mock_script"
-from evolver.evaluation import worker
-worker.preload()
+from evolver.evaluation.worker.warmup import preload
+preload()
 threads = threading.active_count()
 from evolver.local.providers import register_providers
 register_providers(["scripted/agent"])

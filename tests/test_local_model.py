@@ -325,7 +325,7 @@ def test_a_task_that_begins_with_a_history_gets_a_continuation_until_the_custome
 def test_the_worker_tells_only_an_adapted_user_how_long_the_tasks_history_is():
     from tau2.registry import registry
 
-    from evolver.evaluation.worker import user_simulator_args
+    from evolver.evaluation.worker.recorder import user_simulator_args
 
     tasks = {t.id: t for t in registry.get_tasks_loader("mock")()}
     adapted = {"temperature": 0.0, serving.USER_ADAPTER: True}

@@ -259,7 +259,7 @@ def test_the_user_simulators_cached_tokens_reach_its_usage_through_tau2s_message
     """tau2 keeps a completion's usage on the user's message; the worker hands it evolver's token counts (cached included)."""
     from tau2.data_model.message import UserMessage
 
-    from evolver.evaluation.worker import _usage
+    from evolver.evaluation.worker.recorder import _usage
 
     response = litellm.ModelResponse(choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
                                      usage={"prompt_tokens": 3_000, "completion_tokens": 20, "total_tokens": 3_020, "prompt_tokens_details": {"cached_tokens": 2_048}})

@@ -75,8 +75,9 @@ def own_limiter():
     """Each test's calls in this process wait in a rate limiter of their own (what a 429 taught one test's
     lane stays with that test)."""
     from evolver import ratelimit
+    from evolver.ratelimit.lanes import Limiter
 
-    ratelimit.install(ratelimit.Limiter())
+    ratelimit.install(Limiter())
     yield
     ratelimit.install(None)
 

@@ -19,7 +19,10 @@ import time
 import pytest
 
 from evolver import ratelimit
-from evolver.ratelimit import Answer, Learner, Limiter
+from evolver.ratelimit.answers import Answer, estimate_tokens, read_headers
+from evolver.ratelimit.lanes import HEADROOM, Limiter, matches
+from evolver.ratelimit.learning import CUT, FLOOR, GROWTH, HOLD, Learner
+from evolver.ratelimit.service import Service
 from tests.conftest import run_cli
 from tests.scripts.fake_openai import FakeOpenAI, Limit
 
@@ -53,12 +56,12 @@ def test_a_configured_limit_spaces_permits_first_come_first_served():
 def test_a_waiting_call_keeps_its_place_when_the_rate_changes_and_a_retry_after_pauses_the_lane():
     clock = Clock()
     limiter = Limiter(clock=clock)
-    limiter.report("m", Answer(limit_requests=60 / ratelimit.HEADROOM))  # the provider declares 1 a second
+    limiter.report("m", Answer(limit_requests=60 / HEADROOM))  # the provider declares 1 a second
     tickets = [limiter.reserve("m") for _ in range(4)]
     assert [d for d, _ in tickets] == pytest.approx([0.0, 1.0, 2.0, 3.0])  # a limit that just appeared: no burst
     clock.now += 1.0
     assert limiter.reserve("m", 1, tickets[1][1]) == (0.0, tickets[1][1])  # waited its turn: it goes
-    limiter.report("m", Answer(limit_requests=120 / ratelimit.HEADROOM))  # now 2 a second
+    limiter.report("m", Answer(limit_requests=120 / HEADROOM))  # now 2 a second
     assert limiter.reserve("m", 1, tickets[2][1])[0] == 0.0  # told 1 s, goes now: a second's burst is now 2 calls
     assert limiter.reserve("m", 1, tickets[3][1])[0] == pytest.approx(0.5)  # told 2 s: half a second, still after it
     limiter.report("m", Answer(limited=True, retry_after=5.0))  # the provider says: nobody for 5 s
@@ -77,17 +80,17 @@ def test_429s_teach_a_rate_that_halves_and_sustained_success_grows_it():
     assert limiter.snapshot()["m"]["rpm"] is None  # no 429 yet: no limit
     limiter.report("m", Answer(limited=True))  # the first cut: from what got through over the last seconds
     first = limiter.snapshot()["m"]["rpm"]
-    assert first == pytest.approx(10 * 60 * ratelimit.CUT, rel=0.05)
+    assert first == pytest.approx(10 * 60 * CUT, rel=0.05)
     limiter.report("m", Answer(limited=True))  # the calls already in flight: no second cut within the hold
     assert limiter.snapshot()["m"]["rpm"] == first
-    clock.now += ratelimit.HOLD
+    clock.now += HOLD
     limiter.report("m", Answer(limited=True))
-    assert limiter.snapshot()["m"]["rpm"] == pytest.approx(first * ratelimit.CUT)
-    clock.now += ratelimit.HOLD
+    assert limiter.snapshot()["m"]["rpm"] == pytest.approx(first * CUT)
+    clock.now += HOLD
     limiter.report("m", Answer())
     clock.now += 10
     limiter.report("m", Answer())
-    cut = first * ratelimit.CUT
+    cut = first * CUT
     assert limiter.snapshot()["m"]["rpm"] == pytest.approx(cut)  # nobody waited for a turn: the rate was not what held calls back
 
     for _ in range(30):  # calls waiting for their turn: now the rate is what holds them back
@@ -96,7 +99,7 @@ def test_429s_teach_a_rate_that_halves_and_sustained_success_grows_it():
     limiter.report("m", Answer())
     clock.now += 10
     limiter.report("m", Answer())
-    assert limiter.snapshot()["m"]["rpm"] == pytest.approx(cut * (1 + ratelimit.GROWTH) ** 10, abs=0.1)  # 10 s of growth
+    assert limiter.snapshot()["m"]["rpm"] == pytest.approx(cut * (1 + GROWTH) ** 10, abs=0.1)  # 10 s of growth
 
 
 def test_a_limit_the_provider_declares_wins_and_tokens_are_booked_and_corrected():
@@ -104,10 +107,10 @@ def test_a_limit_the_provider_declares_wins_and_tokens_are_booked_and_corrected(
     limiter = Limiter(clock=clock)
     limiter.report("m", Answer(limit_requests=1200, limit_tokens=60_000))  # x-ratelimit-limit-*: 20/s, 1000 tokens/s
     view = limiter.snapshot()["m"]
-    assert (view["rpm"], view["tpm"], view["source"]) == (pytest.approx(1200 * ratelimit.HEADROOM), round(60_000 * ratelimit.HEADROOM), "provider")
+    assert (view["rpm"], view["tpm"], view["source"]) == (pytest.approx(1200 * HEADROOM), round(60_000 * HEADROOM), "provider")
     limiter.report("m", Answer(limited=True))  # a declared limit is not second-guessed by learning
-    assert limiter.snapshot()["m"]["rpm"] == pytest.approx(1200 * ratelimit.HEADROOM)
-    assert limiter.reserve("m", 1)[0] == 0.0 and limiter.reserve("m", 1)[0] == pytest.approx(60 / 1200 / ratelimit.HEADROOM)
+    assert limiter.snapshot()["m"]["rpm"] == pytest.approx(1200 * HEADROOM)
+    assert limiter.reserve("m", 1)[0] == 0.0 and limiter.reserve("m", 1)[0] == pytest.approx(60 / 1200 / HEADROOM)
     # A limit that just appeared: spaced from now on, no burst.
 
     tokens = Limiter({"m": {"tpm": 60_000}}, clock=clock)  # 1000 tokens a second, a second's worth at once
@@ -121,12 +124,12 @@ def test_a_limit_the_provider_declares_wins_and_tokens_are_booked_and_corrected(
 def test_what_litellm_answers_says_about_the_limit():
     headers = {"llm_provider-x-ratelimit-limit-requests": "500", "x-ratelimit-limit-tokens": "200000",
                "llm_provider-retry-after-ms": "1500", "retry-after": "7"}
-    found = ratelimit.read_headers(headers)
+    found = read_headers(headers)
     assert (found.limit_requests, found.limit_tokens, found.retry_after) == (500, 200000, 1.5)
-    assert ratelimit.read_headers({"Retry-After": "2"}).retry_after == 2.0
-    assert ratelimit.read_headers({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}).retry_after is None
-    assert ratelimit.read_headers({"x-ratelimit-limit-requests": "-1"}).limit_requests is None
-    assert ratelimit.estimate_tokens({"messages": [{"role": "user", "content": "x" * 400}], "max_tokens": 50}) == 150
+    assert read_headers({"Retry-After": "2"}).retry_after == 2.0
+    assert read_headers({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}).retry_after is None
+    assert read_headers({"x-ratelimit-limit-requests": "-1"}).limit_requests is None
+    assert estimate_tokens({"messages": [{"role": "user", "content": "x" * 400}], "max_tokens": 50}) == 150
 
 
 @pytest.mark.parametrize("configured, key, matched", [
@@ -137,7 +140,7 @@ def test_what_litellm_answers_says_about_the_limit():
     ("openai/qwen", "openai/qwen @ http://127.0.0.1:9000/v1", True),
 ])
 def test_a_configured_name_names_its_lanes(configured, key, matched):
-    assert ratelimit.matches(configured, key) is matched
+    assert matches(configured, key) is matched
 
 
 CHILD = """
@@ -167,7 +170,7 @@ def test_worker_processes_take_their_turn_in_the_commands_limiter_over_its_socke
         return delay, ticket
 
     limiter.reserve = recorded
-    service = ratelimit.Service(limiter, tmp_path)
+    service = Service(limiter, tmp_path)
     try:
         children = [subprocess.Popen([sys.executable, "-c", CHILD], env={**os.environ, ratelimit.ENV: str(service.path)},
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
@@ -229,9 +232,9 @@ def test_a_provider_that_refuses_everything_is_still_called_now_and_then():
     """No answer ever got through: the rate falls by half a cut at a time, never below one call a minute."""
     learner, now = Learner(), 0.0
     for _ in range(40):
-        learner.limited(now, through=ratelimit.FLOOR)
-        now += ratelimit.HOLD
-    assert learner.rate == ratelimit.FLOOR
+        learner.limited(now, through=FLOOR)
+        now += HOLD
+    assert learner.rate == FLOOR
 
 
 # ---- through the command line, against a rate-limited provider ---------------------------------

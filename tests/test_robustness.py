@@ -67,7 +67,7 @@ def test_a_comment_or_a_docstring_is_refused(tmp_path):
 
 def test_the_worker_reads_the_trial_from_tau2_and_never_guesses(tmp_path):
     from evolver.data import EvalRequest, RoleModel
-    from evolver.evaluation.worker import Recorder
+    from evolver.evaluation.worker.recorder import Recorder
 
     role = RoleModel(model="scripted/agent")
     req = EvalRequest(checkout=str(tmp_path), out_dir=str(tmp_path / "out"), domain="mock", trials=3, seed=300, agent=role, user=role, judge=role)

@@ -178,7 +178,7 @@ def hardcoding_meta(name, messages, tools):
 def test_a_patch_that_copies_task_data_is_refused_with_rule_and_line(target, monkeypatch):
     from evolver.cli.start import PROMPTS_DIR
     from evolver.data import RoleModel
-    from evolver.evaluation.worker import domain_identifiers
+    from evolver.evaluation.worker.tasks import domain_identifiers
     from evolver.evolution.proposers.oneshot import propose
 
     repo, template, _, _ = target

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evolver.evaluation.scan import RULES, Finding, scan_text, scan_tree, task_data_identifiers
+from evolver.evaluation.scan import scan_text, scan_tree
+from evolver.evaluation.scan.findings import RULES, Finding
+from evolver.evaluation.scan.taskdata import task_data_identifiers
 from evolver.evolution.patch import apply_edits, parse_proposal
 
 ROOT = Path(__file__).resolve().parent.parent

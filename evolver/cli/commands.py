@@ -453,7 +453,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     prepare_environment()
     from tau2.run import load_tasks
 
-    from evolver.evaluation.worker import available_splits
+    from evolver.evaluation.worker.tasks import available_splits
 
     splits = available_splits(args.domain)
     if args.split and args.split not in splits:

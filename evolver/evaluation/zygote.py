@@ -306,9 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     zygote = Zygote(args.socket, args.idle)  # bind first: a second zygote for the path fails here
     try:
-        from evolver.evaluation import worker
+        from evolver.evaluation.worker.warmup import preload
 
-        worker.preload()  # what a command needs is imported at its first command (_entry)
+        preload()  # what a command needs is imported at its first command (_entry)
         zygote.serve()
     finally:
         zygote.close()

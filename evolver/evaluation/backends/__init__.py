@@ -57,6 +57,7 @@ def make_backend(name: str, ray_address: str = "", rate_limits: Optional[dict] =
     """The backend of one command. It holds the command's rate limiter (evolver.ratelimit), configured with
     ``rate_limits``: this process's own calls (the meta-LLM) and every worker's wait their turn in it."""
     from evolver import ratelimit
+    from evolver.ratelimit.lanes import Limiter
 
     if name == "ray":
         from evolver.evaluation.backends.ray import RayBackend
@@ -64,6 +65,6 @@ def make_backend(name: str, ray_address: str = "", rate_limits: Optional[dict] =
         return RayBackend(ray_address, rate_limits)
     from evolver.evaluation.backends.local import LocalBackend
 
-    limiter = ratelimit.Limiter(rate_limits)
+    limiter = Limiter(rate_limits)
     ratelimit.install(limiter)
     return LocalBackend(limiter=limiter)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from evolver import ratelimit
+from evolver.ratelimit.service import Service
 from evolver.data import EvalRequest, EvalResult
 from evolver.errors import UsageError
 from evolver.evaluation import zygote_client
@@ -106,7 +107,7 @@ class LocalBackend:
     def __init__(self, environment: Optional[dict] = None, limiter=None) -> None:
         self.environment = environment
         self.limiter = None if ratelimit.switched_off() else limiter
-        self.service: Optional[ratelimit.Service] = None
+        self.service: Optional[Service] = None
         self.idle: list[Zygote] = []
         self.lock = threading.Lock()
         self.cancelled = threading.Event()
@@ -124,7 +125,7 @@ class LocalBackend:
         env = dict(os.environ) if self.environment is None else dict(self.environment)
         with self.lock:
             if self.limiter is not None and self.service is None:
-                self.service = ratelimit.Service(self.limiter, zygote_client.runtime_dir())
+                self.service = Service(self.limiter, zygote_client.runtime_dir())
         if self.service is not None:
             env[ratelimit.ENV] = str(self.service.path)
         return env

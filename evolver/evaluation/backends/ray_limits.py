@@ -14,7 +14,8 @@ import threading
 import time
 from typing import Callable, Optional
 
-from evolver.ratelimit import Answer, Limit, Limiter, Throttled, wait_for_permit
+from evolver.ratelimit.answers import Answer
+from evolver.ratelimit.lanes import Limit, Limiter, Throttled, wait_for_permit
 
 CALL_TIMEOUT = 60.0  # seconds an actor's answer may take before it counts as lost (its answers take milliseconds)
 REFRESH = 10.0  # seconds between looks at the actor's rates, kept for a fallback
