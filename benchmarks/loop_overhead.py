@@ -68,8 +68,7 @@ def main() -> None:
 
     backend.evaluate, loop_mod.propose = timed_evaluate, timed_propose
     console = Console(stderr=True, quiet=True)
-    run, _ = new_run(repo, cfg, "run-overhead", backend, allow_dirty=False, dry_run=False, console=console)
-    loop = start_run(run, cfg, backend, console)
+    loop = start_run(new_run(repo, cfg, "run-overhead", backend, allow_dirty=False, dry_run=False, console=console), cfg, backend, console)
     start = time.perf_counter()
     loop.measure_baseline()
     baseline_wall, baseline_sim = time.perf_counter() - start, sum(windows)

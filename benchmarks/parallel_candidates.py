@@ -55,8 +55,7 @@ def one_iteration(k: int, concurrency: int, stages: list[str]) -> tuple[float, l
                       environ={})
     with LocalBackend() as backend:
         console = Console(stderr=True, quiet=True)
-        run, _ = new_run(repo, cfg, f"run-k{k}", backend, allow_dirty=False, dry_run=False, console=console)
-        loop = start_run(run, cfg, backend, console)
+        loop = start_run(new_run(repo, cfg, f"run-k{k}", backend, allow_dirty=False, dry_run=False, console=console), cfg, backend, console)
         loop.measure_baseline()
         start = time.perf_counter()
         loop.iterate(1)

@@ -315,7 +315,7 @@ def test_bad_input_gets_one_line_and_exit_2(world, case_id, argv, fragment, setu
 
 def test_every_command_meets_bad_input_in_the_table():
     """A new command joins the table, or this fails."""
-    from evolver.cli.commands import build_parser
+    from evolver.cli.commands.parser import build_parser
 
     commands = set(next(a for a in build_parser()._actions if a.dest == "command").choices)
     assert commands <= {argv[0] for _, argv, _, _ in CASES if argv}

@@ -88,7 +88,7 @@ def test_every_setting_is_documented_in_evolver_toml_and_the_configuration_page(
 def test_every_flag_comes_from_a_setting_and_sets_it():
     """The parser's setting flags are the declarations': each one given on the command line reaches the
     configuration, checked; a command only has the flags its settings declare."""
-    from evolver.cli.commands import _overrides, build_parser
+    from evolver.cli.commands.parser import _overrides, build_parser
     from evolver.config import SPECS, Config, flag_of, load_config
 
     parser = build_parser()
@@ -135,7 +135,7 @@ def test_one_validation_for_file_environment_and_flags(tmp_path, source, key, ra
 
 
 def test_the_user_role_adapter_switch_from_file_environment_and_flag(tmp_path):
-    from evolver.cli.commands import _overrides, build_parser
+    from evolver.cli.commands.parser import _overrides, build_parser
 
     def adapter(overrides=None, environ=None):
         cfg = load_config(tmp_path, {**(overrides or {}), "user_model": "local"}, environ=environ or {})
@@ -157,7 +157,7 @@ def test_the_user_role_adapter_switch_from_file_environment_and_flag(tmp_path):
 
 
 def test_model_arguments_per_role_from_file_environment_and_flags_merge_key_by_key(tmp_path):
-    from evolver.cli.commands import _overrides, build_parser
+    from evolver.cli.commands.parser import _overrides, build_parser
 
     (tmp_path / "evolver.toml").write_text('agent_reasoning_effort = "medium"\nmeta_reasoning_effort = "high"\n\n'
                                            '[agent_args]\nmax_tokens = 1024\ndrop_params = true\n\n'
@@ -214,7 +214,7 @@ def test_every_bad_model_argument_is_one_line_naming_where_it_came_from(tmp_path
 
 
 def test_rate_limits_from_file_environment_and_flags_merge_model_by_model(tmp_path):
-    from evolver.cli.commands import _overrides, build_parser
+    from evolver.cli.commands.parser import _overrides, build_parser
 
     (tmp_path / "evolver.toml").write_text('[rate_limits]\n"openai/gpt-4.1-mini" = {rpm = 500, tpm = 200000}\n"openai/gpt-4.1" = {rpm = 100}\n')
     flags = _overrides(build_parser().parse_args(["run", "--rate-limit", "openai/gpt-4.1=60/30000", "--rate-limit", "local/agent=/1000"]))

@@ -91,8 +91,8 @@ def run_loop(tmp_path, monkeypatch, proposals: str, backend: FakeBackend | None 
                              "meta_model": "scripted/meta", "domain": "fake", "holdout": "off", "gate_stages": ["1", "2"], **settings},
                       environ={})
     backend = backend or FakeBackend()
-    run, _ = new_run(repo, cfg, "run-policy", backend, allow_dirty=False, dry_run=False, console=Console(quiet=True))
-    loop = start_run(run, cfg, backend, Console(quiet=True))
+    loop = start_run(new_run(repo, cfg, "run-policy", backend, allow_dirty=False, dry_run=False, console=Console(quiet=True)), cfg, backend,
+                     Console(quiet=True))
     loop.drive()
     return loop
 

@@ -40,6 +40,9 @@ def test_the_wheel_installs_and_runs_a_scripted_evolution(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for packaged in ("evolver/prompts/Harness.md", "evolver/prompts/propose.md", "evolver/baseline/tau_bench.py", "evolver/evaluation/sandbox.py"):
         assert packaged in names
+    checkout = Path(__file__).resolve().parents[1]  # every module of the checkout's evolver/ (pyproject lists packages by hand)
+    assert sorted(str(p.relative_to(checkout)) for p in (checkout / "evolver").rglob("*.py")) == sorted(n for n in names if n.endswith(".py")
+                                                                                                      and n.startswith("evolver/") and not n.startswith(("evolver/prompts/", "evolver/baseline/")))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"

@@ -11,7 +11,7 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from rich.console import Console
 
@@ -20,7 +20,7 @@ from evolver.cli.console import ConsoleView, forecast_lines
 from evolver.cli.preflight import RUN_ROLES, preflighted, say
 from evolver.config import LOCAL, SPECS, Config, checked, flag_of, listing_request
 from evolver.errors import UsageError
-from evolver.evaluation.backends import Backend
+from evolver.evaluation.backends import Backend, TaskListing
 from evolver.evaluation.program_folders import command_problem
 from evolver.evaluation.sandbox import require_sandbox
 from evolver.events import Events
@@ -88,15 +88,25 @@ def _versions() -> dict[str, str]:
     return out
 
 
+class NewRun(NamedTuple):
+    """A run just recorded, for start_run: the embedded model's address (when served) and its task listing."""
+
+    run: RunDir
+    local_api_base: Optional[str]
+    listing: TaskListing
+    said: tuple[str, ...]  # the preflight's lines, said once the run has started: one that could not says only why
+
+
 def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console,
             pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None,
-            serving: Optional[contextlib.ExitStack] = None) -> tuple[RunDir, Optional[str]] | None:
-    """A new run's checks, then its record: the run's folder appears holding its settings and nothing else
-    (start_run does the rest); returned with the embedded model's address. None after a dry run, which prints
-    the splits and the forecast (``pilot``, given the analysis tasks, measures a few simulations: usage per
-    simulation by role, seconds, how many, their rewards by task) and writes nothing under runs/. Once the
-    input is known good and before the record, the embedded model's server is started in ``serving`` (when
-    given) if a role needs it, and every role is checked (the preflight): when that fails, nothing is left."""
+            serving: Optional[contextlib.ExitStack] = None) -> NewRun | None:
+    """A new run's checks, its tasks listed and split (outside runs/), then its record: the run's folder
+    appears holding its settings and nothing else (start_run does the rest). None after a dry run, which
+    prints the splits and the forecast (``pilot``, given the analysis tasks, measures a few simulations: usage
+    per simulation by role, seconds, how many, their rewards by task) and writes nothing under runs/. Once
+    the input is known good and before the record, the embedded model's server is started in ``serving``
+    (when given) if a role needs it, and every role is checked (the preflight): when that fails, nothing is
+    left."""
     prepare_environment()
     repo = repo.resolve()
     git_repo = open_repo(repo)
@@ -125,10 +135,10 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     if missing := missing_key_line("meta", cfg.role("meta")):  # agent and user keys are checked by the worker (and the preflight)
         raise UsageError(missing)
     read_learnings(repo, cfg.learnings_file)  # said now; the run reads it when it chooses its tasks
+    with tempfile.TemporaryDirectory(prefix="evolver-list-") as scratch:
+        listing = backend.list_tasks(listing_request(cfg, repo, Path(scratch), split=None))
+    analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)  # bad splits: one line, before anything
     if dry_run:
-        with tempfile.TemporaryDirectory(prefix="evolver-list-") as scratch:
-            listing = backend.list_tasks(listing_request(cfg, repo, Path(scratch), split=None))
-        analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
         console.print(_plan(cfg, repo, note, analysis, gate_tasks, holdout, pilot(analysis) if pilot else None), highlight=False)
         return None
     said: list[str] = []  # (a caller without ``serving`` serves and checks the models itself)
@@ -143,29 +153,30 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
                  gate=dataclasses.asdict(policy.gate), policy=policy.to_json()),
         RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit, current_step="choosing the tasks"),
     )
-    say(console, said)  # once the run exists: a run that could not start says only why
-    return run, local_api_base
+    return NewRun(run, local_api_base, listing, tuple(said))
 
 
-def start_run(run: RunDir, cfg: Config, backend: Backend, console: Console, local_api_base: Optional[str] = None) -> Loop:
-    """A new run, its record written and locked, ready to drive. One that cannot start (tasks that cannot be
-    split, git refusing its branch, a full disk) leaves nothing; one interrupted is left for `--resume`."""
+def start_run(new: NewRun, cfg: Config, backend: Backend, console: Console) -> Loop:
+    """A new run, its record written and locked, ready to drive. One that cannot start (git refusing its
+    branch, a full disk) leaves nothing; one interrupted is left for `--resume`."""
     try:
-        manifest = _choose_tasks(run, cfg, backend, console)
+        manifest = _choose_tasks(new.run, cfg, backend, console, new.listing, new.said)
     except Exception:
-        run.discard()
+        new.run.discard()
         raise
-    loop = _loop(run, manifest, run.state(), cfg, Lineage(run.repo, run.run_id), console)
-    loop.backend, loop.local_api_base = backend, local_api_base
+    loop = _loop(new.run, manifest, new.run.state(), cfg, Lineage(new.run.repo, new.run.run_id), console)
+    loop.backend, loop.local_api_base = backend, new.local_api_base
     return loop
 
 
-def _choose_tasks(run: RunDir, cfg: Config, backend: Backend, console: Console) -> Manifest:
-    """What a run does after its record, before its baseline: list and split the tasks, keep the scan's
-    identifiers and the learnings, point `best` at the base. The split is recorded last, so `--resume` of a
-    run killed before it does all of this again."""
+def _choose_tasks(run: RunDir, cfg: Config, backend: Backend, console: Console, listing: Optional[TaskListing] = None,
+                  said: tuple[str, ...] = ()) -> Manifest:
+    """What a run does after its record, before its baseline: split the tasks (listed again unless
+    ``listing`` is given), keep the scan's identifiers and the learnings, point `best` at the base. The split
+    is recorded last, so `--resume` of a run killed before it does all of this again."""
     manifest = run.manifest()
-    listing = backend.list_tasks(listing_request(cfg, run.repo, run.evaluation("tasks").path, split=None))
+    if listing is None:
+        listing = backend.list_tasks(listing_request(cfg, run.repo, run.evaluation("tasks").path, split=None))
     analysis, gate_tasks, holdout, note = choose_splits(cfg, listing.tasks, listing.splits)
     run.save_identifiers(listing.identifiers)
     learnings = read_learnings(run.repo, cfg.learnings_file)
@@ -177,6 +188,7 @@ def _choose_tasks(run: RunDir, cfg: Config, backend: Backend, console: Console) 
         run.log("started", base_commit=manifest.base_commit, iterations=cfg.iterations)
     manifest = manifest.model_copy(update={"analysis_tasks": analysis, "gate_tasks": gate_tasks, "holdout_tasks": holdout, "split_note": note})
     run.save_manifest(manifest)
+    say(console, list(said))
     console.print(_plan(cfg, run.repo, note, analysis, gate_tasks, holdout, None))
     return manifest
 

@@ -1,0 +1,73 @@
+"""An iteration's outcome: its kept candidate or how far the furthest got, recorded in git and the run's state
+(the incumbent, the stall count, the usage), once however often a resume repeats it."""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from evolver import events as ev
+from evolver.data import RoleUsage, add_tallies
+from evolver.store.runstate import BestChange, IterationRecord, slug
+
+# How far a candidate got, best first: an iteration is as far as its furthest candidate.
+PROGRESS = ("accepted", "rejected", "undecided", "invalid", "refused", "no_patch")
+
+
+class Outcome:
+    """Loop's iteration outcomes (a part of evolver.evolution.loop.Loop, which holds the run, its state and settings)."""
+
+    def conclude(self, record: IterationRecord) -> None:
+        """The iteration's outcome: its kept candidate, or how far the furthest one got."""
+        furthest = min(record.candidates, key=lambda c: PROGRESS.index(c.status))
+        record.kept = furthest.label if furthest.status == "accepted" else None
+        record.status = furthest.status
+        record.reason = furthest.reason if len(record.candidates) == 1 else f"{furthest.label}: {furthest.reason}"
+        self.save(record)
+
+    def finish_iteration(self, record: IterationRecord) -> None:
+        """Record the outcome in git and state; idempotent, so a resume can repeat it."""
+        n = record.iteration
+        self.save(record)
+        for cand in record.candidates:
+            if cand.commit:
+                note = (f"evolver {cand.status}: {cand.reason}\n"
+                        f"iteration {n}, candidate {cand.label}, parent {'base' if record.parent == 0 else record.parent}, "
+                        f"gate {_fmt(cand.gate_candidate)} vs incumbent {_fmt(record.gate_incumbent)}")
+                self.lineage.add_note(cand.commit, note)
+        winner = record.winner
+        if winner and self.state.incumbent != n and self.state.next_iteration == n:
+            self.state.incumbent, self.state.incumbent_commit = n, winner.commit
+            self.state.generation += 1
+            self.lineage.set_branch(self.lineage.best_branch, winner.commit)
+            self.state.best_history.append(best_change(n, winner.commit, winner.reason))
+        if self.state.next_iteration == n:
+            # One gate decision per iteration however many candidates: the gate bounds the chance
+            # that any no-op among them is kept by alpha (docs/gate.md).
+            self.state.decisions += any(c.status in ("accepted", "rejected") for c in record.candidates)
+            # The stall rule (README): iterations in a row that kept nothing; an undecided one (too many
+            # infrastructure errors to judge) neither counts nor breaks the streak.
+            if record.status == "accepted":
+                self.state.consecutive_rejections = 0
+            elif record.status != "undecided":
+                self.state.consecutive_rejections += 1
+            self.state.next_iteration = n + 1
+            for name, usage in record.usage.items():
+                self.state.usage[name] = self.state.usage.get(name, RoleUsage()).add(usage)
+            add_tallies(self.state.rate_limits, record.rate_limits)
+        if not self.run.logged("decided", iteration=n):  # before the state moves on, once: a kill never loses it
+            self.run.log("decided", iteration=n, status=record.status, kept=record.kept, reason=record.reason)
+        self.save_state()
+        self.lineage.remove_worktree(self.run.worktree(f"iter-{n:03d}-incumbent"))
+        for cand in record.candidates:
+            self.lineage.remove_worktree(self.run.worktree(f"iter-{slug(cand.label)}"))
+            self.events.emit(ev.Decided(cand.label, cand.status, cand.title, cand.reason))
+
+
+def best_change(iteration: int, commit: str, reason: str) -> BestChange:
+    """A change of the run's best, as state.json's best_history records it."""
+    return BestChange(iteration=iteration, commit=commit, reason=reason, at=time.time())
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.3f}"

@@ -1,0 +1,74 @@
+"""Validation: a candidate's edits applied and committed, refused when it cannot behave differently from
+what was measured, and smoke-tested on one task before the gate spends anything on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from evolver.evolution.noop import inert_edit_reason
+from evolver.evolution.patch import Edit, PatchRejected, apply_edits
+from evolver.store.lineage import commit_message
+from evolver.store.runstate import CandidateRecord, IterationRecord, slug
+
+SMOKE_TIMEOUT = 600.0
+
+
+class Validation:
+    """Loop's validation and smoke test (a part of evolver.evolution.loop.Loop, which holds the run, its state and settings)."""
+
+    def prepare(self, record: IterationRecord, cand: CandidateRecord) -> None:
+        """Commit the candidate, refuse it when it cannot behave differently, and smoke-test it."""
+        wt = self.candidate_worktree(record, cand)
+        if cand.status == "evaluating":
+            inert = self.inert_reason(record, cand)
+            if inert:
+                cand.status, cand.reason = "refused", inert
+        if cand.status == "evaluating":
+            self.step(f"iteration {record.iteration}: smoke test")
+            # The smoke test's limit is the worker timeout's too, when that is shorter.
+            smoke = self.measure(f"iter-{slug(cand.label)}-smoke", wt, self.manifest.analysis_tasks[:1], 1, self.seed(record.generation),
+                                 timeout=min(SMOKE_TIMEOUT, self.cfg.worker_timeout), record=record)
+            broken = smoke.candidate_error or next((s.error.splitlines()[0] for s in smoke.simulations if s.outcome == "failed" and s.error), None)
+            if broken:
+                cand.status, cand.reason = "invalid", f"smoke test failed: {broken}"
+        self.save(record)
+
+    def inert_reason(self, record: IterationRecord, cand: CandidateRecord) -> Optional[str]:
+        """Why the candidate cannot behave differently from what was already measured, if so: its
+        agent/ equals its parent's or an earlier candidate's, or it edits only layers that are off."""
+        tree = self.lineage.agent_tree_of(cand.commit)
+        if tree == self.lineage.agent_tree_of(record.parent_commit):
+            return "the patch leaves agent/ as it was: nothing to measure"
+        siblings = record.candidates[:record.candidates.index(cand)]
+        for earlier in [c for r in self.run.iterations() if r.iteration < record.iteration for c in r.candidates] + siblings:
+            if earlier.commit and self.lineage.agent_tree_of(earlier.commit) == tree:
+                which = f"iteration {earlier.label}" if earlier.label.isdigit() else f"candidate {earlier.label}"
+                return f"its agent/ is identical to {which}'s ({earlier.status}): nothing new to measure"
+        parent = self.checkout(f"parent-{slug(cand.label)}", record.parent_commit)
+        try:
+            return inert_edit_reason(parent, self.run.worktree(f"iter-{slug(cand.label)}"))
+        finally:
+            self.lineage.remove_worktree(parent)
+
+    def candidate_worktree(self, record: IterationRecord, cand: CandidateRecord) -> Path:
+        """The candidate's worktree; its branch and commit are made once and reused on resume."""
+        name = slug(cand.label)
+        branch = self.lineage.candidate_branch(name)
+        existing = self.lineage.commit_of(branch)
+        if existing:
+            cand.branch, cand.commit = branch, existing
+            return self.checkout(f"iter-{name}", existing)
+        wt = self.checkout(f"iter-{name}", record.parent_commit)
+        try:
+            apply_edits(wt, [Edit(**e) for e in cand.edits])
+        except PatchRejected as exc:
+            cand.status, cand.reason = "invalid", str(exc)
+            return wt
+        message = commit_message(cand.title, cand.rationale, {
+            "Evolver-Run": self.run.run_id, "Evolver-Iteration": str(record.iteration), "Evolver-Candidate": cand.label,
+            "Evolver-Parent": "base" if record.parent == 0 else str(record.parent),
+        })
+        cand.branch, cand.commit = branch, self.lineage.commit_candidate(wt, branch, message)
+        self.save(record)
+        return wt
