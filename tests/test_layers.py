@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RANK = {"shared": 0, "local": 1, "store": 1, "evaluation": 2, "evolution": 3, "cli": 4}
 # The bottom layer, all of it: a new top-level module is a new shared module, so add it here on purpose.
 SHARED = {"evolver", "evolver.config", "evolver.data", "evolver.errors", "evolver.events", "evolver.llm", "evolver.models",
-          "evolver.ratelimit", "evolver.scripted", "evolver.toolcalls"}
+          "evolver.ratelimit", "evolver.scripted", "evolver.toolcalls",
+          "evolver.config_load", "evolver.config_requests", "evolver.config_tables"}
 ENTRY = "evolver.__main__"
 
 

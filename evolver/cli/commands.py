@@ -16,7 +16,9 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver import __version__
-from evolver.config import DOMAINS, GROUPS, SPECS, Config, checked, eval_request, flag_of, listing_request, load_config, with_default_models
+from evolver.config import DOMAINS, GROUPS, SPECS, Config, flag_of, with_default_models
+from evolver.config_load import checked, load_config
+from evolver.config_requests import eval_request, listing_request
 from evolver.errors import UsageError
 
 EPILOG = """\

@@ -18,7 +18,9 @@ from rich.console import Console
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
 from evolver.cli.preflight import RUN_ROLES, preflighted, say
-from evolver.config import LOCAL, SPECS, Config, checked, flag_of, listing_request
+from evolver.config import LOCAL, SPECS, Config, flag_of
+from evolver.config_load import checked
+from evolver.config_requests import listing_request
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.program_folders import command_problem

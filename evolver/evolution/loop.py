@@ -23,7 +23,8 @@ from typing import Callable, Optional
 
 from evolver import events as ev
 from evolver import ratelimit
-from evolver.config import Config, eval_request
+from evolver.config import Config
+from evolver.config_requests import eval_request
 from evolver.data import EvalResult, RoleUsage, add_tallies
 from evolver.evaluation.backends import Backend
 from evolver.evaluation.metrics import mean_reward, rewards_by_task
