@@ -266,7 +266,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
-    from evolver.store.runstate import eval_run_dir
+    from evolver.store.rundir import eval_run_dir
 
     repo = Path(args.path).resolve()
     if not args.ref:
@@ -338,7 +338,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from evolver.evolution.gate.compare import CompareConfig
     from evolver.llm import check_api_base
     from evolver.store.lineage import Lineage, exclude_runs_dir
-    from evolver.store.runstate import comparison_dir, find_run
+    from evolver.store.rundir import comparison_dir, find_run
 
     repo = Path(args.repo).resolve()
     cfg = load_config(repo, _overrides(args))
@@ -391,7 +391,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
     from evolver.store.lineage import Lineage
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     repo = Path(args.repo).resolve()
     run = find_run(repo, args.run)
@@ -469,7 +469,7 @@ def _triage(args: argparse.Namespace) -> int:
     import dataclasses
 
     from evolver.evolution.triage import triage
-    from evolver.store.runstate import measured
+    from evolver.store.rundir import measured
 
     tasks = triage(measured(Path(args.repo).resolve(), args.triage))
     if args.json:
@@ -531,7 +531,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.local.backend import cap_concurrency
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()
@@ -584,7 +584,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer_rows
     from evolver.cli.console import history_table, transfer_table
     from evolver.cli.history import history_rows, policy_lines
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     rows = history_rows(run)
@@ -604,7 +604,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from evolver.cli.console import show_candidate
     from evolver.cli.history import show
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     if args.turns is not None:
         from evolver.cli.turns import show_turns
@@ -622,7 +622,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from evolver.cli.runreport import write_report
     from evolver.cli.runreport.facts import collect
     from evolver.store.lineage import open_repo
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     repo = Path(args.repo).resolve()
     open_repo(repo)  # a folder that is not a repository says so, not "no runs"
@@ -641,7 +641,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from evolver.cli.history import rollback
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     change = rollback(run, args.to, args.reason)
@@ -655,7 +655,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from evolver.cli.console import status_table
     from evolver.cli.history import status
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     info = status(find_run(Path(args.repo).resolve(), args.run))
     if args.json:
@@ -668,7 +668,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     from evolver.cli.console import runs_table
     from evolver.cli.history import runs
-    from evolver.store.runstate import runs_dir
+    from evolver.store.rundir import runs_dir
 
     repo = Path(args.repo).resolve()
     if not repo.is_dir():  # an empty list would read as "no runs yet" for a mistyped path

@@ -33,7 +33,8 @@ from evolver.evolution.proposers import make_proposer
 from evolver.llm import check_api_base, missing_key_line, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
-from evolver.store.runstate import Manifest, RunDir, RunState
+from evolver.store.rundir import RunDir
+from evolver.store.runstate import Manifest, RunState
 
 # Package data, so a wheel install runs as a checkout does (prompts/ in the repository).
 PROMPTS_DIR = Path(str(resources.files("evolver.prompts")))

@@ -39,7 +39,8 @@ from evolver.evolution.triage import triage
 from evolver.errors import UsageError
 from evolver.llm import ConfigurationError, ProviderError, price_of
 from evolver.store.lineage import Lineage, commit_message
-from evolver.store.runstate import FINAL_STATUSES, BestChange, CandidateRecord, IterationRecord, Manifest, RunDir, RunState, charge, measured, slug
+from evolver.store.rundir import RunDir, measured
+from evolver.store.runstate import FINAL_STATUSES, BestChange, CandidateRecord, IterationRecord, Manifest, RunState, charge, slug
 
 SMOKE_TIMEOUT = 600.0
 RATE_LIMITS_EVERY = 2.0  # seconds between looks at the rate limiter while a run is driven
