@@ -171,7 +171,8 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
 def run_backend(backend, trials: int, concurrency: int, repo: Path, tasks: list[str] = TASKS, record_turns: bool = True) -> dict:
     """One evaluation through a backend object in this process, timed around evaluate(); with the bytes its
     trajectories and turn views took on disk."""
-    from evolver.config import eval_request, load_config
+    from evolver.config_load import load_config
+    from evolver.config_requests import eval_request
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"})
     out = Path(tempfile.mkdtemp(prefix="evolver-bench-out-"))

@@ -36,7 +36,7 @@ def main() -> None:
     import evolver.evolution.loop as loop_mod
     from evolver.cli.scaffold import init_repo
     from evolver.cli.start import new_run, start_run
-    from evolver.config import load_config
+    from evolver.config_load import load_config
     from evolver.evaluation.backends.local import LocalBackend
 
     repo = Path(tempfile.mkdtemp(prefix="evolver-overhead-"))

@@ -42,7 +42,7 @@ def one_iteration(k: int, concurrency: int, stages: list[str]) -> tuple[float, l
 
     from evolver.cli.scaffold import init_repo
     from evolver.cli.start import new_run, start_run
-    from evolver.config import load_config
+    from evolver.config_load import load_config
     from evolver.evaluation.backends.local import LocalBackend
 
     repo = Path(tempfile.mkdtemp(prefix=f"evolver-k{k}-"))

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from evolver.config import SPECS, Config, flag_of, load_config
+from evolver.config import SPECS, Config, flag_of
+from evolver.config_load import load_config
 from evolver.errors import UsageError
 from tests.conftest import ROOT, SCRIPTED_MODELS, git, init_repo, run_cli
 

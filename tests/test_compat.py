@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evolver.config import load_config
+from evolver.config_load import load_config
 from tests.conftest import ROOT, git, run_cli
 
 FIXTURE = ROOT / "tests" / "fixtures" / "auto_harness"  # an auto-harness checkout: agent/, experiment_config.yaml, workspace/

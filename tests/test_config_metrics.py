@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evolver.config import load_config
+from evolver.config_load import load_config
 from evolver.data import RoleUsage, SimRecord
 from evolver.errors import UsageError
 from evolver.evaluation.metrics import pass_hat_k, rewards_by_task, summarize
@@ -89,7 +89,8 @@ def test_every_flag_comes_from_a_setting_and_sets_it():
     """The parser's setting flags are the declarations': each one given on the command line reaches the
     configuration, checked; a command only has the flags its settings declare."""
     from evolver.cli.commands.parser import _overrides, build_parser
-    from evolver.config import SPECS, Config, flag_of, load_config
+    from evolver.config import SPECS, Config, flag_of
+    from evolver.config_load import load_config
 
     parser = build_parser()
     for command in ("eval", "run"):

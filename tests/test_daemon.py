@@ -158,7 +158,8 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
 
 def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
     """`evolver daemon stop` during a run: the run's later evaluations still get workers."""
-    from evolver.config import eval_request, listing_request, load_config
+    from evolver.config_load import load_config
+    from evolver.config_requests import eval_request, listing_request
     from evolver.evaluation.backends.local import LocalBackend
 
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge"}, environ={})

@@ -463,7 +463,7 @@ def openai_stub():
 def test_requests_of_other_models_and_roles_are_byte_identical_with_the_adapter_on_or_off(openai_stub, tmp_path, user_model, role):
     import litellm
 
-    from evolver.config import load_config
+    from evolver.config_load import load_config
     from evolver.local.providers import register_providers
 
     api_base, bodies = openai_stub
@@ -482,7 +482,8 @@ def test_requests_of_other_models_and_roles_are_byte_identical_with_the_adapter_
 def test_the_local_user_is_adapted_by_default_and_the_switch_turns_it_off(openai_stub, tmp_path):
     import litellm
 
-    from evolver.config import eval_request, load_config
+    from evolver.config_load import load_config
+    from evolver.config_requests import eval_request
     from evolver.local.providers import register_providers
 
     api_base, bodies = openai_stub

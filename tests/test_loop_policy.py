@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolver.cli.start import new_run, start_run
-from evolver.config import load_config
+from evolver.config_load import load_config
 from evolver.data import EvalResult, RoleUsage, SimRecord
 from evolver.evaluation.backends import TaskListing
 from evolver.evaluation.metrics import summarize

@@ -19,7 +19,8 @@ import pytest
 from evolver.data import EvalResult, RoleModel
 from evolver.evolution.evidence import Evidence
 from evolver.evolution.proposers import Budget, Request
-from evolver.evolution.proposers.agent import Session, check_arguments
+from evolver.evolution.proposers.agent import Session
+from evolver.evolution.proposers.agent_tools import check_arguments
 from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, init_repo, run_cli
 from tests.test_loop import make_target
 
@@ -384,7 +385,7 @@ def test_evolver_run_with_an_installed_coding_agent(tmp_path):
 
 
 def test_a_call_written_as_python_text_is_read_never_run():
-    from evolver.evolution.proposers.agent import written_call
+    from evolver.evolution.proposers.agent_tools import written_call
 
     found = written_call("To start:\n```python\n# the failures\nlist_failures()\n```\nthen read_trajectory(task='T1')")
     assert (found.function.name, json.loads(found.function.arguments)) == ("list_failures", {})

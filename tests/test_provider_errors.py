@@ -168,7 +168,8 @@ def test_a_keyless_openai_compatible_server_gets_a_placeholder_key_never_a_real_
 def test_a_request_for_the_embedded_model_cannot_be_built_before_its_server_is_up(tmp_path):
     from pydantic import ValidationError
 
-    from evolver.config import eval_request, listing_request, load_config
+    from evolver.config_load import load_config
+    from evolver.config_requests import eval_request, listing_request
 
     cfg = load_config(tmp_path, {"agent_model": "local", "user_model": "local"}, environ={})
     with pytest.raises(ValidationError, match="the agent model local/agent has no api_base"):

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from evolver.config import eval_request, load_config
+from evolver.config_load import load_config
+from evolver.config_requests import eval_request
 from evolver.data import SimRecord
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Cancelled

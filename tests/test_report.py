@@ -242,7 +242,7 @@ def test_mlflow_tracking_uri_is_honoured_and_a_reopened_run_logs_nothing_twice(t
     from rich.console import Console
 
     from evolver.cli.tracking.mlflow_tracker import MlflowTracker
-    from evolver.store.runstate import RunDir
+    from evolver.store.rundir import RunDir
 
     repo, run_id, _ = tracked_run
     uri = (tmp_path / "elsewhere").as_uri()

@@ -1,5 +1,5 @@
 """No module outside evolver/store/ builds a path into the run directory: the store's objects
-(store.runstate.RunDir for a run, store.evaldir.EvalDir for one evaluation) own every name in it,
+(store.rundir.RunDir for a run, store.evaldir.EvalDir for one evaluation) own every name in it,
 so the on-disk contract (docs/run-directory.md) is written in one place.
 
 A module elsewhere that joins one of the run directory's names into a path fails here:

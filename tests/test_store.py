@@ -15,7 +15,8 @@ from evolver.errors import UsageError
 from evolver.store import runstate
 from evolver.store.evaldir import EvalDir
 from evolver.store.records import NewerSchema, migrate
-from evolver.store.runstate import CandidateRecord, IterationRecord, RunDir, RunState, charge
+from evolver.store.rundir import RunDir
+from evolver.store.runstate import CandidateRecord, IterationRecord, RunState, charge
 
 FIXTURE = Path(__file__).parent / "fixtures" / "old_run" / "run-45de20b.tar.gz"
 ROLE = RoleModel(model="scripted/agent")

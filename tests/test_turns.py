@@ -165,7 +165,8 @@ def test_a_flood_of_requests_is_recorded_up_to_a_limit(monkeypatch):
 
 def test_an_evaluation_can_leave_the_view_unrecorded(tmp_path):
     """The benchmark's switch (benchmarks/eval_throughput.py): the same evaluation with nothing recorded."""
-    from evolver.config import eval_request, load_config
+    from evolver.config_load import load_config
+    from evolver.config_requests import eval_request
     from evolver.evaluation.backends.local import LocalBackend
 
     repo = init_repo(tmp_path / "target")

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from evolver.config import Config, eval_request
+from evolver.config import Config
+from evolver.config_requests import eval_request
 from evolver.data import EvalResult, RoleUsage, cost_text
 from evolver.errors import UsageError
 from evolver.evaluation.metrics import mean_reward, rewards_by_task

@@ -15,7 +15,8 @@ from evolver.evaluation.metrics import infra_by_role, mean_reward, rewards_by_ta
 from evolver.evolution.evidence import flipped
 from evolver.evolution.plan import max_simulations
 from evolver.store.lineage import Lineage
-from evolver.store.runstate import BestChange, RunDir, list_runs, slug
+from evolver.store.rundir import RunDir, list_runs
+from evolver.store.runstate import BestChange, slug
 
 
 def history_rows(run: RunDir) -> list[dict]:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from evolver.config import DOMAINS, checked
+from evolver.config import DOMAINS
+from evolver.config_load import checked
 from evolver.errors import UsageError
 
 LAYERS = {"h2": "h2_action_realization", "h3": "h3_environment_contract", "h4": "h4_trajectory_regulation", "h5": "h5_procedural_skills"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from evolver.cli.settings_text import toml_template
 from evolver.errors import UsageError
-from evolver.store.runstate import runs_dir
+from evolver.store.rundir import runs_dir
 
 def _template_files(migration=None) -> dict[str, str]:
     """The baseline agent, its layer switches and skills: once pristine under

@@ -18,7 +18,9 @@ from rich.console import Console
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
 from evolver.cli.preflight import RUN_ROLES, preflighted, say
-from evolver.config import LOCAL, SPECS, Config, checked, flag_of, listing_request
+from evolver.config import LOCAL, SPECS, Config, flag_of
+from evolver.config_load import checked
+from evolver.config_requests import listing_request
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend, TaskListing
 from evolver.evaluation.program_folders import command_problem
@@ -31,7 +33,8 @@ from evolver.evolution.proposers import make_proposer
 from evolver.llm import check_api_base, missing_key_line, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
-from evolver.store.runstate import Manifest, RunDir, RunState
+from evolver.store.rundir import RunDir
+from evolver.store.runstate import Manifest, RunState
 
 # Package data, so a wheel install runs as a checkout does (prompts/ in the repository).
 PROMPTS_DIR = Path(str(resources.files("evolver.prompts")))

@@ -25,7 +25,8 @@ from evolver.evolution.harness_code import HarnessCode
 from evolver.evolution.turntext import Plain, summary, turn_lines
 from evolver.store.evaldir import EvalDir
 from evolver.store.lineage import Lineage
-from evolver.store.runstate import RunDir, slug
+from evolver.store.rundir import RunDir
+from evolver.store.runstate import slug
 from evolver.store.turnview import TurnView
 
 

@@ -374,7 +374,7 @@ def resume_case(name, proposals, settings, at, note, tmp: Path, *, compare: bool
     from rich.console import Console
 
     from evolver.cli.start import resume_run
-    from evolver.store.runstate import RunDir
+    from evolver.store.rundir import RunDir
     from tests.test_loop_policy import FakeBackend, run_loop
 
     with pytest.MonkeyPatch.context() as mp:

@@ -12,7 +12,9 @@ from rich.console import Console
 
 from evolver.cli.commands.parser import _overrides
 from evolver.cli.commands.shared import EVAL_ROLES, EXIT_NOTHING_MEASURED, new_run_id, out_console
-from evolver.config import DOMAINS, Config, checked, eval_request, listing_request, load_config, with_default_models
+from evolver.config import DOMAINS, Config, with_default_models
+from evolver.config_load import checked, load_config
+from evolver.config_requests import eval_request, listing_request
 from evolver.errors import UsageError
 
 
@@ -29,7 +31,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
-    from evolver.store.runstate import eval_run_dir
+    from evolver.store.rundir import eval_run_dir
 
     repo = Path(args.path).resolve()
     if not args.ref:
@@ -101,7 +103,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from evolver.evolution.gate.compare import CompareConfig
     from evolver.llm import check_api_base
     from evolver.store.lineage import Lineage, exclude_runs_dir
-    from evolver.store.runstate import comparison_dir, find_run
+    from evolver.store.rundir import comparison_dir, find_run
 
     repo = Path(args.repo).resolve()
     cfg = load_config(repo, _overrides(args))
@@ -154,7 +156,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.llm import check_api_base
     from evolver.store.lineage import Lineage
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     repo = Path(args.repo).resolve()
     run = find_run(repo, args.run)

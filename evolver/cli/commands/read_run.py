@@ -16,7 +16,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer_rows
     from evolver.cli.console import history_table, transfer_table
     from evolver.cli.history import history_rows, policy_lines
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     rows = history_rows(run)
@@ -36,7 +36,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from evolver.cli.console import show_candidate
     from evolver.cli.history import show
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     if args.turns is not None:
         from evolver.cli.turns import show_turns
@@ -54,7 +54,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from evolver.cli.runreport import write_report
     from evolver.cli.runreport.facts import collect
     from evolver.store.lineage import open_repo
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     repo = Path(args.repo).resolve()
     open_repo(repo)  # a folder that is not a repository says so, not "no runs"
@@ -73,7 +73,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from evolver.cli.history import rollback
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     change = rollback(run, args.to, args.reason)
@@ -87,7 +87,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from evolver.cli.console import status_table
     from evolver.cli.history import status
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     info = status(find_run(Path(args.repo).resolve(), args.run))
     if args.json:
@@ -100,7 +100,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     from evolver.cli.console import runs_table
     from evolver.cli.history import runs
-    from evolver.store.runstate import runs_dir
+    from evolver.store.rundir import runs_dir
 
     repo = Path(args.repo).resolve()
     if not repo.is_dir():  # an empty list would read as "no runs yet" for a mistyped path

@@ -12,7 +12,9 @@ from rich.console import Console
 
 from evolver.cli.commands.parser import _overrides
 from evolver.cli.commands.shared import EVAL_ROLES, EXIT_PAUSED, new_run_id, out_console
-from evolver.config import DOMAINS, Config, eval_request, load_config, with_default_models
+from evolver.config import DOMAINS, Config, with_default_models
+from evolver.config_requests import eval_request
+from evolver.config_load import load_config
 from evolver.errors import UsageError
 
 
@@ -63,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.local.backend import cap_concurrency
-    from evolver.store.runstate import find_run
+    from evolver.store.rundir import find_run
 
     console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()

@@ -34,7 +34,7 @@ def _triage(args: argparse.Namespace) -> int:
     import dataclasses
 
     from evolver.evolution.triage import triage
-    from evolver.store.runstate import measured
+    from evolver.store.rundir import measured
 
     tasks = triage(measured(Path(args.repo).resolve(), args.triage))
     if args.json:

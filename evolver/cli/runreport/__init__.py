@@ -13,7 +13,7 @@ from typing import Optional
 
 from evolver.cli.runreport.facts import RunFacts, collect
 from evolver.data import write_text_atomic
-from evolver.store.runstate import RunDir
+from evolver.store.rundir import RunDir
 
 
 def write_report(run: RunDir, facts: Optional[RunFacts] = None) -> Path:

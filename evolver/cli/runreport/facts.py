@@ -13,7 +13,8 @@ from evolver.cli.turns import failed_analysis
 from evolver.data import RoleUsage, cached_text
 from evolver.evaluation.metrics import mean_reward
 from evolver.evolution.triage import triage
-from evolver.store.runstate import RunDir, measured, slug
+from evolver.store.rundir import RunDir, measured
+from evolver.store.runstate import slug
 
 ROLE_ORDER = ("agent", "user", "judge", "meta")
 OUTSIDE_ITERATIONS = "baseline, references, holdout"  # what the run measured outside any iteration's own candidates

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from evolver.errors import UsageError
 from evolver.events import Events
-from evolver.store.runstate import RunDir
+from evolver.store.rundir import RunDir
 
 INSTALL = {"mlflow": "pip install 'evolver[mlflow]'"}
 

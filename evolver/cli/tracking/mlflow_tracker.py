@@ -25,7 +25,8 @@ from evolver import events as ev
 from evolver.cli.runreport import write_report
 from evolver.cli.runreport.facts import cost_of
 from evolver.store.lineage import exclude_runs_dir
-from evolver.store.runstate import IterationRecord, RunDir
+from evolver.store.rundir import RunDir
+from evolver.store.runstate import IterationRecord
 
 EXPERIMENT = "evolver"
 RUN_TAG = "evolver.run_id"

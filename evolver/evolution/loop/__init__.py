@@ -42,7 +42,8 @@ from evolver.evolution.loop.validation import Validation
 from evolver.evolution.proposers import Proposer
 from evolver.llm import ConfigurationError, ProviderError
 from evolver.store.lineage import Lineage
-from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunDir, RunState
+from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunState
+from evolver.store.rundir import RunDir
 
 RATE_LIMITS_EVERY = 2.0  # seconds between looks at the rate limiter while a run is driven
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from evolver import events as ev
-from evolver.config import eval_request
+from evolver.config_requests import eval_request
 from evolver.data import EvalResult
 from evolver.evaluation.metrics import rewards_by_task
 from evolver.store.runstate import IterationRecord, charge

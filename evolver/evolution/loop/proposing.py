@@ -14,7 +14,8 @@ from evolver.evolution.evidence import EarlierCandidate, Evidence, flipped
 from evolver.evolution.plan import proposer_budget
 from evolver.evolution.proposers import Request
 from evolver.evolution.triage import triage
-from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, measured, slug
+from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, slug
+from evolver.store.rundir import measured
 
 
 class Proposing:
