@@ -158,6 +158,8 @@ def test_records_written_before_they_carried_a_schema_are_version_1_and_migrated
     again = json.loads(IterationRecord.model_validate(iteration).model_dump_json())
     candidates = again.pop("candidates")
     assert again.pop("rate_limits") == {}
+    for usage in again["usage"].values():
+        assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens")) == (0, 0)
     assert again == {"schema": 2, **{k: v for k, v in iteration.items() if k != "candidates"}}
     assert candidates == [{**c, "investigation": {}} for c in iteration["candidates"]]  # the field added since, empty
     manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own steps, v1 -> ... -> v5
