@@ -56,14 +56,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from evolver.evolution.gate import (  # noqa: E402
     GateConfig, RewardTable, Stage, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
 )
-from evolver.evolution.gate.compare import CompareConfig, decide_compare, spending  # noqa: E402
+from evolver.evolution.gate.compare import CompareConfig, run_compare  # noqa: E402
 from evolver.evolution.gate.permutation import Block, exact_p_value  # noqa: E402
 from evolver.evolution.gate.policy import look  # noqa: E402
+from evolver.evolution.gate.sequential import plan, windows  # noqa: E402
 
 REFERENCE_TRIALS = 6
 NULL_SHARE = 3  # no-op cells run this many times the decisions: they are cheap and carry the main claim
@@ -324,76 +327,99 @@ def print_table(results: list[dict]) -> None:
 # --- the two-sided comparison of `evolver compare` (gate/compare.py): is B better, worse, or no evidence?
 
 COMPARE_EFFECTS = (0.0, 0.05, -0.05, 0.10, -0.10, 0.15, -0.15)
-COMPARE_FIXED = range(1, 11)  # trials per arm per task of the two-sided fixed-size test (compare's last look is 6)
+COMPARE_SHAPES = ("uniform", "bimodal", "coin flips", "30% fixed", "10% errors", "look drift +2", "look drift +5", "look drift +10")
 
 
 def compare_cell(job: tuple) -> dict:
-    """One shape and true effect: how often compare says better and worse, its simulations (both arms), and
-    the two-sided fixed-size exact test's rejections at each whole size (trials per arm per task)."""
+    """One shape and true effect, per decision: compare's verdict, its simulations (both arms, errors
+    included) and looks; at +/-10 points also whether the fixed-size test rejects at each size. Common
+    random numbers: the fixed test's trials are the comparison's own (the same uniforms against the rates
+    without drift), so their powers are compared on the same luck."""
     shape, effect, decisions, seed, args = job
     rng = random.Random(f"compare {seed} {shape} {effect}")
-    config = CompareConfig(permutations=PERMUTATIONS)
-    drift = drift_of(shape)  # here between looks: every window moves both arms by the drift
-    out = {"better": 0, "worse": 0, "sims": 0, "fixed_reject": {n: 0 for n in COMPARE_FIXED}}
+    uniforms = np.random.default_rng(rng.getrandbits(64))
+    config = CompareConfig()
+    drift = drift_of(shape)  # between looks: every window moves both arms by the drift
+    missing = 0.1 if shape == "10% errors" else 0.0
+    looks, tasks = config.max_trials, args["tasks"]
+    out: dict = {"decision": [], "sims": [], "looks": [], "fixed": []}
     for _ in range(decisions):
-        world = World(rng, shape.replace("look ", ""), args)
-        base = world.rates
-        a: dict = {t: [] for t in world.reference}
-        b: dict = {t: [] for t in world.reference}
-        previous = 0
-        for stage, n in enumerate(config.stages):
-            now = shift_rates(base, drift * stage) if drift else base
-            window_a = world.draw(now, n - previous)
-            window_b = world.draw(shift_rates(now, effect) if effect else now, n - previous)
-            for t in a:
-                a[t] += window_a[t]
-                b[t] += window_b[t]
-            previous = n
-            verdict = decide_compare(a, b, config, look=stage)
-            if verdict.decision != "continue":
-                break
-        out["better"] += verdict.decision == "better"
-        out["worse"] += verdict.decision == "worse"
-        out["sims"] += verdict.n_a_sims + verdict.n_b_sims
-        if abs(effect) not in (0.0, 0.10):
-            continue  # the fixed test is sized at +/-10 points and checked on the no-op
-        whole_a, whole_b = world.draw(base, max(COMPARE_FIXED)), world.draw(shift_rates(base, effect) if effect else base, max(COMPARE_FIXED))
-        for n in COMPARE_FIXED:  # one window, no drift: generous to the fixed test
-            pairs = [([r for r in whole_b[t][:n] if r is not None], [r for r in whole_a[t][:n] if r is not None]) for t in whole_a]
-            pairs = [(vb, va) for vb, va in pairs if vb and va]
-            up, down = exact_p_value(pairs), exact_p_value([(va, vb) for vb, va in pairs])
-            out["fixed_reject"][n] += min(1.0, 2 * min(up, down)) <= config.alpha
+        rates = np.array(shape_rates(rng, shape.replace("look ", ""), tasks, args["rates"]))
+        better = np.array(shift_rates(list(rates), effect)) if effect else rates
+        now, moved = rates[:, None], better[:, None]  # tasks x looks, broadcast when nothing drifts
+        if drift:
+            now = np.array([shift_rates(list(rates), drift * j) for j in range(looks)]).T
+            moved = np.array([shift_rates(list(now[:, j]), effect) if effect else now[:, j] for j in range(looks)]).T
+        u_a, u_b = uniforms.random((tasks, looks)), uniforms.random((tasks, looks))
+        lost_a, lost_b = uniforms.random((tasks, looks)) < missing, uniforms.random((tasks, looks)) < missing
+
+        def table(u, rates_now, lost) -> dict:
+            return {f"t{i}": [None if gone else float(x) for x, gone in zip(row, lost_row)]
+                    for i, (row, lost_row) in enumerate(zip(u < rates_now, lost))}
+
+        verdict = run_compare(table(u_a, now, lost_a), table(u_b, moved, lost_b), config)
+        out["decision"].append(verdict.decision)
+        out["sims"].append(verdict.n_a_sims + verdict.n_b_sims)
+        out["looks"].append(verdict.look + 1)
+        if abs(effect) == 0.10:  # one window, no drift: generous to the fixed test
+            a, b = table(u_a, rates[:, None], lost_a), table(u_b, better[:, None], lost_b)
+            out["fixed"].append([fixed_rejects(cut(a, n), cut(b, n), config) for n in config.stages])
     return out
 
 
-def run_compare(args, shared: dict) -> None:
-    shapes = ("uniform", "bimodal", "coin flips", "30% fixed", "10% errors", "look drift +2", "look drift +5", "look drift +10")
-    jobs = [(shape, e, args.decisions * (NULL_SHARE if e == 0 else 1), args.seed, shared) for shape in shapes for e in COMPARE_EFFECTS]
+def fixed_rejects(a: dict, b: dict, config: CompareConfig) -> bool:
+    """The fixed-size test at the same alpha: compare's exact test on one window, all of a task's trials in
+    one block (the sum of B's passes given each task's pooled passes: the most powerful for a common shift,
+    and exact), two-sided with alpha/2 a tail."""
+    [look] = plan(windows(a, b, (max(map(len, a.values())),)), config.spending(), last=0)
+    return look.decision() in ("better", "worse")
+
+
+def compare_row(shape: str, cells: dict, config: CompareConfig, tasks: int, rng: np.random.Generator) -> str:
+    """The table's row of one shape; the ratio's 95% interval by bootstrap over decisions."""
+    def share(effect: float, words: tuple[str, ...]) -> float:
+        return float(np.mean([d in words for d in cells[effect]["decision"]]))
+
+    wrong = share(0.0, ("better", "worse"))
+    right = {e: share(e, ("better",) if e > 0 else ("worse",)) for e in COMPARE_EFFECTS if e}
+    sims = {e: float(np.mean(cells[e]["sims"])) for e in COMPARE_EFFECTS}
+    arms = [(np.array([d == ("better" if e > 0 else "worse") for d in cells[e]["decision"]]), np.array(cells[e]["sims"]),
+             np.array(cells[e]["fixed"])) for e in (0.10, -0.10)]
+
+    def ratio(picks: list) -> tuple[float, float, float]:
+        power = np.mean([called[i].mean() for (called, _, _), i in zip(arms, picks)])
+        spent = np.mean([used[i].mean() for (_, used, _), i in zip(arms, picks)])
+        curve = np.mean([fixed[i].mean(axis=0) for (_, _, fixed), i in zip(arms, picks)], axis=0)
+        size = 2 * tasks * interpolated_size(dict(zip(config.stages, curve)), power)
+        return spent / size, power, size
+
+    whole = [np.arange(len(called)) for called, _, _ in arms]
+    point, power, size = ratio(whole)
+    boot = sorted(ratio([rng.integers(0, len(i), len(i)) for i in whole])[0] for _ in range(400))
+    looks = sorted(cells[0.10]["looks"] + cells[-0.10]["looks"])
+    return (f"| {shape} | {wrong:.3f} | {right[-0.15]:.3f} | {right[-0.10]:.3f} | {right[-0.05]:.3f} | {right[0.05]:.3f} | {right[0.10]:.3f} "
+            f"| {right[0.15]:.3f} | {sims[0.0]:.0f} | {(sims[0.10] + sims[-0.10]) / 2:.0f} | {looks[len(looks) // 2]}, "
+            f"{looks[int(0.9 * len(looks))]} | {size:.0f} | {point:.2f} ({boot[10]:.2f}-{boot[389]:.2f}) |")
+
+
+def run_compare_table(args, shared: dict) -> None:
+    jobs = [(shape, e, args.decisions * (NULL_SHARE if e == 0 else 1), args.seed, shared) for shape in COMPARE_SHAPES for e in COMPARE_EFFECTS]
     with ProcessPoolExecutor(args.jobs) as pool:
         cells = dict(zip(((j[0], j[1]) for j in jobs), pool.map(compare_cell, jobs, chunksize=1)))
-    config = CompareConfig(permutations=PERMUTATIONS)
-    print(f"evolver compare, two-sided: {shared['tasks']} tasks, stages {config.stages} trials per task per arm, futility |z| "
-          f"{config.futility}, alpha {config.alpha} spent {tuple(round(x, 4) for x in spending(config))}; {args.decisions} decisions "
-          f"per cell, {NULL_SHARE * args.decisions} for no effect; seed {args.seed}; {PERMUTATIONS} relabellings")
+    config = CompareConfig()
+    null = NULL_SHARE * args.decisions
+    print(f"evolver compare, two-sided: {shared['tasks']} tasks; alpha {config.alpha}, sized for {config.power:.0%} power at "
+          f"{100 * config.effect:g} points; a look per trial per task, at most {config.max_trials}; {args.decisions} decisions per cell "
+          f"(2 SE of a power near 0.8: {2 * math.sqrt(0.16 / args.decisions):.3f}), {null} with no effect (2 SE near 0.05: "
+          f"{2 * math.sqrt(0.05 * 0.95 / null):.3f}); seed {args.seed}")
     print("'look drift +d': both arms move d points at every look (the fixed test gets one window, no drift)\n")
     print("| shape | no-op called better or worse | -15 worse | -10 worse | -5 worse | +5 better | +10 better | +15 better "
-          "| sims (no-op) | sims (+/-10) | fixed-size test's sims at the same power (+/-10) | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for shape in shapes:
-        count = {e: args.decisions * (NULL_SHARE if e == 0 else 1) for e in COMPARE_EFFECTS}
-        right = {e: cells[(shape, e)]["better" if e > 0 else "worse"] / count[e] for e in COMPARE_EFFECTS if e}
-        null = cells[(shape, 0.0)]
-        wrong = (null["better"] + null["worse"]) / count[0.0]
-        sims = {e: cells[(shape, e)]["sims"] / count[e] for e in COMPARE_EFFECTS}
-        power10 = (right[0.10] + right[-0.10]) / 2
-        fixed_power = {n: (cells[(shape, 0.10)]["fixed_reject"][n] + cells[(shape, -0.10)]["fixed_reject"][n]) / (2 * args.decisions)
-                       for n in COMPARE_FIXED}
-        size = interpolated_size(fixed_power, power10)
-        fixed = 2 * size * shared["tasks"]
-        sims10 = (sims[0.10] + sims[-0.10]) / 2
-        ratio = f"{sims10 / fixed:.2f}" if math.isfinite(fixed) else "-"
-        print(f"| {shape} | {wrong:.3f} | {right[-0.15]:.3f} | {right[-0.10]:.3f} | {right[-0.05]:.3f} | {right[0.05]:.3f} | {right[0.10]:.3f} "
-              f"| {right[0.15]:.3f} | {sims[0.0]:.0f} | {sims10:.0f} | {fixed:.0f} | {ratio} |")
+          "| sims (no-op) | sims (+/-10) | looks (+/-10: median, 90th pct) | fixed-size test's sims at the same power (+/-10) "
+          "| ratio (95% interval) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(args.seed)
+    for shape in COMPARE_SHAPES:
+        print(compare_row(shape, {e: cells[(shape, e)] for e in COMPARE_EFFECTS}, config, shared["tasks"], rng))
 
 
 def load_rates(path: str) -> list[float]:
@@ -415,7 +441,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.compare:
         started = time.perf_counter()
-        run_compare(args, {"tasks": args.tasks, "rates": None})
+        run_compare_table(args, {"tasks": args.tasks, "rates": None})
         print(f"({time.perf_counter() - started:.0f} s)")
         return
 
