@@ -64,7 +64,7 @@ from evolver.evolution.gate import (  # noqa: E402
     GateConfig, RewardTable, Stage, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
 )
 from evolver.evolution.gate.compare import CompareConfig, run_compare  # noqa: E402
-from evolver.evolution.gate.permutation import Block, exact_p_value  # noqa: E402
+from evolver.evolution.gate.permutation import Block  # noqa: E402
 from evolver.evolution.gate.policy import look  # noqa: E402
 from evolver.evolution.gate.sequential import plan, windows  # noqa: E402
 
@@ -342,7 +342,7 @@ def compare_cell(job: tuple) -> dict:
     drift = drift_of(shape)  # between looks: every window moves both arms by the drift
     missing = 0.1 if shape == "10% errors" else 0.0
     looks, tasks = config.max_trials, args["tasks"]
-    out: dict = {"decision": [], "sims": [], "looks": [], "fixed": []}
+    out: dict = {"decision": [], "sims": [], "looks": [], "fixed": [], "error": []}
     for _ in range(decisions):
         rates = np.array(shape_rates(rng, shape.replace("look ", ""), tasks, args["rates"]))
         better = np.array(shift_rates(list(rates), effect)) if effect else rates
@@ -357,7 +357,10 @@ def compare_cell(job: tuple) -> dict:
             return {f"t{i}": [None if gone else float(x) for x, gone in zip(row, lost_row)]
                     for i, (row, lost_row) in enumerate(zip(u < rates_now, lost))}
 
-        verdict = run_compare(table(u_a, now, lost_a), table(u_b, moved, lost_b), config)
+        a, b = table(u_a, now, lost_a), table(u_b, moved, lost_b)
+        verdict = run_compare(a, b, config)
+        if not effect:  # the design's exact chance of calling a no-op anything, given these pooled results
+            out["error"].append(plan(windows(a, b, config.stages, config.settle), config.spending(), looks - 1, stop=False)[-1].error)
         out["decision"].append(verdict.decision)
         out["sims"].append(verdict.n_a_sims + verdict.n_b_sims)
         out["looks"].append(verdict.look + 1)
@@ -394,7 +397,7 @@ def compare_row(shape: str, cells: dict, config: CompareConfig, tasks: int, rng:
         return spent / size, power, size
 
     whole = [np.arange(len(called)) for called, _, _ in arms]
-    point, power, size = ratio(whole)
+    point, _, size = ratio(whole)
     boot = sorted(ratio([rng.integers(0, len(i), len(i)) for i in whole])[0] for _ in range(400))
     looks = sorted(cells[0.10]["looks"] + cells[-0.10]["looks"])
     return (f"| {shape} | {wrong:.3f} | {right[-0.15]:.3f} | {right[-0.10]:.3f} | {right[-0.05]:.3f} | {right[0.05]:.3f} | {right[0.10]:.3f} "

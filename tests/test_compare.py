@@ -55,15 +55,21 @@ def test_a_better_agent_is_called_better_early_and_the_reverse_worse(repo):
     assert git(repo, "status", "--porcelain").strip() == "" and "exact" in git(repo, "branch", "--list")  # nothing touched
 
 
-def test_the_same_agent_twice_is_no_evidence_and_stops_early(repo):
+def test_the_same_agent_twice_is_no_evidence_and_tasks_that_always_agree_stop_running(repo):
     proc, record = compare(repo, "main", str(repo))  # a ref and a folder holding the same agent
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert record["decision"] == "no evidence" and record["effect"] == 0.0
     assert record["p_value"] == 1.0  # every paired difference is 0: nothing is less likely than that under no effect
     # nothing varied on 40 tasks: already more information than a 10-point difference needs, so one look is enough
     assert len(record["looks"]) == 1
-    text = run_cli(["compare", "main", "exact", "--repo", str(repo), *MODELS, *ON_TEST, "--better"], env=ENV, timeout=900)
-    assert text.returncode == 0 and "better" in text.stdout and "B better on 20 task(s)" in text.stdout and "spent" in text.stdout
+    # one task of five differs (gen_09's odd title): the four that always agree stop running after 3 trials each,
+    # and the one that differs runs on until a one-sided test calls B better
+    five = "gen_08,gen_09,gen_10,gen_12,gen_14"
+    text = run_cli(["compare", "main", "exact", "--repo", str(repo), *MODELS, *ON_TEST, "--better", "--task-ids", five], env=ENV, timeout=900)
+    assert text.returncode == 0, text.stderr[-2000:]
+    assert "B better on 1 task(s): gen_09 0.00->1.00" in text.stdout and "A = main, B = exact: better" in text.stdout
+    looks = [line for line in text.stderr.splitlines() if line.startswith("look ")]
+    assert len(looks) == 6 and "spent 36 simulations (18 + 18)" in text.stdout  # 5 tasks x 3 looks, then gen_09 alone
 
 
 @pytest.mark.parametrize("args, message", [
@@ -83,7 +89,8 @@ def test_bad_input_gets_one_line_and_nothing_is_left(repo, args, message):
 def test_every_relabelling_counted_the_error_is_at_most_alpha(rewards):
     """Exactness, not a simulation: 3 tasks x 3 looks, each block's two results fixed and different, one trial
     lost to an infrastructure error; under no effect each of the 2^8 ways of giving a block's results to A and B
-    is equally likely, and the procedure calls better or worse on at most alpha of them."""
+    is equally likely, and the procedure calls better or worse on at most alpha of them: on exactly the share
+    its recursion over the lattice says."""
     config = CompareConfig(alpha=0.2, effect=0.3, max_trials=3)
     rng = random.Random(3)
     pooled = {(t, w): tuple(rng.sample(rewards, 2)) for t in range(3) for w in range(3)}
@@ -96,7 +103,8 @@ def test_every_relabelling_counted_the_error_is_at_most_alpha(rewards):
             a[f"t{t}"][w], b[f"t{t}"][w] = (y, x) if swap else (x, y)
         b[f"t{lost[0]}"][lost[1]] = pooled[lost][1]
         called.append(plan(windows(a, b, config.stages), config.spending(), last=2)[-1].decision() in ("better", "worse"))
-    assert 0 < sum(called) / len(called) <= config.alpha  # 0/1 results: some of alpha is left unspent
+    exact = plan(windows(a, b, config.stages), config.spending(), last=2, stop=False)[-1].error  # the recursion's own count
+    assert sum(called) / len(called) == pytest.approx(exact) and 0 < exact <= config.alpha  # some of alpha is left unspent
 
 
 def test_a_no_op_is_rarely_called_anything_and_a_drift_between_looks_moves_nothing():
@@ -109,7 +117,7 @@ def test_a_no_op_is_rarely_called_anything_and_a_drift_between_looks_moves_nothi
         rates = [rng.random() for _ in range(30)]
         a: dict = {f"t{i}": [] for i in range(30)}
         b: dict = {f"t{i}": [] for i in range(30)}
-        for look, n in enumerate(config.stages):
+        for look in range(config.max_trials):
             for i, p in enumerate(rates):
                 moved = min(1.0, p + 0.1 * look)  # the whole system gets better between windows
                 a[f"t{i}"].append(float(rng.random() < moved))
@@ -170,15 +178,16 @@ def test_transfer_says_helps_for_one_model_and_hurts_for_another(kept_run):
 def test_compare_names_a_runs_candidates_as_the_readme_shows(kept_run):
     repo, run_id = kept_run
     # the kept candidate against the run's best, which it is: the names resolve to commits, and the same agent
-    # twice stops with no evidence once 6 tasks that never vary hold twice a fixed-size test's information
-    # (base's resolution is the transfers' above)
-    proc = run_cli(["compare", "--run", run_id, "1", "best", "--repo", str(repo), "--json", "--agent-model", "scripted/agent",
-                    "--concurrency", "8", "--num-tasks", "6"], env=ENV, timeout=900)
+    # twice stops with no evidence once 6 tasks that never vary hold twice a fixed-size test's information, after
+    # 2 trials each (base's resolution is the transfers' above)
+    # (scripted user and judge as everywhere here: with only the agent named, the user would be the embedded model)
+    proc = run_cli(["compare", "--run", run_id, "1", "best", "--repo", str(repo), "--json", *MODELS, "--concurrency", "8",
+                    "--num-tasks", "6"], env=ENV, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(proc.stdout)
     kept = git(repo, "rev-parse", f"evolver/{run_id}/iter-001").strip()
     assert record["a"]["commit"] == kept and record["b"]["commit"] == git(repo, "rev-parse", f"evolver/{run_id}/best").strip() == kept
-    assert record["decision"] == "no evidence" and record["p_value"] == 1.0 and 1 < len(record["looks"]) <= 5
+    assert record["decision"] == "no evidence" and record["p_value"] == 1.0 and len(record["looks"]) == 2
 
 
 def test_triage_flags_an_impossible_task_and_a_customer_who_leaves(tmp_path):

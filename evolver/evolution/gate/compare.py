@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist, fmean
-from typing import Literal
+from typing import Iterator, Literal
 
 from evolver.evolution.gate.permutation import RewardTable, p_text, t_quantile
 from evolver.evolution.gate.policy import paired
-from evolver.evolution.gate.sequential import Look, Spending, plan, windows
+from evolver.evolution.gate.sequential import Look, Spending, Window, plan, windows
 
 CompareDecision = Literal["better", "worse", "no evidence", "continue"]
 
@@ -40,6 +40,7 @@ class CompareConfig:
     effect: float = 0.10  # the mean pass-rate difference the comparison is sized for
     power: float = 0.8  # the probability of calling a difference of `effect` (either way, two-sided) with the tasks given
     max_trials: int = 20  # trials per task of each arm at the last look
+    settle: int = 3  # a task whose trials all agree after this many on each side runs no more (0: every task runs every look)
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 0.5:
@@ -48,8 +49,8 @@ class CompareConfig:
             raise ValueError("sided is two or better")
         if not 0 < self.effect <= 1 or not 0.5 <= self.power < 1:
             raise ValueError("effect must be in (0, 1] and power in [0.5, 1)")
-        if self.max_trials < 1:
-            raise ValueError("max_trials must be 1 or more")
+        if self.max_trials < 1 or self.settle < 0:
+            raise ValueError("max_trials must be 1 or more and settle 0 or more")
 
     @property
     def stages(self) -> tuple[int, ...]:
@@ -92,16 +93,33 @@ def decide_compare(a: RewardTable, b: RewardTable, config: CompareConfig, *, loo
 
 
 def run_compare(a: RewardTable, b: RewardTable, config: CompareConfig, *, looks: int | None = None) -> Comparison:
-    """The first of the tables' looks (or of their first ``looks``) that decides, else the last one."""
+    """The first of the tables' looks (or of their first ``looks``) that decides, else the last one. Trials
+    the tables hold beyond what the comparison ran (after it decided, or of a settled task) are not read."""
     held = max((len(rows) for table in (a, b) for rows in table.values()), default=0)
     stages = config.stages[: max(1, min(looks or config.max_trials, held))]
-    seen = plan(windows(a, b, stages), config.spending(), last=config.max_trials - 1)
-    return _comparison(a, b, config, seen[-1], len(seen) - 1)
+    built: list[Window] = []
+
+    def build() -> Iterator[Window]:
+        for win in windows(a, b, stages, config.settle):
+            built.append(win)
+            yield win
+
+    seen = plan(build(), config.spending(), last=config.max_trials - 1)
+    index = len(seen) - 1
+    ran = {task: stages[j] for j, win in enumerate(built[: index + 1]) for task in win.settled}
+    a, b = ({task: rows[: ran.get(task, stages[index])] for task, rows in table.items()} for table in (a, b))
+    return _comparison(a, b, config, seen[-1], index)
+
+
+def next_tasks(a: RewardTable, b: RewardTable, config: CompareConfig, look: int) -> list[str]:
+    """The tasks that run a trial at ``look``: all but those the earlier looks settled."""
+    settled = {task for win in windows(a, b, config.stages[:look], config.settle) for task in win.settled}
+    return sorted((a.keys() & b.keys()) - settled)
 
 
 def _comparison(a: RewardTable, b: RewardTable, config: CompareConfig, look: Look, index: int) -> Comparison:
+    """The verdict in words and numbers; ``a`` and ``b`` hold what the comparison ran up to this look."""
     trials = config.stages[index]
-    a, b = ({task: rows[:trials] for task, rows in table.items()} for table in (a, b))
     pairs = paired(a, b)  # task -> (B's trials, A's): A in the incumbent's place
     deltas = [fmean(vb) - fmean(va) for vb, va in pairs.values()]
     n = len(deltas)

@@ -26,9 +26,10 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from evolver.evolution.gate.permutation import TINY
-
-PRIOR_WEIGHT = 0.5  # the variance estimate starts from one 1-trial pair of blocks at the largest variance, 1/4
+# The variance per unit weight is estimated from the blocks' pooled results plus this much weight at the largest
+# variance a reward can have (1/4): enough that a look where nothing varied is not infinite information, little
+# enough that 6 tasks that never vary end the comparison after 2 trials each (40 after one).
+PRIOR_WEIGHT = 0.05
 PRIOR_VARIANCE = 0.25
 
 
@@ -44,7 +45,8 @@ class Window:
     expected: float  # E0 of the sum
     weight: float  # sum over blocks of n_a n_b / (n_a + n_b): how far a pass-rate shift of 1 moves the sum (over scale)
     variance: float  # its variance under no effect given the pooled results, in reward units squared
-    tasks: int
+    runs: int  # trials both arms ran in it, errors included
+    settled: tuple[str, ...]  # tasks that run no more trials after it
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Look:
     final: bool
     tau: float
     alpha_spent: float  # the error this look may add
+    error: float  # P0(called better or worse at this look or an earlier one), exact: at the last look, the design's error
     p_better: float  # P0(called better at an earlier look, or S here at least as large)
     p_worse: float
     observed: int
@@ -94,23 +97,35 @@ class Look:
         return "continue"
 
 
-def windows(a: Mapping[str, Sequence[float | None]], b: Mapping[str, Sequence[float | None]], stages: Sequence[int]) -> Iterator[Window]:
+def windows(a: Mapping[str, Sequence[float | None]], b: Mapping[str, Sequence[float | None]], stages: Sequence[int],
+            settle: int = 0) -> Iterator[Window]:
     """One window per stage, built when asked for: each task's trials from the previous stage's count to
-    this one's, the valid ones, for the tasks with some on both sides."""
+    this one's, the valid ones, for the tasks with some on both sides. With ``settle``, a task whose valid
+    trials all agree after ``settle`` or more on each side runs no more (its later trials, if the tables
+    hold any, are not read): which tasks run depends on pooled results only, never on which arm had them."""
     binary = all(r in (0.0, 1.0) for table in (a, b) for rows in table.values() for r in rows if r is not None)
     scale = 1 if binary else 12
-    tasks = sorted(a.keys() & b.keys())
+    active = sorted(a.keys() & b.keys())
     for low, high in zip((0, *stages), stages):
-        blocks = []
-        for task in tasks:
+        blocks, runs = [], 0
+        for task in active:
+            runs += len(a[task][low:high]) + len(b[task][low:high])
             va = [round(scale * r) for r in a[task][low:high] if r is not None]
             vb = [round(scale * r) for r in b[task][low:high] if r is not None]
             if va and vb:
                 blocks.append((va, vb))
-        yield _window(blocks, scale)
+        settled = tuple(task for task in active if settle and settled_task(a[task][:high], b[task][:high], settle))
+        active = [task for task in active if task not in settled]
+        yield _window(blocks, scale, runs, settled)
 
 
-def _window(blocks: list[tuple[list[int], list[int]]], scale: int) -> Window:
+def settled_task(a: Sequence[float | None], b: Sequence[float | None], settle: int) -> bool:
+    """At least ``settle`` valid trials on each side, and every one of them the same reward."""
+    va, vb = [r for r in a if r is not None], [r for r in b if r is not None]
+    return len(va) >= settle and len(vb) >= settle and len(set(va + vb)) == 1
+
+
+def _window(blocks: list[tuple[list[int], list[int]]], scale: int, runs: int, settled: tuple[str, ...]) -> Window:
     low, null, observed, top = 0, np.ones(1), 0, 0
     expected = weight = variance = 0.0
     for va, vb in blocks:
@@ -124,7 +139,7 @@ def _window(blocks: list[tuple[list[int], list[int]]], scale: int) -> Window:
         weight += len(va) * k / n
         spread = sum((v - mean) ** 2 for v in pooled) / (n - 1)  # n >= 2: both sides have a trial
         variance += len(va) * k / n * spread / scale**2  # of the sum of k of the n values drawn at random
-    return Window(scale, low, null, observed, top, expected, weight, variance, len(blocks))
+    return Window(scale, low, null, observed, top, expected, weight, variance, runs, settled)
 
 
 @lru_cache(maxsize=4096)
@@ -141,9 +156,10 @@ def _draws(values: tuple[int, ...], k: int) -> tuple[int, np.ndarray]:
     return least, pmf
 
 
-def plan(wins: Iterable[Window], spending: Spending, last: int) -> list[Look]:
-    """The looks over ``wins`` in order, up to the first that decides (later windows are not read). Look j
-    uses windows 0..j only, so the plan of a prefix is a prefix of the plan (replayable look by look).
+def plan(wins: Iterable[Window], spending: Spending, last: int, *, stop: bool = True) -> list[Look]:
+    """The looks over ``wins`` in order, up to the first that decides (later windows are not read; with
+    ``stop`` False, up to the last look whatever the results, for the design's exact error). Look j uses
+    windows 0..j only, so the plan of a prefix is a prefix of the plan (replayable look by look).
     ``last``: the index of the last look the schedule allows; what is left of alpha is spent there."""
     null = np.ones(1)  # P0(no stop at an earlier look, S = i), before this look's boundaries
     rejected = [0.0, 0.0]  # P0(called better / worse at an earlier look)
@@ -161,20 +177,20 @@ def plan(wins: Iterable[Window], spending: Spending, last: int) -> list[Look]:
         futile = (lower + 1, upper - 1) if final else _futile(seen, looks, spending, tau, variance, upper, lower)
         final = final or (futile[0] <= lower + 1 and futile[1] >= upper - 1)  # the boundaries meet: every result decides
         s = sum(w.observed for w in seen)
-        look = Look(upper, lower, futile, final, tau, spending.sides * side - sum(rejected), rejected[0] + float(null[s:].sum()),
-                    rejected[1] + float(null[: s + 1].sum()), s)
-        looks.append(look)
-        if look.decision() != "continue":
-            break
+        p_better, p_worse = rejected[0] + float(null[s:].sum()), rejected[1] + float(null[: s + 1].sum())
+        budget = spending.sides * side - sum(rejected)
         rejected[0] += _mass(null, upper, math.inf)
         rejected[1] += _mass(null, -math.inf, lower)
+        look = Look(upper, lower, futile, final, tau, budget, sum(rejected), p_better, p_worse, s)
+        looks.append(look)
+        if look.final or (stop and look.decision() != "continue"):
+            break
         null = _continuing(null, look)
     return looks
 
 
 def _variance(seen: Sequence[Window]) -> float:
-    """Variance under no effect per unit of weight, pooled over the windows so far, with a small prior at 1/4
-    so that windows where nothing varied do not count as infinite information."""
+    """Variance under no effect per unit of weight, pooled over the windows so far (with the prior above)."""
     weight = sum(w.weight for w in seen)
     return (sum(w.variance for w in seen) + PRIOR_VARIANCE * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT)
 
@@ -208,7 +224,7 @@ def _futile(seen: Sequence[Window], looks: list[Look], spending: Spending, tau: 
 def _shifted(win: Window, effect: float, variance: float) -> np.ndarray:
     """P(B's sum = i), i = 0..top, were B ``effect`` better: normal, rounded to the lattice."""
     mean = win.expected + win.scale * effect * win.weight
-    sd = max(win.scale * math.sqrt(variance * win.weight), 0.1)
+    sd = max(win.scale * math.sqrt(variance * win.weight), 0.5)  # at least half a step: rounding keeps the shift
     pmf = np.exp(-0.5 * ((np.arange(win.top + 1) - mean) / sd) ** 2)
     return pmf / pmf.sum()
 
