@@ -325,6 +325,15 @@ def print_table(results: list[dict]) -> None:
 
 
 # --- the two-sided comparison of `evolver compare` (gate/compare.py): is B better, worse, or no evidence?
+#
+# `--compare`: per noise shape (as above; "look drift +d": both arms move d points at every look) and true effect
+# (0, +/-5, +/-10, +/-15 points, a common logit shift), how often compare calls B better and worse, and the
+# simulations it spends, both arms and errors counted. "exact": the mean over the no-op decisions of the design's
+# exact chance of calling a no-op anything given the pooled results it saw (sequential.plan's error), at most
+# alpha by construction; the simulated share scatters around it. The fixed-size test is compare's exact test
+# run once on n trials per task of each arm, in one window with no drift; its n for the power compare has at
+# +/-10 points is interpolated between whole counts, on the same draws (common random numbers), and "ratio"
+# is compare's simulations over its, with a bootstrap interval over decisions.
 
 COMPARE_EFFECTS = (0.0, 0.05, -0.05, 0.10, -0.10, 0.15, -0.15)
 COMPARE_SHAPES = ("uniform", "bimodal", "coin flips", "30% fixed", "10% errors", "look drift +2", "look drift +5", "look drift +10")
@@ -400,7 +409,8 @@ def compare_row(shape: str, cells: dict, config: CompareConfig, tasks: int, rng:
     point, _, size = ratio(whole)
     boot = sorted(ratio([rng.integers(0, len(i), len(i)) for i in whole])[0] for _ in range(400))
     looks = sorted(cells[0.10]["looks"] + cells[-0.10]["looks"])
-    return (f"| {shape} | {wrong:.3f} | {right[-0.15]:.3f} | {right[-0.10]:.3f} | {right[-0.05]:.3f} | {right[0.05]:.3f} | {right[0.10]:.3f} "
+    exact = float(np.mean(cells[0.0]["error"]))
+    return (f"| {shape} | {wrong:.3f} ({exact:.4f}) | {right[-0.15]:.3f} | {right[-0.10]:.3f} | {right[-0.05]:.3f} | {right[0.05]:.3f} | {right[0.10]:.3f} "
             f"| {right[0.15]:.3f} | {sims[0.0]:.0f} | {(sims[0.10] + sims[-0.10]) / 2:.0f} | {looks[len(looks) // 2]}, "
             f"{looks[int(0.9 * len(looks))]} | {size:.0f} | {point:.2f} ({boot[10]:.2f}-{boot[389]:.2f}) |")
 
@@ -416,7 +426,7 @@ def run_compare_table(args, shared: dict) -> None:
           f"(2 SE of a power near 0.8: {2 * math.sqrt(0.16 / args.decisions):.3f}), {null} with no effect (2 SE near 0.05: "
           f"{2 * math.sqrt(0.05 * 0.95 / null):.3f}); seed {args.seed}")
     print("'look drift +d': both arms move d points at every look (the fixed test gets one window, no drift)\n")
-    print("| shape | no-op called better or worse | -15 worse | -10 worse | -5 worse | +5 better | +10 better | +15 better "
+    print("| shape | no-op called better or worse (exact) | -15 worse | -10 worse | -5 worse | +5 better | +10 better | +15 better "
           "| sims (no-op) | sims (+/-10) | looks (+/-10: median, 90th pct) | fixed-size test's sims at the same power (+/-10) "
           "| ratio (95% interval) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -45,7 +45,6 @@ class Window:
     expected: float  # E0 of the sum
     weight: float  # sum over blocks of n_a n_b / (n_a + n_b): how far a pass-rate shift of 1 moves the sum (over scale)
     variance: float  # its variance under no effect given the pooled results, in reward units squared
-    runs: int  # trials both arms ran in it, errors included
     settled: tuple[str, ...]  # tasks that run no more trials after it
 
 
@@ -107,16 +106,15 @@ def windows(a: Mapping[str, Sequence[float | None]], b: Mapping[str, Sequence[fl
     scale = 1 if binary else 12
     active = sorted(a.keys() & b.keys())
     for low, high in zip((0, *stages), stages):
-        blocks, runs = [], 0
+        blocks = []
         for task in active:
-            runs += len(a[task][low:high]) + len(b[task][low:high])
             va = [round(scale * r) for r in a[task][low:high] if r is not None]
             vb = [round(scale * r) for r in b[task][low:high] if r is not None]
             if va and vb:
                 blocks.append((va, vb))
         settled = tuple(task for task in active if settle and settled_task(a[task][:high], b[task][:high], settle))
         active = [task for task in active if task not in settled]
-        yield _window(blocks, scale, runs, settled)
+        yield _window(blocks, scale, settled)
 
 
 def settled_task(a: Sequence[float | None], b: Sequence[float | None], settle: int) -> bool:
@@ -125,7 +123,7 @@ def settled_task(a: Sequence[float | None], b: Sequence[float | None], settle: i
     return len(va) >= settle and len(vb) >= settle and len(set(va + vb)) == 1
 
 
-def _window(blocks: list[tuple[list[int], list[int]]], scale: int, runs: int, settled: tuple[str, ...]) -> Window:
+def _window(blocks: list[tuple[list[int], list[int]]], scale: int, settled: tuple[str, ...]) -> Window:
     low, null, observed, top = 0, np.ones(1), 0, 0
     expected = weight = variance = 0.0
     for va, vb in blocks:
@@ -139,7 +137,7 @@ def _window(blocks: list[tuple[list[int], list[int]]], scale: int, runs: int, se
         weight += len(va) * k / n
         spread = sum((v - mean) ** 2 for v in pooled) / (n - 1)  # n >= 2: both sides have a trial
         variance += len(va) * k / n * spread / scale**2  # of the sum of k of the n values drawn at random
-    return Window(scale, low, null, observed, top, expected, weight, variance, runs, settled)
+    return Window(scale, low, null, observed, top, expected, weight, variance, settled)
 
 
 @lru_cache(maxsize=4096)
