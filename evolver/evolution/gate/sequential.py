@@ -46,6 +46,7 @@ class Window:
     weight: float  # sum over blocks of n_a n_b / (n_a + n_b): how far a pass-rate shift of 1 moves the sum (over scale)
     variance: float  # its variance under no effect given the pooled results, in reward units squared
     settled: tuple[str, ...]  # tasks that run no more trials after it
+    open: int  # tasks that still run trials after it
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def windows(a: Mapping[str, Sequence[float | None]], b: Mapping[str, Sequence[fl
                 blocks.append((va, vb))
         settled = tuple(task for task in active if settle and settled_task(a[task][:high], b[task][:high], settle))
         active = [task for task in active if task not in settled]
-        yield _window(blocks, scale, settled)
+        yield _window(blocks, scale, settled, len(active))
 
 
 def settled_task(a: Sequence[float | None], b: Sequence[float | None], settle: int) -> bool:
@@ -123,7 +124,7 @@ def settled_task(a: Sequence[float | None], b: Sequence[float | None], settle: i
     return len(va) >= settle and len(vb) >= settle and len(set(va + vb)) == 1
 
 
-def _window(blocks: list[tuple[list[int], list[int]]], scale: int, settled: tuple[str, ...]) -> Window:
+def _window(blocks: list[tuple[list[int], list[int]]], scale: int, settled: tuple[str, ...], still: int) -> Window:
     low, null, observed, top = 0, np.ones(1), 0, 0
     expected = weight = variance = 0.0
     for va, vb in blocks:
@@ -137,7 +138,7 @@ def _window(blocks: list[tuple[list[int], list[int]]], scale: int, settled: tupl
         weight += len(va) * k / n
         spread = sum((v - mean) ** 2 for v in pooled) / (n - 1)  # n >= 2: both sides have a trial
         variance += len(va) * k / n * spread / scale**2  # of the sum of k of the n values drawn at random
-    return Window(scale, low, null, observed, top, expected, weight, variance, settled)
+    return Window(scale, low, null, observed, top, expected, weight, variance, settled, still)
 
 
 @lru_cache(maxsize=4096)
@@ -168,7 +169,7 @@ def plan(wins: Iterable[Window], spending: Spending, last: int, *, stop: bool = 
         seen.append(win)
         variance = _variance(seen)
         tau = max(sum(w.weight for w in seen) / variance / spending.fixed_information, spending.most * (j + 1) / (last + 1))
-        final = tau >= spending.most - 1e-12 or j >= last
+        final = tau >= spending.most - 1e-12 or j >= last or not win.open  # nothing left to learn once every task settled
         side = spending.alpha / spending.sides * spending.spent(tau, spending.alpha_shape)
         upper = _upper(null, side - rejected[0])
         lower = _lower(null, side - rejected[1]) if spending.sides == 2 else -math.inf
