@@ -3,8 +3,9 @@ run's kept harness under other models (`evolver transfer`), which asks it throug
 
 Both agents run on the same tasks and seeds, beside each other in the same windows, a trial per task
 each at every look (a task whose trials all agree so far stops running); the group-sequential paired
-test of evolver.evolution.gate.compare judges each look and stops when the answer is clear either way. The evaluations land in runs/<compare-id>/{a,b}/ like `evolver eval`'s,
-and the verdict in runs/<compare-id>/comparison.json.
+test of evolver.evolution.gate.compare judges each look and stops when the answer is clear either way.
+The evaluations land in runs/<compare-id>/{a,b}/ like `evolver eval`'s, and the verdict in
+runs/<compare-id>/comparison.json.
 """
 
 from __future__ import annotations
