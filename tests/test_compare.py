@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evolver.evolution.gate.compare import CompareConfig, decide_compare, run_compare
+from evolver.evolution.gate.compare import CompareConfig, decide_compare, next_tasks, run_compare
 from evolver.evolution.gate.sequential import plan, windows
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.scripts.loop_cases import EXACT
@@ -85,15 +85,18 @@ def test_bad_input_gets_one_line_and_nothing_is_left(repo, args, message):
     assert sorted(p.name for p in (repo / "runs").iterdir()) == before
 
 
-@pytest.mark.parametrize("rewards", [(0.0, 1.0), (0.0, 0.5, 1.0)])
-def test_every_relabelling_counted_the_error_is_at_most_alpha(rewards):
-    """Exactness, not a simulation: 3 tasks x 3 looks, each block's two results fixed and different, one trial
-    lost to an infrastructure error; under no effect each of the 2^8 ways of giving a block's results to A and B
-    is equally likely, and the procedure calls better or worse on at most alpha of them: on exactly the share
-    its recursion over the lattice says."""
-    config = CompareConfig(alpha=0.2, effect=0.3, max_trials=3)
+@pytest.mark.parametrize("rewards, settle", [((0.0, 1.0), 0), ((0.0, 0.5, 1.0), 0), ((0.0, 1.0), 1)])
+def test_every_relabelling_counted_the_error_is_at_most_alpha(rewards, settle):
+    """Exactness, not a simulation: 3 tasks x 3 looks, each block's two results fixed, one trial lost to an
+    infrastructure error; under no effect each of the 2^8 ways of giving a block's results to A and B is equally
+    likely, and the procedure calls better or worse on at most alpha of them: on exactly the share its recursion
+    over the lattice says. With ``settle``, task t0's first block agrees, so it stops running after one look
+    (its later blocks, different, are never read), whichever way the other blocks fall."""
+    config = CompareConfig(alpha=0.2, effect=0.3, max_trials=3, settle=settle)
     rng = random.Random(3)
     pooled = {(t, w): tuple(rng.sample(rewards, 2)) for t in range(3) for w in range(3)}
+    if settle:
+        pooled[(0, 0)] = (1.0, 1.0)
     lost = (1, 2)  # A's trial: the block has one side and is not compared
     called = []
     for swaps in itertools.product((False, True), repeat=len(pooled) - 1):
@@ -102,9 +105,21 @@ def test_every_relabelling_counted_the_error_is_at_most_alpha(rewards):
         for ((t, w), (x, y)), swap in zip([item for item in pooled.items() if item[0] != lost], swaps):
             a[f"t{t}"][w], b[f"t{t}"][w] = (y, x) if swap else (x, y)
         b[f"t{lost[0]}"][lost[1]] = pooled[lost][1]
-        called.append(plan(windows(a, b, config.stages), config.spending(), last=2)[-1].decision() in ("better", "worse"))
-    exact = plan(windows(a, b, config.stages), config.spending(), last=2, stop=False)[-1].error  # the recursion's own count
+        called.append(run_compare(a, b, config).decision in ("better", "worse"))
+        assert next_tasks(a, b, config, 1) == (["t1", "t2"] if settle else ["t0", "t1", "t2"])
+    exact = plan(windows(a, b, config.stages, settle), config.spending(), last=2, stop=False)[-1].error  # the recursion's own count
     assert sum(called) / len(called) == pytest.approx(exact) and 0 < exact <= config.alpha  # some of alpha is left unspent
+
+
+@pytest.mark.parametrize("sided", ["two", "better"])
+def test_p_is_1_when_no_trial_of_b_differs_from_as(sided):
+    """Tasks that vary from trial to trial, alike for A and B: no block can be relabelled into anything else, so
+    both one-sided p-values are 1 (through the command line: the same-agent test above)."""
+    rng = random.Random(11)
+    rates = [rng.random() for _ in range(10)]
+    a = {f"t{i}": [float(rng.random() < p) for _ in range(20)] for i, p in enumerate(rates)}
+    verdict = run_compare(a, {task: list(rows) for task, rows in a.items()}, CompareConfig(sided=sided))
+    assert verdict.decision == "no evidence" and verdict.effect == 0.0 and verdict.p_value == 1.0
 
 
 def test_a_no_op_is_rarely_called_anything_and_a_drift_between_looks_moves_nothing():
