@@ -2,6 +2,7 @@
 
     python benchmarks/gate_power.py [--decisions 400] [--seed 1] [--jobs 1] [--tasks 40]
                                     [--from-result PATH]
+    python benchmarks/gate_power.py --compare ...   `evolver compare` instead (benchmarks/compare_power.py)
 
 One world per decision: each of the 40 tasks gets a pass probability from the
 noise shape, the incumbent's reference (6 trials per task, measured before
@@ -58,15 +59,15 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from benchmarks.compare_power import run_compare_table  # noqa: E402
+from benchmarks.noise_shapes import NULL_SHARE, cut, drift_of, interpolated_size, shape_rates  # noqa: E402
 from evolver.evolution.gate import (  # noqa: E402
     GateConfig, RewardTable, Stage, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
 )
-from evolver.evolution.gate.compare import CompareConfig, decide_compare, spending  # noqa: E402
-from evolver.evolution.gate.permutation import Block, exact_p_value  # noqa: E402
+from evolver.evolution.gate.permutation import Block  # noqa: E402
 from evolver.evolution.gate.policy import look  # noqa: E402
 
 REFERENCE_TRIALS = 6
-NULL_SHARE = 3  # no-op cells run this many times the decisions: they are cheap and carry the main claim
 # 1,000 relabellings instead of 5,000 make the decisions that keep several times faster; the p-values
 # are coarser but still valid (noise_floor makes the same trade).
 PERMUTATIONS = 1000
@@ -74,27 +75,6 @@ FIXED_SIZES = range(1, 17)  # trials per arm of the fixed-size test
 MIX = (-0.10, 0.0, 0.05, 0.10)
 POWER = (0.05, 0.10, 0.15)
 SHAPES = ("uniform", "bimodal", "coin flips", "30% fixed", "10% errors", "drift +2", "drift +5", "drift +10")
-STEADY = 1e-4  # the closest a drawn pass rate gets to 0 or 1 (logits stay finite)
-
-
-def shape_rates(rng: random.Random, shape: str, tasks: int, given: list[float] | None) -> list[float]:
-    def clip(p: float) -> float:
-        return min(max(p, STEADY), 1 - STEADY)
-
-    if shape == "bimodal":
-        return [clip(rng.betavariate(0.3, 0.3)) for _ in range(tasks)]
-    if shape == "coin flips":
-        return [0.5] * tasks
-    if shape == "30% fixed":
-        fixed = round(0.3 * tasks)
-        return [clip(rng.random()) for _ in range(tasks - fixed)] + [clip(float(i % 2)) for i in range(fixed)]
-    if shape.startswith("from "):
-        return list(given)
-    return [clip(rng.random()) for _ in range(tasks)]
-
-
-def drift_of(shape: str) -> float:
-    return float(shape.split("+")[1]) / 100 if shape.startswith("drift") else 0.0
 
 
 class World:
@@ -115,10 +95,6 @@ class World:
     def arm(self, effect: float, n: int) -> dict[str, list[float | None]]:
         """Trials in the iteration's window of an arm `effect` better than the incumbent."""
         return self.draw(shift_rates(self.now, effect) if effect else self.now, n)
-
-
-def cut(table: dict, n: int) -> dict:
-    return {t: r[:n] for t, r in table.items()}
 
 
 # --- today's gate: the single-candidate gate decide_set replaced, kept here as the baseline it is measured against
@@ -276,17 +252,6 @@ def has_fixed(shape: str, design: str, k: int) -> bool:
             and not (design == "today" and shape.startswith("drift")))
 
 
-def interpolated_size(power_by_size: dict[int, float], power: float) -> float:
-    """Trials per arm a fixed test needs for `power`, interpolated between whole counts (its power is concave
-    in size, so this is generous to it)."""
-    previous_n, previous_power = 0, 0.0
-    for n, p in power_by_size.items():
-        if p >= power:
-            return previous_n + (n - previous_n) * (power - previous_power) / (p - previous_power)
-        previous_n, previous_power = n, p
-    return math.inf
-
-
 def rows_to_run(shapes: list[str]) -> list[tuple[str, str, int]]:
     rows = [(shape, "today", 1) for shape in shapes if shape in ("uniform", "coin flips") or shape.startswith("drift")]
     rows += [(shape, "new", k) for shape in shapes for k in (1, 2, 4)]
@@ -321,81 +286,6 @@ def print_table(results: list[dict]) -> None:
               f"{r['+10']:>7.3f}{r['+15']:>7.3f}{r['sims']:>7.0f}{fixed}")
 
 
-# --- the two-sided comparison of `evolver compare` (gate/compare.py): is B better, worse, or no evidence?
-
-COMPARE_EFFECTS = (0.0, 0.05, -0.05, 0.10, -0.10, 0.15, -0.15)
-COMPARE_FIXED = range(1, 11)  # trials per arm per task of the two-sided fixed-size test (compare's last look is 6)
-
-
-def compare_cell(job: tuple) -> dict:
-    """One shape and true effect: how often compare says better and worse, its simulations (both arms), and
-    the two-sided fixed-size exact test's rejections at each whole size (trials per arm per task)."""
-    shape, effect, decisions, seed, args = job
-    rng = random.Random(f"compare {seed} {shape} {effect}")
-    config = CompareConfig(permutations=PERMUTATIONS)
-    drift = drift_of(shape)  # here between looks: every window moves both arms by the drift
-    out = {"better": 0, "worse": 0, "sims": 0, "fixed_reject": {n: 0 for n in COMPARE_FIXED}}
-    for _ in range(decisions):
-        world = World(rng, shape.replace("look ", ""), args)
-        base = world.rates
-        a: dict = {t: [] for t in world.reference}
-        b: dict = {t: [] for t in world.reference}
-        previous = 0
-        for stage, n in enumerate(config.stages):
-            now = shift_rates(base, drift * stage) if drift else base
-            window_a = world.draw(now, n - previous)
-            window_b = world.draw(shift_rates(now, effect) if effect else now, n - previous)
-            for t in a:
-                a[t] += window_a[t]
-                b[t] += window_b[t]
-            previous = n
-            verdict = decide_compare(a, b, config, look=stage)
-            if verdict.decision != "continue":
-                break
-        out["better"] += verdict.decision == "better"
-        out["worse"] += verdict.decision == "worse"
-        out["sims"] += verdict.n_a_sims + verdict.n_b_sims
-        if abs(effect) not in (0.0, 0.10):
-            continue  # the fixed test is sized at +/-10 points and checked on the no-op
-        whole_a, whole_b = world.draw(base, max(COMPARE_FIXED)), world.draw(shift_rates(base, effect) if effect else base, max(COMPARE_FIXED))
-        for n in COMPARE_FIXED:  # one window, no drift: generous to the fixed test
-            pairs = [([r for r in whole_b[t][:n] if r is not None], [r for r in whole_a[t][:n] if r is not None]) for t in whole_a]
-            pairs = [(vb, va) for vb, va in pairs if vb and va]
-            up, down = exact_p_value(pairs), exact_p_value([(va, vb) for vb, va in pairs])
-            out["fixed_reject"][n] += min(1.0, 2 * min(up, down)) <= config.alpha
-    return out
-
-
-def run_compare(args, shared: dict) -> None:
-    shapes = ("uniform", "bimodal", "coin flips", "30% fixed", "10% errors", "look drift +2", "look drift +5", "look drift +10")
-    jobs = [(shape, e, args.decisions * (NULL_SHARE if e == 0 else 1), args.seed, shared) for shape in shapes for e in COMPARE_EFFECTS]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        cells = dict(zip(((j[0], j[1]) for j in jobs), pool.map(compare_cell, jobs, chunksize=1)))
-    config = CompareConfig(permutations=PERMUTATIONS)
-    print(f"evolver compare, two-sided: {shared['tasks']} tasks, stages {config.stages} trials per task per arm, futility |z| "
-          f"{config.futility}, alpha {config.alpha} spent {tuple(round(x, 4) for x in spending(config))}; {args.decisions} decisions "
-          f"per cell, {NULL_SHARE * args.decisions} for no effect; seed {args.seed}; {PERMUTATIONS} relabellings")
-    print("'look drift +d': both arms move d points at every look (the fixed test gets one window, no drift)\n")
-    print("| shape | no-op called better or worse | -15 worse | -10 worse | -5 worse | +5 better | +10 better | +15 better "
-          "| sims (no-op) | sims (+/-10) | fixed-size test's sims at the same power (+/-10) | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for shape in shapes:
-        count = {e: args.decisions * (NULL_SHARE if e == 0 else 1) for e in COMPARE_EFFECTS}
-        right = {e: cells[(shape, e)]["better" if e > 0 else "worse"] / count[e] for e in COMPARE_EFFECTS if e}
-        null = cells[(shape, 0.0)]
-        wrong = (null["better"] + null["worse"]) / count[0.0]
-        sims = {e: cells[(shape, e)]["sims"] / count[e] for e in COMPARE_EFFECTS}
-        power10 = (right[0.10] + right[-0.10]) / 2
-        fixed_power = {n: (cells[(shape, 0.10)]["fixed_reject"][n] + cells[(shape, -0.10)]["fixed_reject"][n]) / (2 * args.decisions)
-                       for n in COMPARE_FIXED}
-        size = interpolated_size(fixed_power, power10)
-        fixed = 2 * size * shared["tasks"]
-        sims10 = (sims[0.10] + sims[-0.10]) / 2
-        ratio = f"{sims10 / fixed:.2f}" if math.isfinite(fixed) else "-"
-        print(f"| {shape} | {wrong:.3f} | {right[-0.15]:.3f} | {right[-0.10]:.3f} | {right[-0.05]:.3f} | {right[0.05]:.3f} | {right[0.10]:.3f} "
-              f"| {right[0.15]:.3f} | {sims[0.0]:.0f} | {sims10:.0f} | {fixed:.0f} | {ratio} |")
-
-
 def load_rates(path: str) -> list[float]:
     """Per-task pass rates from an `evolver eval` result.json (infrastructure errors left out)."""
     table: dict[str, list[float | None]] = {}
@@ -415,7 +305,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.compare:
         started = time.perf_counter()
-        run_compare(args, {"tasks": args.tasks, "rates": None})
+        run_compare_table(args, {"tasks": args.tasks, "rates": None})
         print(f"({time.perf_counter() - started:.0f} s)")
         return
 

@@ -1,10 +1,11 @@
 """`evolver compare A B`: is B better than A, worse, or is there no evidence? And the same question for a
 run's kept harness under other models (`evolver transfer`), which asks it through compare_arms.
 
-Both agents run on the same tasks and seeds, beside each other in the same windows, stage by stage;
-the staged paired test of evolver.evolution.gate.compare judges each look and stops early when the
-answer is clear either way. The evaluations land in runs/<compare-id>/{a,b}/ like `evolver eval`'s,
-and the verdict in runs/<compare-id>/comparison.json.
+Both agents run on the same tasks and seeds, beside each other in the same windows, a trial per task
+each at every look (a task whose trials all agree so far stops running); the group-sequential paired
+test of evolver.evolution.gate.compare judges each look and stops when the answer is clear either way.
+The evaluations land in runs/<compare-id>/{a,b}/ like `evolver eval`'s, and the verdict in
+runs/<compare-id>/comparison.json.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Callable, Optional
 
 from evolver.config import Config
 from evolver.config_requests import eval_request
-from evolver.data import EvalResult, RoleUsage, cost_text
+from evolver.data import EvalResult, SimRecord, cost_text
 from evolver.errors import UsageError
-from evolver.evaluation.metrics import mean_reward, rewards_by_task
-from evolver.evolution.gate.compare import CompareConfig, decide_compare, flips
+from evolver.evaluation.metrics import mean_reward, rewards_by_task, summarize
+from evolver.evolution.gate.compare import CompareConfig, decide_compare, flips, next_tasks
 
 COMPARISON_SCHEMA = 1
 
@@ -77,12 +78,12 @@ def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b:
     (a store.comparisons.ComparisonDir: each arm's evaluation and comparison.json)."""
     started = time.monotonic()
     looks: list[dict] = []
-    results: dict[str, EvalResult] = {}
-    verdict = None
+    ran: dict[str, dict[tuple, SimRecord]] = {"a": {}, "b": {}}  # every look's simulations, by (task, trial)
+    verdict, chosen = None, tasks
     for look, trials in enumerate(config.stages):
         def measure(arm: Arm) -> EvalResult:
-            req = eval_request(cfg, arm.checkout, out.arm(arm.name).path, local_api_base=local_api_base, task_ids=tasks, num_tasks=num_tasks,
-                               trials=trials, split=cfg.split or None)
+            req = eval_request(cfg, arm.checkout, out.arm(arm.name).path, local_api_base=local_api_base, task_ids=chosen,
+                               num_tasks=num_tasks if chosen is None else None, trials=trials, split=cfg.split or None)
             return backend.evaluate(req, f"{run_id}-{arm.name}", timeout=cfg.worker_timeout,
                                     on_progress=lambda done, total, mean: on_progress(arm.name, done, total, mean))
 
@@ -95,21 +96,22 @@ def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b:
         for name, result in results.items():
             if result.candidate_error:
                 raise UsageError(f"agent {name.upper()} ({(a if name == 'a' else b).spec}) failed to import: {result.candidate_error}")
+            ran[name].update({(r.task_id, r.trial): r for r in result.simulations})
         lost = {name: r.summary.infra_errors for name, r in results.items() if r.summary.infra_errors > r.summary.num_simulations / 2}
         if lost:
             verdict = None
             looks.append({"look": look, "trials": trials, "undecided": f"most simulations of {', '.join(lost)} hit infrastructure errors"})
             break
-        verdict = decide_compare(rewards_by_task(results["a"].simulations), rewards_by_task(results["b"].simulations), config, look=look)
+        a_table, b_table = (rewards_by_task(list(ran[n].values())) for n in "ab")
+        verdict = decide_compare(a_table, b_table, config, look=look)
         looks.append({"look": look, "trials": trials, **asdict(verdict)})
         on_look(looks[-1])
         if verdict.decision != "continue":
             break
-    a_table, b_table = (rewards_by_task(results[n].simulations) for n in "ab")
-    usage: dict[str, RoleUsage] = {}
-    for result in results.values():
-        for role, u in result.summary.usage.items():
-            usage[role] = usage.get(role, RoleUsage()).add(u)
+        chosen = next_tasks(a_table, b_table, config, look + 1)  # a task whose trials all agree runs no more
+    records = {n: list(ran[n].values()) for n in "ab"}
+    a_table, b_table = (rewards_by_task(records[n]) for n in "ab")
+    usage = summarize(records["a"] + records["b"], len(a_table), looks[-1]["trials"], 0.0).usage
     changed = flips(a_table, b_table)
     record = {
         "schema": COMPARISON_SCHEMA, "id": run_id, "created": time.time(),
@@ -125,8 +127,8 @@ def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b:
         "a_mean": mean_reward(a_table), "b_mean": mean_reward(b_table),
         "better_on": [{"task": t, "a": ra, "b": rb} for t, ra, rb in changed if rb > ra],
         "worse_on": [{"task": t, "a": ra, "b": rb} for t, ra, rb in changed if rb < ra],
-        "simulations": {n: r.summary.num_simulations for n, r in results.items()},
-        "infra_errors": {n: r.summary.infra_errors for n, r in results.items()},
+        "simulations": {n: len(records[n]) for n in "ab"},
+        "infra_errors": {n: sum(r.outcome == "infra_error" for r in records[n]) for n in "ab"},
         "usage": {role: u.model_dump() for role, u in usage.items()}, "cost": cost_text(usage.values()),
         "seconds": round(time.monotonic() - started, 1),
     }

@@ -29,9 +29,9 @@ and log are in EVOLVER_RUNTIME_DIR, else $XDG_RUNTIME_DIR/evolver, else
 
 COMPARE_HELP = """\
 Is agent B better than agent A, worse, or is there no evidence either way? Both run on the same
-tasks with the same seeds, side by side in the same window, at 1, 2, 3, 4 and 6 trials per task;
-each look may stop early when the answer is clear either way (a share of alpha spent per look),
-so a no-op is called better or worse at most 5% of the time (docs/gate.md, "Comparing two agents").
+tasks with the same seeds, side by side in the same window, one more trial per task at each look (up
+to 20; a task whose trials all agree after 3 each stops running); a look stops when the answer is
+clear either way; an exact test calls a no-op better or worse at most 5% of the time (docs/gate.md).
 It prints the effect of B over A with its interval and p-value, the tasks that flipped each way with
 their pass rates, and the simulations and cost spent; runs/<compare-id>/ keeps both evaluations.
 
@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-dirty", action="store_true", help="run from HEAD although agent/ has uncommitted changes")
     _add_setting_flags(p, "run")
 
-    p = sub.add_parser("compare", help="is B better than A, worse, or no evidence? both on the same tasks and seeds, side by side, staged",
+    p = sub.add_parser("compare", help="is B better than A, worse, or no evidence? both on the same tasks and seeds, side by side, look by look",
                        description=COMPARE_HELP, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="agent A: a git commit or branch, a folder holding agent/agent.py, or with --run a candidate (3, 3b, base, best)")
     p.add_argument("b", help="agent B, named the same ways")
