@@ -48,11 +48,12 @@ class FakeBackend:
             return 0.0
         return min(1.0, rate + 0.25 * (EXACT in text) + 0.45 * (THOROUGH in text))
 
-    def evaluate(self, req, run_id, *, timeout, on_progress=None) -> EvalResult:
+    def evaluate(self, req, run_id, *, timeout, on_progress=None, outage: bool = False) -> EvalResult:
+        """``outage``: this evaluation's simulations all hit infrastructure errors (others at once are untouched)."""
         text = (Path(req.checkout) / "agent" / "agent.py").read_text()
         Path(req.out_dir).mkdir(parents=True, exist_ok=True)
         self.evaluations.append((Path(req.out_dir).name, req.seed))
-        infra = self.infra_marker is not None and self.infra_marker in text
+        infra = outage or (self.infra_marker is not None and self.infra_marker in text)
         records = []
         for trial in range(req.trials):
             for task in req.task_ids:

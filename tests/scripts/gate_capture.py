@@ -326,11 +326,7 @@ def watched(backend, stop_at: tuple[str, int] | None = None, outage: tuple[str, 
             raise Killed
         backend.asked.append([name, req.trials, req.seed])
         if outage is not None and name == outage[0] and nth >= outage[1]:
-            marker, backend.infra_marker = backend.infra_marker, ""  # in every agent's text
-            try:
-                return evaluate(req, run_id, **kwargs)
-            finally:
-                backend.infra_marker = marker
+            return evaluate(req, run_id, outage=True, **kwargs)  # this request only: the incumbent beside it is untouched
         return evaluate(req, run_id, **kwargs)
 
     backend.evaluate = noted
@@ -363,9 +359,9 @@ RESUMES = [
      "evaluations on disk (the screened-out candidate enters again), so the winner is confirmed on fresh trials and the "
      "run ends as the uninterrupted one (loop_k2_screen). Recorded again after that fix: before it, the winner was gated "
      "alone on resume and its screen trials were reused as its first gate trials."),
-    ("loop_audited_killed_mid_audit", "exact", {"iterations": 1}, ("audit-001-best", 2),
-     "Killed as the audit's second look starts (its first on disk); the resumed run replays the audit from its first look "
-     "and ends as an uninterrupted one."),
+    ("loop_audited_killed_mid_audit", "exact", {"iterations": 1}, ("audit-001-best", 1),
+     "Killed as the audit's first look of the best starts (the base's trials on disk; the look decides, as the "
+     "uninterrupted run's does); the resumed run replays the audit and ends as an uninterrupted one."),
 ]
 
 

@@ -37,10 +37,10 @@ LENIENT_STAGES, LENIENT_FUTILITY = (1, 2, 4), (0.5, 1.0)
 # Before it, each candidate runs one trial per task alone and goes on only when its z against everything
 # measured of the incumbent so far (its history) reaches SCREEN_BAR; the best of those goes on, on fresh trials.
 SCREEN_BAR = 0.5
-# The audit: trials per task of each arm at each look, and the z below which a look stops it with "no evidence".
+# The audit: compare's exact one-sided test, one more trial per task of each arm a look, every task every look.
 # Four trials at most: a lineage that four do not show better is rolled back (docs/search.md: five or six cost more
 # of the search than they save).
-AUDIT_STAGES, AUDIT_FUTILITY = (1, 2, 3, 4), (0.0, 0.5, 0.75)
+AUDIT_TRIALS = 4
 BASELINE_TRIALS = 2  # the audited policy's reference of the base: enough to see the noise and an all-pass task set
 
 
@@ -71,7 +71,7 @@ def make_policy(name: str, gate: GateConfig) -> Policy:
     if name == "audited":
         tuned = gate.stages == GateConfig().stages  # the configured stages are the default: the lenient ones replace them
         lenient = replace(gate, alpha=LENIENT_ALPHA, **(dict(stages=LENIENT_STAGES, futility=LENIENT_FUTILITY) if tuned else {}))
-        audit = CompareConfig(alpha=gate.alpha, sided="better", stages=AUDIT_STAGES, futility=AUDIT_FUTILITY, permutations=gate.permutations)
+        audit = CompareConfig(alpha=gate.alpha, sided="better", max_trials=AUDIT_TRIALS, settle=0)
         return Policy(name=name, gate=lenient, reference_trials=BASELINE_TRIALS, fresh_reference=False, audit=audit, screen_bar=SCREEN_BAR)
     raise ValueError(f"unknown gate policy {name!r}; one of {', '.join(GATE_POLICIES)}")
 
@@ -82,8 +82,10 @@ def recorded_policy(policy: Mapping, gate: Mapping) -> Policy:
     if not policy:
         return make_policy("per-decision", GateConfig(**_tupled(gate)))
     audit = policy.get("audit")
+    if audit is not None and "stages" in audit:  # recorded before compare's exact test: its looks, judged by that test now
+        audit = {"alpha": audit["alpha"], "sided": audit["sided"], "max_trials": audit["stages"][-1], "settle": 0}
     return Policy(name=policy["name"], gate=GateConfig(**_tupled(policy["gate"])), reference_trials=policy["reference_trials"],
-                  fresh_reference=policy["fresh_reference"], audit=None if audit is None else CompareConfig(**_tupled(audit)),
+                  fresh_reference=policy["fresh_reference"], audit=None if audit is None else CompareConfig(**audit),
                   screen_bar=policy.get("screen_bar"))
 
 
