@@ -53,7 +53,7 @@ def _exists(pattern: str):
 MOMENTS = [
     ("its first second", None),
     ("its folder appeared", _exists("run-*")),
-    ("it lists its tasks", _exists("run-*/evals/tasks")),
+    ("it chose its tasks", _exists("run-*/scan-identifiers.json")),  # (a new run lists them before its folder appears)
     ("it measures the baseline", _evaluation("analysis-g0", 1)),
     ("it proposes", _exists("run-*/iterations/001.json")),  # git adds the worktrees
     ("it gates the candidates", _evaluation("iter-001b-gate", 3)),
