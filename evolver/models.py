@@ -162,17 +162,26 @@ def _rules(model: str, name: str, provider: str, options_text: str) -> Rules:
                  reasoning_budget=thinking_budget(options.get("reasoning_effort") or DEFAULT_EFFORT) if reasons else None)
 
 
+_STRICT = threading.Lock()
+
+
 def _mapped(name: str, provider: str, options: dict) -> Optional[dict]:
     """What litellm would send a model for these options (its own mapping); None when it refuses them."""
     import litellm
     from litellm.utils import get_optional_params
 
-    try:
-        return get_optional_params(model=name, custom_llm_provider=provider, **options)
-    except litellm.UnsupportedParamsError:
-        return None
-    except Exception:  # noqa: BLE001 - any other fault of litellm's mapping is said at the call itself
-        return {}
+    # litellm's global drop_params wins over the argument, and tau2 turns it on when it is imported: off for the
+    # question, so that the answer does not depend on what else this process imported (the rules are cached)
+    with _STRICT:
+        dropped, litellm.drop_params = litellm.drop_params, False
+        try:
+            return get_optional_params(model=name, custom_llm_provider=provider, **options)
+        except litellm.UnsupportedParamsError:
+            return None
+        except Exception:  # noqa: BLE001 - any other fault of litellm's mapping is said at the call itself
+            return {}
+        finally:
+            litellm.drop_params = dropped
 
 
 def _thinking_rules(options: dict, left_out: dict, thinking: dict) -> Rules:

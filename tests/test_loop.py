@@ -161,7 +161,7 @@ def test_a_proposer_reads_the_analysis_folder_and_nothing_of_the_gate(finished_r
 
     repo, run_id, _, _ = finished_run
     evals = repo / "runs" / run_id / "evals"
-    assert list((evals / "iter-004-gate" / "turns").glob("*.json")) and list((evals / "reference-g0" / "turns").glob("*.json"))
+    assert list((evals / "iter-004-gate" / "turns").glob("*.json.gz")) and list((evals / "reference-g0" / "turns").glob("*.json.gz"))
     analysis = EvalResult.model_validate_json(next((evals / "analysis-g0").glob("result-*.json")).read_text())
     read: list[Path] = []
     original = Path.read_text
@@ -267,8 +267,9 @@ def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     assert "analysis on tau2's train split, gate on its test split" in proc.stderr
     # The audited policy: baseline 7 + 80 (the base's reference, 2 trials), then 4 x (1 smoke + 40 (the screen) + 2 x 40 x 4
     # (the candidate and the incumbent beside it, the lenient gate's last look) + 7 (a new incumbent's analysis)), then the
-    # audit (2 x 40 x 4) and 2 x 1 holdout task x 2 trials. Expected: the gate's usual share (0.56) instead of all of it.
-    assert "about 1,292 simulations expected, at most 1,883;" in proc.stderr
+    # audit (2 x 40 x 4) and 2 x 1 holdout task x 2 trials. Expected: the gate's usual share (0.56) instead of all of it,
+    # and the audit's first looks (2 x 40 x 1.5) instead of its last.
+    assert "about 1,092 simulations expected, at most 1,883;" in proc.stderr
     assert "1 analysis tasks sealed as a holdout" in proc.stderr
     assert sorted(p.name for p in (repo / "runs").iterdir()) == before
 
@@ -284,10 +285,10 @@ def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embed
     proc = run_cli(args, env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert ("concurrency 8 -> 1" in proc.stderr) is capped
-    expected = "at 30.00 s of wall clock each (1 at once), about 11.0 h, up to 15.9 h" if capped else \
-        "at 3.75 s of wall clock each (8 at once), about 1.4 h, up to 2.0 h"
+    expected = "at 30.00 s of wall clock each (1 at once), about 9.3 h, up to 15.9 h" if capped else \
+        "at 3.75 s of wall clock each (8 at once), about 1.2 h, up to 2.0 h"
     # the bounds of the dry run above plus the investigating proposer's 6 try simulations per iteration
-    assert f"about {1_292 + 4 * 6:,} simulations expected, at most {1_883 + 4 * 6:,}; {expected}" in proc.stderr
+    assert f"about {1_092 + 4 * 6:,} simulations expected, at most {1_883 + 4 * 6:,}; {expected}" in proc.stderr
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
 
 

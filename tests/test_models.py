@@ -24,7 +24,10 @@ def litellm():
     llm.prepare_environment()
     import litellm
 
-    return litellm
+    # tau2 turns drop_params on when imported, maybe earlier in this process: litellm's own refusals need it off
+    dropped, litellm.drop_params = litellm.drop_params, False
+    yield litellm
+    litellm.drop_params = dropped
 
 
 # (model, what a role's request asks, what is sent instead of it (None: left out), what the preflight says)

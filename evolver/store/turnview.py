@@ -1,4 +1,4 @@
-"""The model's view of one simulation, as the trusted side recorded it: `turns/<task>__trial<N>.json`.
+"""The model's view of one simulation, as the trusted side recorded it: `turns/<task>__trial<N>.json.gz` (gzip).
 
 For every agent turn: the message tau2 gave the harness, each LLM request the harness made (its
 messages and tools) with the model's reply, and the message the harness handed back to tau2. The
