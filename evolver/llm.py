@@ -237,7 +237,7 @@ def _attempt(fn: Callable, args: tuple, kwargs: dict):
     return response
 
 
-_probed: dict[str, bool] = {}  # a configuration of the agent's model -> whether evolver's own request with it was refused
+_probed: dict[tuple[Callable, str], bool] = {}  # a configuration of the agent's model -> whether evolver's own request with it was refused
 _probing = threading.Lock()
 
 
@@ -249,7 +249,7 @@ def _configuration_refused(fn: Callable, kwargs: dict) -> bool:
     from evolver import models
 
     options = {k: v for k, v in kwargs.items() if k not in ("messages", "tools", "tool_choice", "max_retries")}
-    key = f"{id(fn)} " + json.dumps(options, sort_keys=True, default=str)
+    key = (fn, json.dumps(options, sort_keys=True, default=str))  # the function itself: an id() may be reused once it is gone
     with _probing:
         if key in _probed:
             return _probed[key]
