@@ -83,11 +83,40 @@ def eval_json(repo: Path, *extra: str, env: dict | None = None) -> dict:
     return json.loads(proc.stdout)
 
 
+# The files that take longest (`pytest --durations=0`, docs/performance.md) start first: pytest-xdist hands out
+# one file at a time, so a long file taken last would leave the other worker idle until it ends.
+LONGEST_FIRST = ("test_stops.py", "test_ray.py", "test_local_model.py", "test_report.py", "test_compare.py", "test_candidates.py",
+                 "test_hosted_models.py", "test_loop.py", "test_gate_replay.py", "test_loop_policy.py", "test_daemon.py", "test_proposer.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order is kept
+
+
+# The bad-input table's totals: counted by test_bad_input in whichever process runs it (a pytest-xdist worker
+# hands its counts to the controller, which prints the summary).
+_BAD_INPUTS = {"cases": 0, "clean": 0}
+
+
+def _bad_input_totals() -> dict:
+    module = sys.modules.get("tests.test_bad_input")
+    return dict(module.TOTALS) if module is not None else {"cases": 0, "clean": 0}
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker
+        session.config.workeroutput["bad_inputs"] = _bad_input_totals()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    for key, value in getattr(node, "workeroutput", {}).get("bad_inputs", {}).items():
+        _BAD_INPUTS[key] += value
+
+
 def pytest_terminal_summary(terminalreporter):
     """The bad-input table's totals, in every run's output."""
-    import sys
-
-    module = sys.modules.get("tests.test_bad_input")
-    if module is not None and module.TOTALS["cases"]:
-        t = module.TOTALS
+    t = {key: _BAD_INPUTS[key] + value for key, value in _bad_input_totals().items()}
+    if t["cases"]:
         terminalreporter.write_line(f"bad inputs: {t['clean']} of {t['cases']} answered with exit 2, one line on stderr, no traceback, nothing changed")
