@@ -38,17 +38,17 @@ def shared_runtime():
     import tempfile
 
     path = Path(tempfile.mkdtemp(prefix="evrt-"))
+    yield path
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EVOLVER_RUNTIME_DIR", str(path))
-        mp.setenv("EVOLVER_ZYGOTE_IDLE", "900")  # warm from the first of them to the last, however long the tests between take
-        yield path
         zygote_client.stop_all()
 
 
 @pytest.fixture
 def shared(shared_runtime, monkeypatch) -> Path:
-    """The shared daemon's directory for this test (after a `runtime` test: back to it); the daemon may be warm."""
+    """The shared daemon's directory for this test; the daemon may be warm."""
     monkeypatch.setenv("EVOLVER_RUNTIME_DIR", str(shared_runtime))
+    monkeypatch.setenv("EVOLVER_ZYGOTE_IDLE", "900")  # warm from the first such test to the last, however long the tests between take
     return shared_runtime
 
 
