@@ -1,5 +1,6 @@
 """The warm worker daemon (evolver.evaluation.zygote): reused across commands, private, and never left
-holding a dead controller's workers. Real processes and sockets; each test has its own daemon."""
+holding a dead controller's workers. Real processes and sockets; each test that starts, stops, kills or
+idles out a daemon has one of its own; the tests that only need a warm one share one (`warm_daemon`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,35 @@ def runtime(tmp_path, monkeypatch):
     zygote_client.stop_all()
 
 
+@pytest.fixture(scope="module")
+def shared_runtime():
+    """The runtime directory of the daemon the `warm_daemon` tests share (short, as `runtime`'s)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="evrt-"))
+    yield path
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVOLVER_RUNTIME_DIR", str(path))
+        zygote_client.stop_all()
+
+
+@pytest.fixture
+def shared(shared_runtime, monkeypatch) -> Path:
+    """The shared daemon's directory for this test; the daemon may be warm."""
+    monkeypatch.setenv("EVOLVER_RUNTIME_DIR", str(shared_runtime))
+    monkeypatch.setenv("EVOLVER_ZYGOTE_IDLE", "900")  # warm from the first such test to the last, however long the tests between take
+    return shared_runtime
+
+
+@pytest.fixture
+def warm_daemon(shared, repo) -> Path:
+    """The shared daemon, warm: a test's commands are handed to it (evolver.cli.launch). A test that starts from
+    a cold one, kills, stops or idles out its daemon takes `runtime` instead."""
+    if not _daemons():  # the first such test, or the daemon idled out in between
+        eval_json(repo, *ONE_TASK)
+    return shared
+
+
 def _daemons() -> list[dict]:
     return [info for _, info in zygote_client.running()]
 
@@ -44,7 +74,7 @@ def _wait_for(condition, seconds: float = 20.0) -> bool:
     return False
 
 
-def test_commands_share_one_warm_daemon(repo, runtime):
+def test_commands_share_one_warm_daemon(repo, shared):
     first = eval_json(repo, *ONE_TASK)
     [daemon] = _daemons()
     second = eval_json(repo, *ONE_TASK)
@@ -57,9 +87,10 @@ def test_commands_share_one_warm_daemon(repo, runtime):
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["command-run-locally", "command-run-in-the-daemon"])
-def test_killed_controller_takes_its_workers_not_the_daemon(repo, runtime, warm):
-    if warm:  # then the command itself is handed to the daemon (evolver.cli.launch)
-        eval_json(repo, *ONE_TASK)
+def test_killed_controller_takes_its_workers_not_the_daemon(repo, request, warm):
+    # warm: the command itself is handed to the daemon (evolver.cli.launch); else a cold daemon of its own starts with it
+    request.getfixturevalue("warm_daemon" if warm else "runtime")
+    assert bool(_daemons()) is warm
     env = {**os.environ, "EVOLVER_SCRIPTED_LATENCY": "1"}  # slow enough to be caught mid-run
     controller = subprocess.Popen([sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -130,8 +161,7 @@ def test_eval_without_a_meta_model_does_not_start_the_embedded_model(repo, runti
     assert json.loads(proc.stdout)["avg_reward"] == 1.0
 
 
-def test_command_in_the_daemon_runs_where_and_as_it_was_called(repo, runtime):
-    eval_json(repo, *ONE_TASK)  # warms the daemon
+def test_command_in_the_daemon_runs_where_and_as_it_was_called(repo, warm_daemon):
     [daemon] = _daemons()
     proc = run_cli(["eval", ".", "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1,impossible_task_1"],
                    cwd=repo, env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:flaky_provider"})
@@ -144,8 +174,7 @@ def test_command_in_the_daemon_runs_where_and_as_it_was_called(repo, runtime):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown domain" in bad.stderr
 
 
-def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, runtime):
-    eval_json(repo, *ONE_TASK)
+def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, warm_daemon):
     env = {**os.environ, "EVOLVER_SCRIPTED_LATENCY": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

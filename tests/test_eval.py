@@ -115,10 +115,12 @@ def test_hanging_candidate_fails_its_simulation_and_the_controller_survives(repo
 
 
 def test_candidate_hanging_at_import_is_a_candidate_error(repo):
+    # The evaluation's wall-clock limit ends the hang (the agent's own limit, --agent-timeout, is tests/test_sandbox.py's
+    # hang_at_import): this test waits for all of it, so it is short, yet long enough for a warm worker to reach the import.
     _write_agent(repo, "import time\ntime.sleep(3600)\n")
-    proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1", "--worker-timeout", "20"])
+    proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1", "--worker-timeout", "8"])
     assert proc.returncode == 1
-    assert "did not finish importing within 20 s" in proc.stderr
+    assert "did not finish importing within 8 s" in proc.stderr
 
 
 @pytest.mark.parametrize(

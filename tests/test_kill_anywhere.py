@@ -18,14 +18,10 @@ import time
 from pathlib import Path
 
 from tests.conftest import SCRIPTED_MODELS, run_cli
-from tests.test_loop import final_state, make_target
+from tests.test_loop import final_state, processes_in, tiny_target
 
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:policy_script", "EVOLVER_TEST_PROPOSALS": "worse+exact"}
 ARGS = ["--iterations", "1", "--candidates", "2", "--gate-stages", "1", "--proposer", "oneshot", *SCRIPTED_MODELS]
-
-
-def tiny_target(path: Path) -> Path:
-    return make_target(path, "evolver_tiny", "tests.scripts.tiny_domain")
 
 
 def _start(repo: Path, *args: str) -> subprocess.Popen:
@@ -64,18 +60,6 @@ def _simulations(evaluation: Path) -> list[tuple[str, int]]:
     return [(r["task_id"], r["trial"]) for r in map(json.loads, (evaluation / "sims.jsonl").read_text().splitlines())]
 
 
-def _processes_in(repo: Path) -> list[int]:
-    """Processes working in the repository (the workers of an evaluation run in its checkouts)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and os.readlink(entry / "cwd").startswith(str(repo)):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 def test_a_run_killed_at_any_moment_resumes_to_where_an_uninterrupted_one_ends(tmp_path):
     reference_repo = tiny_target(tmp_path / "reference")
     reference = _start(reference_repo, *ARGS)
@@ -91,9 +75,9 @@ def test_a_run_killed_at_any_moment_resumes_to_where_an_uninterrupted_one_ends(t
         assert controller.poll() is None, f"the run ended before {moment}: {controller.stderr.read()[-2000:]}"
         os.killpg(controller.pid, signal.SIGKILL)
         controller.wait()
-        while _processes_in(repo) and time.monotonic() < deadline:  # the daemon stops the killed run's workers
+        while processes_in(repo) and time.monotonic() < deadline:  # the daemon stops the killed run's workers
             time.sleep(0.1)
-        assert not _processes_in(repo), f"workers outlived the run killed when {moment}"
+        assert not processes_in(repo), f"workers outlived the run killed when {moment}"
         # What is left is no run, or one that `runs` and `status` show as resumable: never a folder without its record.
         folders = _run_folders(repo)
         assert len(folders) <= 1 and all((f / "run.json").is_file() and (f / "state.json").is_file() for f in folders), moment

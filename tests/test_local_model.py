@@ -507,11 +507,15 @@ def test_the_local_user_is_adapted_by_default_and_the_switch_turns_it_off(openai
 def test_evolver_eval_on_the_embedded_model_through_the_command_line(small_model, repo, tmp_path):
     """`evolver eval` as a new user types it, with no key and no model flags but the small size: the
     command starts the embedded server before it builds its request (the other order failed every
-    simulation), the customer speaks, the agent answers, and what it prints agrees with result.json."""
+    simulation), the customer speaks, the agent answers, and what it prints agrees with result.json.
+    (Kept short, as the model is slow on a CPU: two steps, and the agent's replies capped at 32 tokens.)"""
     stats_file = tmp_path / "local_stats.json"
     env = {serving.STATS_ENV: str(stats_file), provision.CACHE_ENV: str(small_model.parent)}
+    # Two steps: the customer's first message, then the agent's answer (and the tool's result, if it called one),
+    # all this test asks of the model; each further step, and each token of a long answer (the agent's first has run past
+    # 100), is more generation on a CPU, slowest of all when other processes share it.
     proc = run_cli(["eval", str(repo), "--json", "--local-size", "small", "--domain", "mock", "--split", "base",
-                    "--task-ids", "create_task_1", "--trials", "1", "--max-steps", "12"], env=env)
+                    "--task-ids", "create_task_1", "--trials", "1", "--max-steps", "2", "--agent-arg", "max_tokens=32"], env=env)
     assert proc.returncode == 0, proc.stderr
     assert "embedded model ready at http://127.0.0.1:" in proc.stderr
     summary = json.loads(proc.stdout)
@@ -536,5 +540,6 @@ def test_evolver_eval_on_the_embedded_model_through_the_command_line(small_model
             produced[m["role"]] += m["usage"]["completion_tokens"]
     assert produced["assistant"] > 0 and produced["user"] > 0, produced
     assert any(m["role"] == "user" and m.get("content") for m in trajectory["messages"])
-    # ... and the server is gone with the command.
-    assert subprocess.run(["pgrep", "-f", small_model.name], capture_output=True).returncode == 1
+    # ... and the server is gone with the command: no process names this test's own copy of the model (another
+    # test process on the machine may serve a model of the same name from its own cache).
+    assert subprocess.run(["pgrep", "-f", str(small_model)], capture_output=True).returncode == 1

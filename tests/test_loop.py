@@ -40,6 +40,11 @@ def make_target(path: Path, domain: str = "evolver_gen", plugin: str = "tests.sc
     return path
 
 
+def tiny_target(path: Path) -> Path:
+    """A target on tests/scripts/tiny_domain.py's 9 tasks (3 analysis, 6 gate): for runs whose story does not need 40 gate tasks."""
+    return make_target(path, "evolver_tiny", "tests.scripts.tiny_domain")
+
+
 def run_id_of(repo: Path) -> str:
     runs = [p.name for p in (repo / "runs").glob("run-*")]
     assert len(runs) == 1, runs
@@ -63,6 +68,19 @@ def final_state(repo: Path, run_id: str) -> dict:
     }
 
 
+def processes_in(repo: Path) -> list[int]:
+    """Processes working in the repository (the workers of an evaluation run in its checkouts): only what a
+    test's own run started, whatever else runs on the machine."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "cwd").startswith(str(repo)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     repo = make_target(tmp_path_factory.mktemp("loop") / "target")
@@ -72,9 +90,16 @@ def finished_run(tmp_path_factory):
     return repo, run_id_of(repo), head_before, proc
 
 
-def test_verdicts_branches_and_best(finished_run):
+@pytest.fixture(scope="module")
+def finished_state(finished_run) -> dict:
+    """The uninterrupted run's final state, read once (before test_rollback_moves_best_and_is_recorded moves its best)."""
+    repo, run_id, _, _ = finished_run
+    return final_state(repo, run_id)
+
+
+def test_verdicts_branches_and_best(finished_run, finished_state):
     repo, run_id, _, proc = finished_run
-    state = final_state(repo, run_id)
+    state = finished_state
     assert [(t, v) for t, v, _, _ in state["candidates"]] == EXPECTED
     # invalid and refused patches cost no evaluation and get no branch
     assert state["branches"] == ["best", "iter-003", "iter-004"]
@@ -188,7 +213,7 @@ def test_rollback_moves_best_and_is_recorded(finished_run, tmp_path):
     assert bad.returncode == 2 and "not a kept candidate" in bad.stderr
 
 
-def test_killed_run_resumes_to_the_same_final_state(finished_run, tmp_path):
+def test_killed_run_resumes_to_the_same_final_state(finished_state, tmp_path):
     repo = make_target(tmp_path / "target")
     cmd = [sys.executable, "-m", "evolver", "run", str(repo), *RUN_ARGS]
     controller = subprocess.Popen(cmd, env={**os.environ, **LOOP_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -206,7 +231,10 @@ def test_killed_run_resumes_to_the_same_final_state(finished_run, tmp_path):
     assert second.returncode == 2 and "is being driven by" in second.stderr  # the lock
     controller.send_signal(signal.SIGKILL)
     controller.wait()
-    time.sleep(2)  # the worker notices its parent is gone and exits
+    gone = time.monotonic() + 30
+    while processes_in(repo) and time.monotonic() < gone:  # the workers notice their controller is gone and exit
+        time.sleep(0.1)
+    assert not processes_in(repo), "workers outlived the killed run"
     done_before = gate_sims.read_text().count("\n")
     time.sleep(1.5)
     assert gate_sims.read_text().count("\n") == done_before  # no orphan worker still writing
@@ -216,8 +244,7 @@ def test_killed_run_resumes_to_the_same_final_state(finished_run, tmp_path):
     records = [json.loads(line) for line in gate_sims.read_text().splitlines() if line.strip()]
     keys = [(r["task_id"], r["trial"]) for r in records]
     assert len(keys) == len(set(keys)) == 40 * (1 + 4)  # the screen's trial, then the lenient gate's four
-    original_repo, original_id, _, _ = finished_run
-    got, want = final_state(repo, run_id), final_state(original_repo, original_id)
+    got, want = final_state(repo, run_id), finished_state
     assert got["candidates"] == want["candidates"] and got["branches"] == want["branches"]
     assert got["trees"]["iter-003"] == want["trees"]["iter-003"] and got["trees"]["iter-004"] == want["trees"]["iter-004"]
     assert got["trees"]["best"] == got["trees"]["iter-004"]

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,14 @@ def own_tmpdir() -> str:
 ALONE = {"EVOLVER_ZYGOTE_IDLE": "0"}
 
 
+def at_once(calls: dict) -> dict:
+    """Each of ``calls`` (name: function) in a thread of its own, all at the same time; their results by name. For
+    commands that compare two backends: neither waits for the other (a Ray instance spends seconds starting)."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = {name: pool.submit(call) for name, call in calls.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
 def per_simulation(result_file: str) -> dict:
     sims = json.loads(Path(result_file).read_text())["simulations"]
     return {(s["task_id"], s["trial"]): (s["seed"], s["outcome"], s["reward"], s["termination_reason"]) for s in sims}
@@ -169,8 +178,9 @@ def both(tmp_path_factory):
     repo = mock_repo(tmp_path_factory.mktemp("ray-eval") / "target")
     _inject_into_turn(repo, NO_KEYS_IN_THE_AGENT)
     tmpdir, out = own_tmpdir(), {}
-    for backend, env in (("local", KEY_ENV), ("ray", {**KEY_ENV, **ALONE, "TMPDIR": tmpdir})):
-        proc = run_cli(["eval", str(repo), "--backend", backend, *EVAL_ARGS], env=env)
+    envs = {"local": KEY_ENV, "ray": {**KEY_ENV, **ALONE, "TMPDIR": tmpdir}}
+    procs = at_once({backend: (lambda b=backend: run_cli(["eval", str(repo), "--backend", b, *EVAL_ARGS], env=envs[b])) for backend in envs})
+    for backend, proc in procs.items():
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[backend] = json.loads(proc.stdout)
     left = left_behind(tmpdir)
@@ -254,19 +264,20 @@ def test_joining_a_cluster_its_workers_get_the_keys_and_this_checkout_from_the_d
 
 
 def test_run_on_ray_reaches_the_local_verdicts(tmp_path):
-    ends = {}
-    for backend in ("local", "ray"):
+    def end_of_run(backend: str) -> dict:
         repo = make_target(tmp_path / backend)
         proc = run_cli(["run", str(repo), "--backend", backend, *RUN_ARGS], env=LOOP_ENV)
         assert proc.returncode == 0, proc.stderr[-3000:]
         [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
         history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"]
         status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)
-        ends[backend] = {
+        return {
             "candidates": [(c["title"], c["verdict"], c["gate_candidate"], c["gate_incumbent"]) for c in history],
             "best": git(repo, "rev-parse", f"evolver/{run_id}/best^{{tree}}").strip(),
             "usage": status["usage"],
         }
+
+    ends = at_once({backend: (lambda b=backend: end_of_run(b)) for backend in ("local", "ray")})
     assert [(t, v) for t, v, _, _ in ends["ray"]["candidates"]] == [
         ("Break the state class", "invalid"), ("Edit the optimizer", "refused"),
         ("Transfer everyone", "rejected"), ("Keep the user's exact title", "accepted")]

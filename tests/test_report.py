@@ -1,9 +1,9 @@
 """The run report (`evolver report`) and experiment tracking (`evolver run --track mlflow`), on real runs.
 
 Two scripted runs (tests/scripts/report_cases.py), with real tau2, git and subprocesses:
-- three iterations of two candidates each (one, then extended twice), with a price per token and a
-  holdout: kept 1a, then 3a on it (a lineage of two steps over a gap), rejected 1b and 2a, an
-  invalid 2b, and 3b refused as identical to 2a. It runs with tracking off and a stand-in mlflow
+- three iterations of two candidates each, with a price per token and a holdout: kept 1a, then 3a
+  on it (a lineage of two steps over a gap), rejected 1b and 2a, an invalid 2b, and 3b refused as
+  identical to 2a. It runs with tracking off and a stand-in mlflow
   first on PYTHONPATH that records any import of it;
 - two iterations tracked in MLflow's file store (mlruns/ in the repository), with no price:
   1 rejected, 2 kept.
@@ -51,16 +51,10 @@ def report_run(tmp_path_factory):
            **_without_mlflow(marker)}
     # The story below is the per-decision gate's (each candidate against the incumbent's fresh reference);
     # the default policy's screen and audit are shown by test_loop's runs.
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--candidates", "2", "--gate-stages", "1,2", "--holdout", "--gate-policy", "per-decision",
+    proc = run_cli(["run", str(repo), "--iterations", "3", "--candidates", "2", "--gate-stages", "1,2", "--holdout", "--gate-policy", "per-decision",
                     "--concurrency", "8", "--proposer", "oneshot", *SCRIPTED_MODELS], env=env, timeout=1200)  # a broken patch reaches the loop
     assert proc.returncode == 0, proc.stderr[-3000:]
-    run_id = run_id_of(repo)
-    # Extended one iteration at a time: a resumed run measures a new incumbent's analysis score before its candidates
-    # are proposed, where an uninterrupted run has its K proposals measure it at once (and race for it).
-    for total in ("2", "3"):
-        proc = run_cli(["run", str(repo), "--resume", run_id, "--iterations", total], env=env, timeout=1200)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return repo, run_id, marker, env
+    return repo, run_id_of(repo), marker, env
 
 
 def test_tracking_off_never_imports_mlflow(report_run, tmp_path):

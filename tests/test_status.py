@@ -47,7 +47,8 @@ def _kept_waiting(path: str) -> float:
 
 
 def test_output_to_a_file_has_a_line_at_every_phase_and_at_least_every_interval(tmp_path):
-    repo = make_target(tmp_path / "target")
+    # The tiny grid (3 analysis, 6 gate tasks): every phase, and still seconds of each at this latency.
+    repo = make_target(tmp_path / "target", "evolver_tiny", "tests.scripts.tiny_domain")
     proc = _start(repo, {"EVOLVER_LOG_INTERVAL": "1", "EVOLVER_SCRIPTED_LATENCY": "0.2", "EVOLVER_BUDGET_TOKENS": "90000000"})
     # Each line's arrival, and the time a busy machine had kept waiting until then the run's main thread (which the
     # line-writing thread needs, for the GIL) and this reader: a delay the run did not choose is not held against it.

@@ -1,17 +1,20 @@
 """How a run stops and goes on: the stall rule, budgets, the clock, undecided candidates, resuming,
-split flags, --allow-dirty, the stale reference. Quick runs (one trial per gate task) on the loop
-tests' 48-task domain, where the scripted baseline fails half the gate; scripted LLMs."""
+split flags, --allow-dirty, the stale reference. Quick runs (one trial per gate task) on the tiny
+domain (tests/scripts/tiny_domain.py: 3 analysis and 6 gate tasks, the loop tests' tasks), where the
+scripted baseline fails half the gate; scripted LLMs. What these tests check is how a run stops and
+goes on, which does not depend on the size of the gate."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
-from tests.test_loop import make_target
+from tests.test_loop import make_target, tiny_target
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
 QUICK = ["--gate-stages", "1", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]  # the loop_cases patches reach the loop as they are
@@ -19,7 +22,7 @@ QUICK = ["--gate-stages", "1", "--no-holdout", "--proposer", "oneshot", *SCRIPTE
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    return make_target(tmp_path / "target")
+    return tiny_target(tmp_path / "target")
 
 
 def _run_id(repo: Path) -> str:
@@ -66,7 +69,8 @@ def test_budget_and_clock_stop_right_after_the_baseline_and_the_run_can_be_exten
     status = _status(repo, run_id)
     assert reason in status["stop_reason"] and status["iterations_done"] == 0 and status["status"] == "finished"
     same = run_cli(["run", str(repo), "--resume", run_id], env=LOOP_ENV)  # the limit still holds: it stops at once
-    assert same.returncode == 0 and reason in _status(repo, run_id)["stop_reason"] and _status(repo, run_id)["iterations_done"] == 0
+    status = _status(repo, run_id)
+    assert same.returncode == 0 and reason in status["stop_reason"] and status["iterations_done"] == 0
     extended = run_cli(["run", str(repo), "--resume", run_id, *more], env=LOOP_ENV)
     assert extended.returncode == 0, extended.stderr[-2000:]
     status = _status(repo, run_id)
@@ -75,23 +79,35 @@ def test_budget_and_clock_stop_right_after_the_baseline_and_the_run_can_be_exten
     assert recorded[more[0][2:].replace("-", "_")] == json.loads(more[1])  # a later --resume keeps the new limit
 
 
-def test_resuming_with_more_iterations_extends_a_finished_run(repo):
-    assert run_cli(["run", str(repo), "--iterations", "1", *QUICK], env=LOOP_ENV).returncode == 0
-    run_id = _run_id(repo)
-    again = run_cli(["run", str(repo), "--resume", run_id], env=LOOP_ENV)
-    assert again.returncode == 2 and "is finished" in again.stderr
-    more = run_cli(["run", str(repo), "--resume", run_id, "--iterations", "2"], env=LOOP_ENV)
-    assert more.returncode == 0, more.stderr[-2000:]
-    assert _verdicts(repo, run_id) == ["invalid", "refused"] and _status(repo, run_id)["iterations_done"] == 2
-
-
-def test_a_stale_reference_is_measured_again_before_the_next_candidate(repo):
-    env = {**LOOP_ENV, "EVOLVER_REFERENCE_MAX_HOURS": "0.001"}  # 3.6 s, recorded in the run's settings
-    proc = run_cli(["run", str(repo), "--iterations", "1", *QUICK], env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+@pytest.fixture(scope="module")
+def extended_run(tmp_path_factory):
+    """A run of one iteration, resumed as it is (refused: it is finished), then extended to two once the
+    reference it measured at the start is stale: the two tests below check the same run."""
+    repo = tiny_target(tmp_path_factory.mktemp("extended") / "target")
+    env = {**LOOP_ENV, "EVOLVER_REFERENCE_MAX_HOURS": "0.5"}  # recorded in the run's settings
+    first = run_cli(["run", str(repo), "--iterations", "1", *QUICK], env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
     run = repo / "runs" / _run_id(repo)
-    time.sleep(4)  # the reference measured at the start is now older than the limit
+    assert "reference_stale" not in (run / "log.jsonl").read_text()  # not within the run: the limit is half an hour
+    again = run_cli(["run", str(repo), "--resume", run.name], env=LOOP_ENV)
+    # An hour passes: the reference's results (their time is when it was measured) are now older than the limit.
+    # (A limit of seconds and a sleep would let a busy machine make the reference stale within the first run.)
+    hour_ago = time.time() - 3600
+    for result in (run / "evals" / "reference-g0").glob("result-*.json"):
+        os.utime(result, (hour_ago, hour_ago))
     more = run_cli(["run", str(repo), "--resume", run.name, "--iterations", "2"], env=LOOP_ENV)
+    return repo, run, again, more
+
+
+def test_resuming_with_more_iterations_extends_a_finished_run(extended_run):
+    repo, run, again, more = extended_run
+    assert again.returncode == 2 and "is finished" in again.stderr
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert _verdicts(repo, run.name) == ["invalid", "refused"] and _status(repo, run.name)["iterations_done"] == 2
+
+
+def test_a_stale_reference_is_measured_again_before_the_next_candidate(extended_run):
+    _, run, _, more = extended_run
     assert more.returncode == 0, more.stderr[-2000:]
     events = [json.loads(line)["event"] for line in (run / "log.jsonl").read_text().splitlines()]
     assert "reference_stale" in events[events.index("resumed"):]
@@ -111,7 +127,8 @@ def test_allow_dirty_runs_from_head_and_says_so(repo):
     assert git(repo, "status", "--porcelain").strip() == "M agent/agent.py"  # the user's change is left alone
 
 
-def test_split_flags_choose_what_the_meta_llm_sees_and_what_the_gate_decides_on(repo):
+def test_split_flags_choose_what_the_meta_llm_sees_and_what_the_gate_decides_on(tmp_path):
+    repo = make_target(tmp_path / "target")  # the 48-task domain: its train split has 8 tasks
     proc = run_cli(["run", str(repo), "--dry-run", "--analysis-split", "test", "--gate-split", "train", "--no-holdout", *SCRIPTED_MODELS], env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert "analysis split 'test', gate split 'train'" in proc.stderr

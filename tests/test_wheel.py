@@ -44,7 +44,8 @@ def test_the_wheel_installs_and_runs_a_scripted_evolution(tmp_path):
     assert sorted(str(p.relative_to(checkout)) for p in (checkout / "evolver").rglob("*.py")) == sorted(n for n in names if n.endswith(".py")
                                                                                                       and n.startswith("evolver/") and not n.startswith(("evolver/prompts/", "evolver/baseline/")))
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # No pip of its own (ensurepip is most of a venv's making): this environment's pip installs into it (--python).
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
     # The dependencies come from this environment's site-packages (offline); evolver itself only from the wheel.
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -55,7 +56,8 @@ def test_the_wheel_installs_and_runs_a_scripted_evolution(tmp_path):
     (scripts / "wheel_meta.py").write_text(META)
     # No checkout on any path: pip would take its evolver.egg-info for an installed evolver.
     env = {**os.environ, "PYTHONPATH": str(scripts), "EVOLVER_SCRIPT": "wheel_meta:script", "EVOLVER_RUNTIME_DIR": str(tmp_path / "rt")}
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], env=env, cwd=tmp_path, check=True, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)], env=env, cwd=tmp_path,
+                   check=True, capture_output=True, timeout=600)
     # Run from a neutral directory: the checkout on sys.path would shadow the wheel.
     where = subprocess.run([str(python), "-c", "import evolver; print(evolver.__file__)"], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert where.returncode == 0, where.stderr
@@ -70,7 +72,9 @@ def test_the_wheel_installs_and_runs_a_scripted_evolution(tmp_path):
     subprocess.run([evolver, "init", str(target)], env=env, cwd=tmp_path, check=True, capture_output=True, timeout=120)
     git(target, "add", "-A")
     git(target, "commit", "-qm", "init")
-    proc = subprocess.run([evolver, "run", str(target), "--iterations", "1", "--gate-stages", "1", "--agent-model", "scripted/wrong",
+    # (per-decision: the audited default's screen and end-of-run audit read nothing more from the wheel)
+    proc = subprocess.run([evolver, "run", str(target), "--iterations", "1", "--gate-stages", "1", "--gate-policy", "per-decision",
+                           "--agent-model", "scripted/wrong",
                            "--user-model", "scripted/user", "--judge-model", "scripted/judge", "--meta-model", "scripted/meta"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]

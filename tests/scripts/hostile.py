@@ -18,6 +18,7 @@ listener), @KEY@ (the canary key).
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -184,7 +185,7 @@ _s.connect("@UNIX@")
     # Processes and signals.
     Case("detached_subprocess", "import", _try("""
 import subprocess
-subprocess.Popen(["sleep", "31337"], start_new_session=True)
+subprocess.Popen(["sleep", "@SLEEP@"], start_new_session=True)
 """, "started a process"), "neutralised"),
     Case("os_system", "turn", """
 import os
@@ -319,7 +320,7 @@ class Canaries:
 
     def values(self, repo: Path) -> dict[str, str]:
         return {"OUTSIDE": str(self.outside), "REPO": str(repo), "PORT": str(self.tcp.getsockname()[1]),
-                "UNIX": str(self.outside / "canary.sock"), "KEY": CANARY_KEY}
+                "UNIX": str(self.outside / "canary.sock"), "KEY": CANARY_KEY, "SLEEP": SLEEPER.split()[1]}
 
     def close(self) -> None:
         self.tcp.close()
@@ -345,8 +346,13 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
+# The detached process's command line, this test process's own: another test process on the machine (pytest -n,
+# another checkout's tests) may run the same case at the same time, and its sleeper is none of this one's business.
+SLEEPER = f"sleep 31337.{os.getpid()}"
+
+
 def leftover_sleepers() -> bool:
-    return subprocess.run(["pgrep", "-f", "sleep 31337"], capture_output=True).returncode == 0
+    return subprocess.run(["pgrep", "-f", SLEEPER], capture_output=True).returncode == 0
 
 
 def run_case(case: Case, repo: Path, canaries: Canaries, template: str, env: dict) -> Outcome:
@@ -374,7 +380,7 @@ def run_case(case: Case, repo: Path, canaries: Canaries, template: str, env: dic
     if git(repo, "rev-parse", "HEAD") != head or git(repo, "branch", "--list") != branches or git(repo, "status", "--porcelain").strip():
         problems.append("the repository changed")
     if leftover_sleepers():
-        subprocess.run(["pkill", "-f", "sleep 31337"])
+        subprocess.run(["pkill", "-f", SLEEPER])
         problems.append("a process outlived the evaluation")
     return Outcome(case.name, proc.returncode, summary, result, proc.stdout, proc.stderr, problems)
 
