@@ -24,7 +24,9 @@ from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.test_loop import make_target, run_id_of
 
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:candidates_script"}
-ARGS = ["--iterations", "1", "--candidates", "3", "--gate-stages", "1,2", "--concurrency", "8", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]  # its verdicts unfiltered
+# The one-shot proposer: its verdicts unfiltered. Two gate stages, not the audited policy's default three: the kill
+# below still lands between the screen and the last stage, and each stage costs 40 simulations of each arm.
+ARGS = ["--iterations", "1", "--candidates", "3", "--gate-stages", "1,2", "--concurrency", "8", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]
 
 
 def summary(repo: Path, run_id: str) -> dict:
@@ -146,6 +148,7 @@ def test_a_run_killed_mid_iteration_resumes_to_the_same_end(three, interrupted):
     """The run that Ctrl-C stopped in its screen is resumed, killed with SIGKILL mid-way through its gate's stages,
     and resumed again: it ends as the uninterrupted run did."""
     repo, seen = interrupted
+    assert seen.get("returncode") == 130, "the run to resume was not stopped mid-iteration"
     run_id = run_id_of(repo)
     gate_sims = repo / "runs" / run_id / "evals" / "iter-001a-gate" / "sims.jsonl"
     # mid-way through the gate's stages (40 screen simulations, then 40 and 80 of the stages), and written by this process
