@@ -24,7 +24,9 @@ from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.test_loop import make_target, run_id_of
 
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:candidates_script"}
-ARGS = ["--iterations", "1", "--candidates", "3", "--concurrency", "8", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]  # its verdicts unfiltered
+# The one-shot proposer: its verdicts unfiltered. Two gate stages, not the audited policy's default three: the kill
+# below still lands between the screen and the last stage, and each stage costs 40 simulations of each arm.
+ARGS = ["--iterations", "1", "--candidates", "3", "--gate-stages", "1,2", "--concurrency", "8", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]
 
 
 def summary(repo: Path, run_id: str) -> dict:
@@ -100,22 +102,69 @@ def test_history_show_status_and_rollback_understand_several_candidates(three):
     assert git(repo, "rev-parse", f"evolver/{run_id}/best") == git(repo, "rev-parse", f"evolver/{run_id}/iter-001a")
 
 
-def test_a_run_killed_mid_iteration_resumes_to_the_same_end(three, tmp_path):
-    repo = make_target(tmp_path / "target")
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """A run stopped by Ctrl-C while its candidates' screens run at once: what was seen around the signal.
+    The killed-and-resumed test below goes on from this run (one baseline and proposal for both)."""
+    repo = make_target(tmp_path_factory.mktemp("interrupted") / "target")
     controller = subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *ARGS], env={**os.environ, **ENV},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        files: list[Path] = []
+        while time.monotonic() < deadline and controller.poll() is None:
+            files = [p for p in (repo / "runs").glob("run-*/evals/iter-001[ab]-gate/sims.jsonl") if p.read_text().count("\n") >= 5]
+            if len(files) == 2:
+                break
+            time.sleep(0.1)
+        seen = {"files": files, "at_signal": [p.read_text().count("\n") for p in files], "running": controller.poll() is None}
+        if len(files) == 2 and seen["running"]:
+            controller.send_signal(signal.SIGINT)
+            _, seen["stderr"] = controller.communicate(timeout=60)
+            seen["returncode"] = controller.returncode
+            seen["counts"] = [p.read_text().count("\n") for p in files]
+            time.sleep(2)
+            seen["later"] = [p.read_text().count("\n") for p in files]
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+            controller.wait()
+    return repo, seen
+
+
+def test_ctrl_c_while_candidates_are_evaluated_stops_all_of_them(interrupted):
+    repo, seen = interrupted
+    files, at_signal = seen["files"], seen["at_signal"]
+    # Both mid-screen (1 trial x 40 gate tasks each, then 1a's stages) when the signal comes.
+    assert len(files) == 2 and max(at_signal) < 80 and seen["running"], f"the two screens were never seen running at once: {at_signal}"
+    assert seen["returncode"] == 130, seen["stderr"]
+    assert max(seen["counts"]) < 80, seen["counts"]  # stopped mid-screen, not left to finish it
+    assert seen["later"] == seen["counts"]  # both candidates' workers were stopped
+    state = json.loads((repo / "runs" / run_id_of(repo) / "state.json").read_text())
+    assert state["status"] == "interrupted"
+
+
+def test_a_run_killed_mid_iteration_resumes_to_the_same_end(three, interrupted):
+    """The run that Ctrl-C stopped in its screen is resumed, killed with SIGKILL mid-way through its gate's stages,
+    and resumed again: it ends as the uninterrupted run did."""
+    repo, seen = interrupted
+    assert seen.get("returncode") == 130, "the run to resume was not stopped mid-iteration"
+    run_id = run_id_of(repo)
+    gate_sims = repo / "runs" / run_id / "evals" / "iter-001a-gate" / "sims.jsonl"
+    # mid-way through the gate's stages (40 screen simulations, then 40 and 80 of the stages), and written by this process
+    kill_at = max(60, gate_sims.read_text().count("\n") + 10)
+    controller = subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), "--resume", run_id], env={**os.environ, **ENV},
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 900
-    gate_sims = None
+    reached = False
     while time.monotonic() < deadline and controller.poll() is None:
-        found = list((repo / "runs").glob("run-*/evals/iter-001a-gate/sims.jsonl"))
-        if found and found[0].read_text().count("\n") >= 60:  # mid-way through the gate's stages
-            gate_sims = found[0]
+        if gate_sims.read_text().count("\n") >= kill_at:
+            reached = True
             break
         time.sleep(0.2)
-    assert gate_sims is not None and controller.poll() is None, "the run ended before it could be killed"
+    assert reached and controller.poll() is None, "the run ended before it could be killed"
     controller.send_signal(signal.SIGKILL)
     controller.wait()
-    run_id = run_id_of(repo)
     resumed = run_cli(["run", str(repo), "--resume", run_id], env=ENV, timeout=1200)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     keys = [(r["task_id"], r["trial"]) for r in map(json.loads, gate_sims.read_text().splitlines())]
@@ -126,28 +175,3 @@ def test_a_run_killed_mid_iteration_resumes_to_the_same_end(three, tmp_path):
     assert again["branches"] == original["branches"]
     assert {b: again["trees"][b] for b in ("iter-001a", "iter-001b", "best")} == {b: original["trees"][b] for b in ("iter-001a", "iter-001b", "best")}
     assert again["usage"] == original["usage"] and again["decisions"] == original["decisions"]
-
-
-def test_ctrl_c_while_candidates_are_evaluated_stops_all_of_them(tmp_path):
-    repo = make_target(tmp_path / "target")
-    controller = subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *ARGS], env={**os.environ, **ENV},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 600
-    files: list[Path] = []
-    while time.monotonic() < deadline and controller.poll() is None:
-        files = [p for p in (repo / "runs").glob("run-*/evals/iter-001[ab]-gate/sims.jsonl") if p.read_text().count("\n") >= 5]
-        if len(files) == 2:
-            break
-        time.sleep(0.1)
-    at_signal = [p.read_text().count("\n") for p in files]
-    # Both mid-screen (2 trials x 40 gate tasks = 80 simulations each) when the signal comes.
-    assert len(files) == 2 and max(at_signal) < 80 and controller.poll() is None, f"the two screens were never seen running at once: {at_signal}"
-    controller.send_signal(signal.SIGINT)
-    _, err = controller.communicate(timeout=60)
-    assert controller.returncode == 130, err
-    counts = [p.read_text().count("\n") for p in files]
-    assert max(counts) < 80, counts  # stopped mid-screen, not left to finish it
-    time.sleep(2)
-    assert [p.read_text().count("\n") for p in files] == counts  # both candidates' workers were stopped
-    state = json.loads((repo / "runs" / run_id_of(repo) / "state.json").read_text())
-    assert state["status"] == "interrupted"

@@ -163,8 +163,9 @@ def kept_run(tmp_path_factory):
     """A finished run that kept one candidate: the rule that fixes the loop tests' agent."""
     repo = make_target(tmp_path_factory.mktemp("transfer") / "target")
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS,
-                    "--transfer-models", "scripted/contrary"], env=env, timeout=900)
+    # the per-decision gate: no screen and no end-of-run audit (the audited policy is the loop tests'; here only the kept rule counts)
+    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--gate-policy", "per-decision", "--no-holdout", "--concurrency", "8",
+                    *SCRIPTED_MODELS, "--transfer-models", "scripted/contrary"], env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "transfers" in proc.stdout and "hurts" in proc.stdout  # --transfer-models ran at the end
     [run_id] = [p.name for p in (repo / "runs").glob("run-*")]

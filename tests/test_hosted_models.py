@@ -33,7 +33,8 @@ FAULT = next(f for f in FAULTS if f.name == "early_stop")
 # evolver_gen's first 4 train tasks analyse, its first 5 test tasks gate: the fault fails each, the fix passes each (p < 0.05)
 SMALL_GATE = ["--exclude-tasks", ",".join(f"gen_{n:02d}" for n in [*range(4, 8), *range(13, 48)])]
 SCRIPTED = ["--agent-model", "scripted/bench", "--user-model", "scripted/user", "--judge-model", "scripted/judge"]
-RUN = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SMALL_GATE, *SCRIPTED]
+# the per-decision gate: no screen and no end-of-run audit, which the meta model, what these runs are about, never reaches
+RUN = ["--iterations", "1", "--gate-stages", "1", "--gate-policy", "per-decision", "--no-holdout", "--concurrency", "8", *SMALL_GATE, *SCRIPTED]
 META_ROLES = {"gpt-5": "meta", "o3": "meta", "claude-sonnet-4-5": "meta"}
 
 

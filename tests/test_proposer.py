@@ -25,6 +25,10 @@ from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, init_repo, run_cli
 from tests.test_loop import make_target
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
+# The proposers' runs: one iteration, one gate stage, and a small gate: evolver_gen's first 5 odd-numbered test tasks,
+# every one of which the careless agent fails and the fix passes (the gate's size is tests/test_loop.py's subject, not these).
+SMALL_GATE = ["--exclude-tasks", ",".join(f"gen_{n:02d}" for n in range(8, 48) if n % 2 == 0 or n > 17)]
+SMALL_RUN = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SMALL_GATE]
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +208,7 @@ def test_evolver_run_with_the_investigating_proposer(tmp_path):
     """The default proposer through `evolver run`: the scripted meta-agent reads the failing trajectory,
     edits, tries the edit on an analysis task (a real, sandboxed evaluation), submits; the gate keeps it."""
     repo = make_target(tmp_path / "target")
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS],
-                   env=LOOP_ENV, timeout=900)
+    proc = run_cli(["run", str(repo), *SMALL_RUN, *SCRIPTED_MODELS], env=LOOP_ENV, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
     run = repo / "runs" / run_id
@@ -224,8 +227,8 @@ def test_evolver_run_with_the_investigating_proposer(tmp_path):
 
 def test_a_proposal_cut_off_by_a_kill_is_asked_again_and_its_usage_kept(tmp_path):
     repo = make_target(tmp_path / "target")
-    env = {**LOOP_ENV, "EVOLVER_SCRIPTED_LATENCY": "0.4"}
-    args = ["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS]
+    env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:slow_investigator_script"}  # the meta-LLM alone is slow
+    args = ["run", str(repo), *SMALL_RUN, *SCRIPTED_MODELS]
     proc = subprocess.Popen([sys.executable, "-m", "evolver", *args], env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300
@@ -308,14 +311,15 @@ def test_a_hostile_command_reaches_nothing_and_its_links_and_pipes_are_refused(a
 def test_a_command_that_hangs_is_stopped_with_what_it_started(analysis, tmp_path):
     from evolver.evolution.proposers.command import CommandProposer
 
-    proposer = CommandProposer(f"{sys.executable} {AGENT_SCRIPT} sleep", readable=(str(AGENT_SCRIPT.parent),))
+    seconds = f"31338.{os.getpid()}"  # its own: another test session on the machine may be running this test at the same time
+    proposer = CommandProposer(f"{sys.executable} {AGENT_SCRIPT} sleep {seconds}", readable=(str(AGENT_SCRIPT.parent),))
     started = time.monotonic()
     outcome = proposer.propose(command_request(analysis, tmp_path, seconds=3))
     assert time.monotonic() - started < 30
     assert outcome.proposal is None and "stopped at the time limit" in outcome.stats["stopped"]
     assert Path(outcome.stats["log"]).read_text() == "waiting for the model\n"  # what it said before the limit: why it hung
     time.sleep(0.5)
-    assert subprocess.run(["pgrep", "-f", "sleep 31338"], capture_output=True).returncode == 1
+    assert subprocess.run(["pgrep", "-f", f"sleep {seconds}"], capture_output=True).returncode == 1
 
 
 def planted_wheel(folder: Path) -> Path:
@@ -361,8 +365,7 @@ def test_evolver_run_with_an_installed_coding_agent(tmp_path):
     repo = make_target(tmp_path / "target")
     env = {**LOOP_ENV, "HOME": str(home), "PLANTED_HOME": str(home), "PATH": f"{home / '.local/bin'}:{os.environ['PATH']}",
            "OPENAI_API_KEY": "sk-evolver-canary", "TERM": "dumb"}
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS,
-                    "--proposer", "command", "--proposer-command", "planted-coder installed", "--proposer-env", "PLANTED_HOME"],
+    proc = run_cli(["run", str(repo), *SMALL_RUN, *SCRIPTED_MODELS, "--proposer", "command", "--proposer-command", "planted-coder installed", "--proposer-env", "PLANTED_HOME"],
                    env=env, timeout=900, python=evolver_python)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run] = (repo / "runs").glob("run-*")

@@ -102,7 +102,7 @@ def installed() -> None:
 
 def sleep() -> None:
     print("waiting for the model", flush=True)
-    subprocess.Popen(["sleep", "31338"])
+    subprocess.Popen(["sleep", sys.argv[2] if len(sys.argv) > 2 else "31338"])
     import time
 
     time.sleep(3600)

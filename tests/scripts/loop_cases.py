@@ -146,6 +146,16 @@ def investigator_script(name, messages, tools):
     return investigate(messages, [fix])
 
 
+def slow_investigator_script(name, messages, tools):
+    """investigator_script with a meta-LLM that takes a second a turn (the agent and the customer as fast as ever):
+    a proposal long enough to be cut off mid-way, without slowing the run's simulations."""
+    import time
+
+    if name == "meta":
+        time.sleep(1.0)
+    return investigator_script(name, messages, tools)
+
+
 def busy_meta(name, messages, tools):
     """A meta-LLM that keeps looking and never submits: the proposer's budget has to stop it."""
     return Reply(tool_calls=[("list_files", {})]) if name == "meta" else script(name, messages, tools)
