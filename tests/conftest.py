@@ -85,8 +85,9 @@ def eval_json(repo: Path, *extra: str, env: dict | None = None) -> dict:
 
 # The files that take longest (`pytest --durations=0`, docs/performance.md) start first: pytest-xdist hands out
 # one file at a time, so a long file taken last would leave the other worker idle until it ends.
-LONGEST_FIRST = ("test_stops.py", "test_ray.py", "test_local_model.py", "test_report.py", "test_compare.py", "test_candidates.py",
-                 "test_hosted_models.py", "test_loop.py", "test_gate_replay.py", "test_loop_policy.py", "test_daemon.py", "test_proposer.py")
+LONGEST_FIRST = ("test_stops.py", "test_gate_replay.py", "test_loop.py", "test_loop_policy.py", "test_ray.py", "test_report.py",
+                 "test_compare.py", "test_candidates.py", "test_hosted_models.py", "test_daemon.py", "test_local_model.py", "test_compat.py",
+                 "test_proposer.py", "test_bad_input.py", "test_kill_anywhere.py", "test_turns.py")
 
 
 def pytest_collection_modifyitems(items):
