@@ -86,8 +86,15 @@ def test_a_run_killed_at_any_moment_resumes_to_where_an_uninterrupted_one_ends(t
         rows = json.loads(run_cli(["runs", "--repo", str(repo), "--json"]).stdout)
         assert [(r["run_id"], r["status"]) for r in rows] == [(folders[0].name, "dead")], moment
     [run] = _run_folders(repo)
+    # A kill inside `git branch` or `git notes` leaves its lock file, and git then refuses that ref for good.
+    git_dir = repo / ".git"
+    left = [git_dir / "refs" / "heads" / "evolver" / run.name / "best.lock", git_dir / "refs" / "notes" / "commits.lock"]
+    for lock in left:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text("0" * 40 + "\n")
     resumed = run_cli(["run", str(repo), "--resume", run.name], env=ENV)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not any(lock.exists() for lock in left) and "removed refs/heads/evolver/" in resumed.stdout + resumed.stderr
     assert reference.wait(timeout=600) == 0, reference.stderr.read()[-3000:]
     [reference_run] = _run_folders(reference_repo)
     want, got = final_state(reference_repo, reference_run.name), final_state(repo, run.name)

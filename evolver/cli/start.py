@@ -247,11 +247,14 @@ def resume_run(run: RunDir, given: dict, console: Console, open_backend: Callabl
         run.save_manifest(manifest)
         run.log("limits", **stops)
     state.status, state.stop_reason = "running", None
+    lineage = Lineage(run.repo, run.run_id)
+    for lock in lineage.clear_stale_locks():  # a kill inside git leaves one, and git then refuses the ref for good
+        console.print(f"removed {lock}, left by the killed run")
     backend = open_backend(cfg)
     if not manifest.tasks_chosen:
         manifest = _choose_tasks(run, cfg, backend, console)
     run.log("resumed", next_iteration=state.next_iteration)
-    loop = _loop(run, manifest, state, cfg, Lineage(run.repo, run.run_id), console)
+    loop = _loop(run, manifest, state, cfg, lineage, console)
     loop.backend, loop.local_api_base = backend, local_api_base
     return loop
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -99,6 +100,30 @@ class Lineage:
         self.repo.git.branch("-f", name, commit)
 
     @_serial
+    def clear_stale_locks(self, shared_wait: float = 2.0) -> list[str]:
+        """Remove the lock files a run killed inside a git command left on refs, which make git refuse
+        every later update of them ("cannot lock ref"); the names of those removed. Only the run's driver,
+        holding the run's lock, may call this. The run's own branches are written by nobody else; a ref
+        shared with other runs (the notes, packed-refs) counts as stale once its lock stays unchanged for
+        ``shared_wait`` seconds, far longer than git holds one."""
+        common = Path(self.repo.common_dir)
+        own = sorted((common / "refs" / "heads" / self.prefix).glob("**/*.lock"))
+        shared = [p for p in (common / "refs" / "notes" / "commits.lock", common / "packed-refs.lock") if p.exists()]
+        seen = {p: _identity(p) for p in shared}
+        deadline = time.monotonic() + shared_wait
+        while seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+            seen = {p: i for p, i in seen.items() if _identity(p) == i}
+        removed = []
+        for path in own + list(seen):
+            try:
+                path.unlink()
+                removed.append(str(path.relative_to(common)))
+            except FileNotFoundError:
+                pass
+        return removed
+
+    @_serial
     def open_worktree(self, path: Path, commit: str) -> Path:
         """A detached worktree at `commit` (re-created if a crash left it half-made)."""
         path = Path(path)
@@ -140,6 +165,14 @@ class Lineage:
             return self.repo.git.notes("show", commit)
         except git.GitCommandError:
             return ""
+
+
+def _identity(path: Path) -> Optional[tuple[int, int]]:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def exclude_runs_dir(repo_path: Path, folder: str = "runs") -> None:
