@@ -112,8 +112,12 @@ def test_cache_dir_that_is_not_writable(fake_model, tmp_path):
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("EVOLVER_CACHE", raising=False)
+    monkeypatch.delenv("EVOLVER_MODEL_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert provision.cache_dir() == tmp_path / "xdg" / "evolver" / "models"
+    monkeypatch.setenv("EVOLVER_CACHE", str(tmp_path / "evolver"))  # evolver's cache, the noise floors' too
+    assert provision.cache_dir() == tmp_path / "evolver" / "models"
     monkeypatch.setenv("EVOLVER_MODEL_CACHE", str(tmp_path / "mine"))
     assert provision.cache_dir() == tmp_path / "mine"
 

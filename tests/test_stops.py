@@ -79,6 +79,26 @@ def test_budget_and_clock_stop_right_after_the_baseline_and_the_run_can_be_exten
     assert recorded[more[0][2:].replace("-", "_")] == json.loads(more[1])  # a later --resume keeps the new limit
 
 
+def test_the_noise_floor_is_simulated_once_per_reference_and_gate_and_read_back_on_resume(repo, tmp_path):
+    """Seconds of CPU at every start (about 11 s for 40 gate tasks): kept in evolver's cache by its inputs."""
+    env = {**LOOP_ENV, "EVOLVER_CACHE": str(tmp_path / "cache")}
+
+    def floor_line(proc) -> str:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        [line] = [line for line in proc.stderr.splitlines() if line.startswith("noise floor:")]
+        return line
+
+    first = floor_line(run_cli(["run", str(repo), "--iterations", "1", "--budget-tokens", "1", *QUICK], env=env))
+    [kept] = (tmp_path / "cache" / "noise-floor").glob("*.json")
+    record = json.loads(kept.read_text())
+    assert record["version"] == 1 and 0 < record["value"] < 1 and f"about {record['value'] * 100:.1f} points" in first
+    kept.write_text(json.dumps({**record, "value": 0.4321}))  # what --resume prints is what the cache holds
+    assert "about 43.2 points" in floor_line(run_cli(["run", str(repo), "--resume", _run_id(repo)], env=env))
+    kept.write_text("{")  # a damaged file is simulated again and rewritten
+    assert floor_line(run_cli(["run", str(repo), "--resume", _run_id(repo)], env=env)) == first
+    assert json.loads(kept.read_text()) == record
+
+
 @pytest.fixture(scope="module")
 def extended_run(tmp_path_factory):
     """A run of one iteration, resumed as it is (refused: it is finished), then extended to two once the

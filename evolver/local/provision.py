@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.errors import UsageError
+from evolver.store.memo import cache_root
 
 GGUF_MAGIC = b"GGUF"
 CACHE_ENV = "EVOLVER_MODEL_CACHE"
@@ -62,12 +63,9 @@ MODELS = {
 
 
 def cache_dir() -> Path:
-    """EVOLVER_MODEL_CACHE, else $XDG_CACHE_HOME/evolver/models, else ~/.cache/evolver/models."""
+    """EVOLVER_MODEL_CACHE, else models/ in evolver's cache (EVOLVER_CACHE, $XDG_CACHE_HOME/evolver or ~/.cache/evolver)."""
     override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "evolver" / "models"
+    return Path(override).expanduser() if override else cache_root() / "models"
 
 
 def resolve_model(size: str = "default", path: Optional[str] = None, cache: Optional[Path] = None) -> Path:

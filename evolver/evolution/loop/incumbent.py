@@ -3,6 +3,7 @@ it prices), the analysis results each iteration's proposals read, and the gate r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from evolver.evolution.gate import search
 from evolver.evolution.loop.stops import StopRun
 from evolver.evolution.plan import forecast, meta_prompt_tokens
 from evolver.llm import price_of
+from evolver.store import memo
 
 
 class Incumbent:
@@ -29,7 +31,8 @@ class Incumbent:
             raise StopRun("the incumbent already passes every gate task in every trial, so no candidate can be shown better; "
                           "evolve on a harder domain or split, or with a weaker agent model")
         gate = search.iteration_gate(self.policy, reference)
-        floor = gatelib.noise_floor(reference, gate)
+        floor = memo.remembered("noise-floor", {"reference": reference, "gate": dataclasses.asdict(gate)},
+                                Path(gatelib.__file__).parent.glob("*.py"), lambda: gatelib.noise_floor(reference, gate))
         self.events.emit(ev.NoiseFloor(len(self.manifest.gate_tasks), gate.stages[-1], None if math.isinf(floor) else floor * 100,
                                        gate.min_effect * 100))
         self.estimate(analysis, reference)
