@@ -1,6 +1,6 @@
 """The folders under evolver/ are its layers, and imports only go down.
 
-    shared      evolver/*.py: config, data, errors, events, llm, models, scripted, toolcalls; evolver/ratelimit/
+    shared      evolver/*.py: config, data, errors, events, llm, memo, models, scripted, toolcalls; evolver/ratelimit/
     local       evolver/local/: the embedded model    store  evolver/store/: the run directory and git lineage
                 (side by side: neither imports the other)
     evaluation  evolver/evaluation/
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RANK = {"shared": 0, "local": 1, "store": 1, "evaluation": 2, "evolution": 3, "cli": 4}
 # The bottom layer, all of it: a new top-level module is a new shared module, so add it here on purpose. A package
 # here (evolver.ratelimit) is shared with every module in it.
-SHARED = {"evolver", "evolver.config", "evolver.data", "evolver.errors", "evolver.events", "evolver.llm", "evolver.models",
+SHARED = {"evolver", "evolver.config", "evolver.data", "evolver.errors", "evolver.events", "evolver.llm", "evolver.memo", "evolver.models",
           "evolver.ratelimit", "evolver.scripted", "evolver.toolcalls",
           "evolver.config_load", "evolver.config_requests", "evolver.config_tables"}
 ENTRY = "evolver.__main__"

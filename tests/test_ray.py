@@ -37,7 +37,7 @@ from evolver.store.evaldir import EvalDir
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.scripts.ray_cases import KEY, VALUE
 from tests.test_eval import _inject_into_turn
-from tests.test_loop import make_target
+from tests.test_loop import tiny_target
 
 EVAL_ARGS = ["--json", *SCRIPTED_MODELS, "--trials", "2", "--concurrency", "4", "--seed", "11"]  # all 9 mock tasks
 KEY_ENV = {"EVOLVER_SCRIPT": "tests.scripts.ray_cases:needs_key", KEY: VALUE}
@@ -265,7 +265,7 @@ def test_joining_a_cluster_its_workers_get_the_keys_and_this_checkout_from_the_d
 
 def test_run_on_ray_reaches_the_local_verdicts(tmp_path):
     def end_of_run(backend: str) -> dict:
-        repo = make_target(tmp_path / backend)
+        repo = tiny_target(tmp_path / backend)  # 3 analysis and 6 gate tasks: the four verdicts of the 40-task grid
         proc = run_cli(["run", str(repo), "--backend", backend, *RUN_ARGS], env=LOOP_ENV)
         assert proc.returncode == 0, proc.stderr[-3000:]
         [run_id] = [p.name for p in (repo / "runs").glob("run-*")]

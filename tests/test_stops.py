@@ -62,41 +62,29 @@ def test_an_undecided_iteration_neither_counts_nor_resets_the_stall(repo):
     (["--budget-tokens", "1"], "token budget reached", ["--budget-tokens", "0"]),
     (["--max-hours", "0.00001"], "wall-clock limit of 1e-05 h reached", ["--max-hours", "1"]),
 ])
-def test_budget_and_clock_stop_right_after_the_baseline_and_the_run_can_be_extended(repo, flags, reason, more):
-    proc = run_cli(["run", str(repo), "--iterations", "2", *flags, *QUICK], env=LOOP_ENV)
+def test_budget_and_clock_stop_right_after_the_baseline_and_the_run_can_be_extended(repo, flags, reason, more, tmp_path):
+    """And the resume that stops at once reads the noise floor back from evolver's cache (simulating it costs
+    seconds of CPU at every start: about 11 s for 40 gate tasks) instead of simulating it again."""
+    env = {**LOOP_ENV, "EVOLVER_CACHE": str(tmp_path / "cache")}
+    proc = run_cli(["run", str(repo), "--iterations", "2", *flags, *QUICK], env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_id = _run_id(repo)
     status = _status(repo, run_id)
     assert reason in status["stop_reason"] and status["iterations_done"] == 0 and status["status"] == "finished"
-    same = run_cli(["run", str(repo), "--resume", run_id], env=LOOP_ENV)  # the limit still holds: it stops at once
+    [kept] = (tmp_path / "cache" / "noise-floor").glob("*.json")
+    record = json.loads(kept.read_text())
+    assert record["version"] == 1 and 0 < record["value"] < 1 and f"about {record['value'] * 100:.1f} points" in proc.stderr
+    kept.write_text(json.dumps({**record, "value": 0.4321}))  # what the resume prints is what the cache holds
+    same = run_cli(["run", str(repo), "--resume", run_id], env=env)  # the limit still holds: it stops at once
     status = _status(repo, run_id)
     assert same.returncode == 0 and reason in status["stop_reason"] and status["iterations_done"] == 0
+    assert "the gate resolves effects of about 43.2 points" in same.stderr
     extended = run_cli(["run", str(repo), "--resume", run_id, *more], env=LOOP_ENV)
     assert extended.returncode == 0, extended.stderr[-2000:]
     status = _status(repo, run_id)
     assert status["stop_reason"] == "completed 2 iteration(s)" and status["iterations_done"] == 2 and _verdicts(repo, run_id) == ["invalid", "refused"]
     recorded = json.loads((repo / "runs" / run_id / "run.json").read_text())["config"]
     assert recorded[more[0][2:].replace("-", "_")] == json.loads(more[1])  # a later --resume keeps the new limit
-
-
-def test_the_noise_floor_is_simulated_once_per_reference_and_gate_and_read_back_on_resume(repo, tmp_path):
-    """Seconds of CPU at every start (about 11 s for 40 gate tasks): kept in evolver's cache by its inputs."""
-    env = {**LOOP_ENV, "EVOLVER_CACHE": str(tmp_path / "cache")}
-
-    def floor_line(proc) -> str:
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        [line] = [line for line in proc.stderr.splitlines() if line.startswith("noise floor:")]
-        return line
-
-    first = floor_line(run_cli(["run", str(repo), "--iterations", "1", "--budget-tokens", "1", *QUICK], env=env))
-    [kept] = (tmp_path / "cache" / "noise-floor").glob("*.json")
-    record = json.loads(kept.read_text())
-    assert record["version"] == 1 and 0 < record["value"] < 1 and f"about {record['value'] * 100:.1f} points" in first
-    kept.write_text(json.dumps({**record, "value": 0.4321}))  # what --resume prints is what the cache holds
-    assert "about 43.2 points" in floor_line(run_cli(["run", str(repo), "--resume", _run_id(repo)], env=env))
-    kept.write_text("{")  # a damaged file is simulated again and rewritten
-    assert floor_line(run_cli(["run", str(repo), "--resume", _run_id(repo)], env=env)) == first
-    assert json.loads(kept.read_text()) == record
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.errors import UsageError
-from evolver.store.memo import cache_root
+from evolver.memo import cache_root
 
 GGUF_MAGIC = b"GGUF"
 CACHE_ENV = "EVOLVER_MODEL_CACHE"

@@ -16,7 +16,7 @@ from evolver.evolution.gate import search
 from evolver.evolution.loop.stops import StopRun
 from evolver.evolution.plan import forecast, meta_prompt_tokens
 from evolver.llm import price_of
-from evolver.store import memo
+from evolver import memo
 
 
 class Incumbent:
