@@ -74,6 +74,15 @@ class Signer:
         return isinstance(text, str) and isinstance(signature, str) and hmac.compare_digest(self.sign(text), signature)
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    """A provider's front accepts every connection: with the standard library's backlog of 5, two dozen
+    simulations calling at once on a loaded machine had connections reset before the provider read them,
+    and evolver's retry then counted a call the provider never saw (measured: 223 of 2,000 calls reset at
+    64 at once under load, 0 with 128)."""
+
+    request_queue_size = 128
+
+
 class FakeProvider:
     """The server and its bookkeeping; a subclass answers (``answer``) in its provider's format and
     says what its errors look like (``error``)."""
@@ -86,7 +95,7 @@ class FakeProvider:
         self.requests: Counter = Counter()  # model -> requests received
         self.received: list[Received] = []  # every request, in order
         self.lock = threading.Lock()
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = _Server(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name=self.thread_name).start()
         self.timer = threading.Timer(lifetime, self.close)
