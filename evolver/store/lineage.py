@@ -103,12 +103,13 @@ class Lineage:
     def clear_stale_locks(self, shared_wait: float = 2.0) -> list[str]:
         """Remove the lock files a run killed inside a git command left on refs, which make git refuse
         every later update of them ("cannot lock ref"); the names of those removed. Only the run's driver,
-        holding the run's lock, may call this. The run's own branches are written by nobody else; a ref
-        shared with other runs (the notes, packed-refs) counts as stale once its lock stays unchanged for
-        ``shared_wait`` seconds, far longer than git holds one."""
+        holding the run's lock, may call this. The run's own branches are written by nobody else; the notes
+        ref, shared with other runs and the user's git, counts as stale once its lock stays unchanged for
+        ``shared_wait`` seconds, far longer than git holds one. (A run never deletes or packs refs, so a
+        packed-refs.lock is never its own: a user's `git gc` may hold it.)"""
         common = Path(self.repo.common_dir)
         own = sorted((common / "refs" / "heads" / self.prefix).glob("**/*.lock"))
-        shared = [p for p in (common / "refs" / "notes" / "commits.lock", common / "packed-refs.lock") if p.exists()]
+        shared = [p for p in (common / "refs" / "notes" / "commits.lock",) if p.exists()]
         seen = {p: _identity(p) for p in shared}
         deadline = time.monotonic() + shared_wait
         while seen and time.monotonic() < deadline:
