@@ -134,7 +134,7 @@ def main() -> None:
     parser.add_argument("--faults", default=",".join(f.name for f in FAULTS))
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--gate-stages", default="1,2")
-    parser.add_argument("--out", help="write every trial as JSON here")
+    parser.add_argument("--out", help="write every trial as JSON here (rewritten after each fault)")
     parser.add_argument("--keep", metavar="DIR", help="work in this folder and keep it (the runs, transcripts and logs); default: a temporary one")
     args = parser.parse_args()
     meta = ["--meta-model", args.meta_model] + (["--local-size", args.local_size] if args.meta_model == "local" else [])
@@ -153,6 +153,8 @@ def main() -> None:
                       f" meta_tokens={trial.meta_tokens} {trial.seconds / 60:.1f} min", flush=True)
                 for note in trial.notes:
                     print(f"    {note}", flush=True)
+                if args.out:  # after every fault: a long run stopped part-way keeps what it measured
+                    Path(args.out).write_text(json.dumps({p: [t.__dict__ for t in ts] for p, ts in results.items()}, indent=2))
     print(f"\nmeta model {args.meta_model}; template gate reward {honest:.3f}; up to {args.iterations} iteration(s) per fault\n")
     print("| proposer | faults recovered | proposals | reached the gate | simulations | meta tokens | minutes | minutes per recovery | s per proposal (median) |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -165,8 +167,6 @@ def main() -> None:
         per_recovery = f"{minutes / recovered:.1f}" if recovered else "-"
         print(f"| {proposer} | {recovered} of {len(trials)} | {proposals} | {sum(t.reached for t in trials)} of {proposals} "
               f"| {sum(t.simulations for t in trials):,} | {sum(t.meta_tokens for t in trials):,} | {minutes:.1f} | {per_recovery} | {median:.0f} |")
-    if args.out:
-        Path(args.out).write_text(json.dumps({p: [t.__dict__ for t in ts] for p, ts in results.items()}, indent=2))
 
 
 if __name__ == "__main__":
