@@ -369,3 +369,18 @@ def test_the_auto_harness_shaped_fixture_passes_the_scan(mock_ids):
     assert "os.environ.get(\"AGENT_MODEL\"" in text and "from tau2.agent.base_agent import" in text and "model=self.llm or AGENT_MODEL" in text
     assert scan_text("agent/agent.py", text, mock_ids) == []
     assert scan_text("agent/agent.py", text, domain_identifiers("retail")) == []
+
+
+def test_every_parse_of_python_in_evolver_takes_the_one_lock():
+    """CPython 3.11's ast.parse is not safe in two threads at once (gh-106905): an iteration's candidates are
+    proposed in threads, and a bare parse there failed a CI run with "AST constructor recursion depth mismatch"."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "evolver"
+    bare = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parse" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "ast":
+                bare.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert bare == ["evaluation/scan/__init__.py:93"]  # parse_python, under its lock

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from evolver.evaluation.scan import parse_python
 from evolver.evolution.harness_changes import GUIDANCE, PROMPT, REPLY, TOOLS, TURN, Change
 
 PATH = "agent/agent.py"
@@ -54,7 +55,7 @@ class HarnessCode:
     """The line spans of agent.py's functions and HarnessAgent's members, and where a turn calls the model."""
 
     def __init__(self, source: str, switches: Optional[dict] = None):
-        tree = ast.parse(source)
+        tree = parse_python(source)  # proposals of an iteration read it in threads
         self.switches = switches  # which layers were on: a write under a switch that is off is not pointed to; None: not known
         self.spans: dict[str, tuple[int, int]] = {}
         self.nodes: dict[str, ast.AST] = {}
