@@ -108,15 +108,15 @@ class Lineage:
         ``shared_wait`` seconds, far longer than git holds one. (A run never deletes or packs refs, so a
         packed-refs.lock is never its own: a user's `git gc` may hold it.)"""
         common = Path(self.repo.common_dir)
-        own = sorted((common / "refs" / "heads" / self.prefix).glob("**/*.lock"))
-        shared = [p for p in (common / "refs" / "notes" / "commits.lock",) if p.exists()]
-        seen = {p: _identity(p) for p in shared}
-        deadline = time.monotonic() + shared_wait
-        while seen and time.monotonic() < deadline:
+        stale = sorted((common / "refs" / "heads" / self.prefix).glob("**/*.lock"))
+        notes = common / "refs" / "notes" / "commits.lock"
+        seen, deadline = _identity(notes), time.monotonic() + shared_wait
+        while seen is not None and _identity(notes) == seen and time.monotonic() < deadline:
             time.sleep(0.1)
-            seen = {p: i for p, i in seen.items() if _identity(p) == i}
+        if seen is not None and _identity(notes) == seen:
+            stale.append(notes)
         removed = []
-        for path in own + list(seen):
+        for path in stale:
             try:
                 path.unlink()
                 removed.append(str(path.relative_to(common)))

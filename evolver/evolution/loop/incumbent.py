@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from evolver import events as ev
+from evolver import memo
 from evolver.data import EvalResult, RoleUsage
 from evolver.evaluation.metrics import mean_reward, rewards_by_task
 from evolver.evolution import gate as gatelib
@@ -16,7 +17,6 @@ from evolver.evolution.gate import search
 from evolver.evolution.loop.stops import StopRun
 from evolver.evolution.plan import forecast, meta_prompt_tokens
 from evolver.llm import price_of
-from evolver import memo
 
 
 class Incumbent:
