@@ -1,4 +1,4 @@
-"""Can a proposer find a fault? Six planted faults, each proposer, each meta model: faults recovered.
+"""Can a proposer find a fault? Eight planted faults, each proposer, each meta model: faults recovered.
 
     python benchmarks/planted_faults.py                              # the scripted meta-agent, both proposers (minutes)
     python benchmarks/planted_faults.py --meta-model local           # the embedded 1.5B as meta-LLM (hours on 2 cores)
@@ -138,6 +138,9 @@ def main() -> None:
     parser.add_argument("--keep", metavar="DIR", help="work in this folder and keep it (the runs, transcripts and logs); default: a temporary one")
     args = parser.parse_args()
     meta = ["--meta-model", args.meta_model] + (["--local-size", args.local_size] if args.meta_model == "local" else [])
+    unknown = set(args.faults.split(",")) - {f.name for f in FAULTS}
+    if unknown:
+        parser.error(f"unknown fault(s) {', '.join(sorted(unknown))}; known: {', '.join(f.name for f in FAULTS)}")
     chosen = [f for f in FAULTS if f.name in args.faults.split(",")]
     results: dict[str, list[Trial]] = {}
     with tempfile.TemporaryDirectory(prefix="evolver-planted-") as tmp:

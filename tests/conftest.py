@@ -16,6 +16,11 @@ from pathlib import Path
 import pytest
 
 from evolver.evaluation import zygote_client
+from evolver.llm import prepare_environment
+
+# Test modules import tau2 and litellm at collection, before any evolver command runs: without
+# this, a worker waits on litellm's network fetch of its price list, which CI cannot reach.
+prepare_environment()
 
 # A shell that starts the tests as a background job without job control (`cmd &` in a script)
 # makes them ignore SIGINT, and every process they start inherits that: the Ctrl-C tests would
