@@ -58,8 +58,9 @@ def test_the_reading_tools_show_analysis_data_masked_and_paged(analysis, tmp_pat
     assert "line" in s.call("search_trajectories", json.dumps({"pattern": r"create_task\("}))
     assert "agent/agent.py" in s.call("list_files", "{}") and "h2_action_realization off" in s.call("list_files", "{}")
     read = s.call("read_file", json.dumps({"path": "agent/agent.py", "start": 1, "end": 5}))
-    assert read.startswith("   1| ") and "read on with start=6" in read and read.endswith("(next: replace_in_file, with old copied exactly "
-                                                                                           "from these lines without the line numbers)")
+    assert read.startswith("   1| ") and "read on with start=6" in read and read.endswith("(next: remove_lines for lines that do harm, or "
+                                                                                           "replace_in_file with old copied exactly from "
+                                                                                           "these lines without the line numbers)")
     assert "   2| Layers." in s.call("read_file", json.dumps({"path": "Harness.md"}))
     assert "no earlier candidates" in s.call("list_candidates", "{}")
     assert "agent/agent.py:" in s.call("search_code", json.dumps({"pattern": "AGENT_INSTRUCTION"}))
@@ -89,6 +90,10 @@ def test_the_reading_tools_show_analysis_data_masked_and_paged(analysis, tmp_pat
     ("replace_in_file", {"path": "agent/agent.py", "old": "class HarnessState(BaseModel):", "new": "class HarnessState(BaseModel)"}, "does not parse"),
     ("replace_in_file", {"path": "agent/agent.py", "old": "no such text anywhere", "new": "x"}, "not found"),
     ("set_layer", {"layer": "h9_magic", "on": True}, "no layer"),
+    ("remove_lines", {"path": "agent/agent.py", "start": 9, "end": 3}, "1 <= start <= end"),
+    ("remove_lines", {"path": "../evolver/llm.py", "start": 1, "end": 3}, "cannot edit"),
+    ("remove_lines", {"path": "agent/templates/agent.py", "start": 1, "end": 3}, "cannot edit"),
+    ("remove_lines", {"path": "agent/agent.py", "start": 1, "end": 10**9}, "1 <= start <= end"),
     # arguments of the wrong shape
     ("read_file", {"path": ["agent/agent.py"]}, "must be a string"),
     ("read_file", {"path": "agent/agent.py", "mode": "w"}, "takes no argument 'mode'"),
@@ -174,6 +179,27 @@ def test_text_copied_with_read_files_line_numbers_is_matched_without_them(analys
     [edit] = s.scratch.edits()
     assert "  # kept" in edit.replace and "   1| " not in edit.replace
     assert "old and new are the same" in s.call("replace_in_file", json.dumps({"path": "agent/agent.py", "old": "  7| x", "new": "x"}))
+
+
+def test_lines_are_removed_as_whole_statements_and_a_block_left_empty_keeps_a_pass(analysis, tmp_path):
+    s = session(analysis, tmp_path)
+    parent = s.scratch._text("agent/agent.py").splitlines()
+    header = parent.index("        if self.switches.h2_action_realization:") + 1
+    assert parent[header] == "            reply = self.realize_action(reply, context, state)"
+    answer = s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": header, "end": header}))
+    assert answer.startswith(f"applied to agent/agent.py: removed lines {header}-{header + 1} (the statements that start in "
+                             f"{header}-{header} end at line {header + 1})"), answer  # the `if` took its block
+    assert s.scratch._text("agent/agent.py").splitlines() == parent[:header - 1] + parent[header + 1:]
+    assert "old and new are the same" in s.call("replace_in_file", json.dumps({"path": "agent/agent.py", "old": "x", "new": "x"}))
+
+    s = session(analysis, tmp_path / "again")
+    answer = s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": header + 1, "end": header + 1}))
+    assert answer.startswith(f"applied to agent/agent.py: removed lines {header + 1}-{header + 1}."), answer
+    assert s.scratch._text("agent/agent.py").splitlines()[header - 1:header + 1] == [parent[header - 1], "            pass"]
+
+    closing = parent.index("        )") + 1  # the end of a statement that starts above it
+    answer = s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": closing, "end": closing}))
+    assert answer.startswith(f"not applied: without lines {closing}-{closing} the file does not parse"), answer
 
 
 def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monkeypatch):

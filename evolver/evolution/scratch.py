@@ -9,13 +9,14 @@ texts and switches come from an LLM: everything is checked, nothing is run.
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 from pathlib import Path
 from typing import Optional
 
 from evolver.evaluation.backends.results import SWITCHES
-from evolver.evaluation.scan import scan_text, scan_tree
+from evolver.evaluation.scan import parse_python, scan_text, scan_tree
 from evolver.evolution.noop import LAYER_NAMES, agent_files, inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits, check_path
 
@@ -82,8 +83,22 @@ class Scratch:
             return "give the exact text to replace (old, at least one character) and its replacement (new), both as text"
         old, new = _unnumbered(old), _unnumbered(new)
         if old == new:
-            return "old and new are the same: this edit changes nothing"
+            return "old and new are the same: this edit changes nothing (to delete lines, call remove_lines with their start and end)"
         return self._apply(path, Edit(path=path, search=old, replace=new))
+
+    def remove_lines(self, path: str, start: int, end: int) -> str:
+        """Lines start-end removed, as whole statements: a small model names the lines read_file showed it
+        more reliably than it copies them into a replace."""
+        current = None if not isinstance(path, str) or self._why_not(path) else self._text(path)
+        if current is None:
+            return f"cannot edit {_short(path)}: {self._why_not(path) if isinstance(path, str) else 'give a path'}"
+        removed = without_lines(current, start, end, python=path.endswith(".py"))
+        if isinstance(removed, str):
+            return f"not applied: {removed}"
+        text, first, last = removed
+        answer = self._apply(path, Edit(path=path, search=current, replace=text))
+        span = f"removed lines {first}-{last}" + (f" (the statements that start in {start}-{end} end at line {last})" if last != end else "")
+        return answer.replace(f"applied to {path}.", f"applied to {path}: {span}.", 1)
 
     def write(self, path: str, content: str) -> str:
         if not isinstance(content, str):
@@ -193,6 +208,38 @@ def _read(path: Path) -> Optional[str]:
         return path.read_text(encoding="utf-8") if path.is_file() and not path.is_symlink() else None
     except (OSError, UnicodeError):
         return None
+
+
+def without_lines(text: str, start, end, python: bool):
+    """(the text without lines start-end, first, last line removed), or why not. In Python a statement that
+    starts in the range is removed whole (a `for` line takes its block), and a block left empty gets `pass`."""
+    lines = text.splitlines(keepends=True)
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (start, end)) or not 1 <= start <= end <= len(lines):
+        return f"give start and end as line numbers, 1 <= start <= end <= {len(lines)}"
+    keep_pass = None
+    if python:
+        tree = parse_python(text)
+        statements = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+        grown = True
+        while grown:  # a statement that starts inside the range ends inside it
+            grown = False
+            for node in statements:
+                if start <= node.lineno <= end < node.end_lineno:
+                    end, grown = node.end_lineno, True
+        for node in ast.walk(tree):
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(node, field, None)
+                if isinstance(block, list) and block and getattr(node, "lineno", start) < start and all(start <= b.lineno and b.end_lineno <= end for b in block):
+                    keep_pass = " " * block[0].col_offset + "pass\n"
+    out = lines[:start - 1] + ([keep_pass] if keep_pass else []) + lines[end:]
+    result = "".join(out)
+    if python:
+        try:
+            parse_python(result)
+        except SyntaxError as exc:
+            return (f"without lines {start}-{end} the file does not parse ({exc.msg}, line {exc.lineno}); "
+                    "remove whole statements: read_file shows where they start and end")
+    return result, start, end
 
 
 def _int(value, default: int) -> int:

@@ -44,8 +44,8 @@ agent is frozen: you change only files under agent/, through the tools. Work lik
    agent, its four harness layers (switched in agent/harness.toml) and the skill format.
 3. Look at what earlier candidates of this run tried and why they were not kept: list_candidates,
    show_candidate. Do not repeat a rejected idea unless you change what made it fail.
-4. Make one focused change: replace_in_file, write_file, set_layer. Each edit is checked at once and
-   is applied only if it passes; fix what the answer says.
+4. Make one focused change: replace_in_file, remove_lines, write_file, set_layer. Each edit is checked
+   at once and is applied only if it passes; fix what the answer says.
 5. Try your change on the failing tasks with try_agent and compare with the parent's result.
 6. When it helps, call submit with a short title and a rationale naming the failures it fixes.
 
@@ -206,7 +206,7 @@ class Session(Toolbox):
         if not used.get("read_file"):
             return "Next: call read_file (path agent/agent.py, start and end around the code that caused it; search_code finds it)."
         if not self.scratch.changed():
-            return "Next: call replace_in_file (or write_file, set_layer) to fix it."
+            return "Next: call replace_in_file or remove_lines (or write_file, set_layer) to fix it."
         if not used.get("try_agent") and self.request.try_agent is not None and self.tries < self.budget.tries:
             return "Next: call try_agent with a failing task to see if your edit helps."
         return "Next: call submit with a title and a rationale."
