@@ -202,6 +202,17 @@ def test_lines_are_removed_as_whole_statements_and_a_block_left_empty_keeps_a_pa
     assert answer.startswith(f"not applied: without lines {closing}-{closing} the file does not parse"), answer
 
 
+def test_the_opening_offers_to_remove_one_run_of_lines_the_view_names():
+    from evolver.evolution.harness_code import Place
+    from evolver.evolution.proposers.agent import _removal
+
+    assert _removal(Place("generate_next_message", 151, 159, "after the model call", (152, 153), "the reply")) == (
+        " If those lines are the fault, remove_lines path=agent/agent.py start=152 end=153 takes them out;"
+        " otherwise correct them with replace_in_file.")
+    assert _removal(Place("generate_next_message", 151, 159, "after the model call", (152, 154), "the reply")) == ""
+    assert _removal(Place("generate_next_message", 151, 159)) == _removal(None) == ""
+
+
 def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monkeypatch):
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:busy_meta")
     s = session(analysis, tmp_path, budget=Budget(turns=3, tokens=1_000_000, tries=0, seconds=120))

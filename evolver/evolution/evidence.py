@@ -131,10 +131,14 @@ class Evidence:
         return (f"the harness changed what passed between tau2 and the model in {changed} of {failed} failed simulation(s); most often "
                 f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}" + (f" -> {self.first_read()} first" if where else ""))
 
+    def first_place(self):
+        """Where the harness made its most common change in the failed simulations (a harness_code.Place), or None."""
+        common = self._most_common_change()
+        return common[4] if common else None
+
     def first_read(self) -> str:
         """The call that reads the lines where the harness made its most common change, as a small model can copy it; "" if none."""
-        common = self._most_common_change()
-        where = common[4] if common else None
+        where = self.first_place()
         if where is None:
             return ""
         lines = f"; lines {spans(where.writes)} there make the change: if it is the fault, remove or correct them" if where.writes else ""

@@ -177,10 +177,10 @@ class Session(Toolbox):
                  "Earlier candidates of this run:\n" + r.evidence.candidates()]
         if r.learnings:
             parts.append("Learnings so far:\n" + "\n".join(r.learnings[-8:]))
-        first = r.evidence.first_read()
+        first, place = r.evidence.first_read(), r.evidence.first_place()
         parts.append(f"Budget: {self.budget.turns} turns, {self.budget.tries} try simulations, {self.budget.seconds / 60:.0f} minutes. "
                      + (f"Start with {first}: the lines where the harness changed what passed between tau2 and the model."
-                        if first else "Start by reading a failing trajectory."))
+                        if first else "Start by reading a failing trajectory.") + _removal(place))
         return "\n\n".join(parts)
 
     def out_of_budget(self) -> str | None:
@@ -231,6 +231,16 @@ class Session(Toolbox):
     def save(self) -> None:
         write_json_atomic(self.transcript_file, {"label": self.request.label, "usage": self.usage.model_dump(), "turns": self.turns,
                                                  "messages": self.transcript})
+
+
+def _removal(place) -> str:
+    """The edit that takes out the lines the view names, as a call a small model can copy: it copied the call to read
+    them every time, then copied them unchanged into every replace_in_file. Only for one run of lines."""
+    run = place.writes if place is not None else ()
+    if not run or list(run) != list(range(run[0], run[-1] + 1)):
+        return ""
+    return (f" If those lines are the fault, remove_lines path={place.path} start={run[0]} end={run[-1]} takes them out;"
+            " otherwise correct them with replace_in_file.")
 
 
 def _assistant(message, calls):
