@@ -210,6 +210,7 @@ def test_the_opening_offers_to_remove_one_run_of_lines_the_view_names():
         " If those lines are the fault, remove_lines path=agent/agent.py start=152 end=153 takes them out;"
         " otherwise correct them with replace_in_file.")
     assert _removal(Place("generate_next_message", 151, 159, "after the model call", (152, 154), "the reply")) == ""
+    assert _removal(Place("generate_next_message", 143, 148, "before the model call", (146, 148), "the prompt")) == ""  # it builds the prompt too
     assert _removal(Place("generate_next_message", 151, 159)) == _removal(None) == ""
 
 
