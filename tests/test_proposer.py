@@ -141,6 +141,21 @@ def test_an_edit_applied_tried_and_submitted_becomes_the_candidate(analysis, tmp
     assert (repo / "agent" / "agent.py").read_text() == edit.search  # the parent's file is untouched
 
 
+def test_an_edit_that_broke_every_try_is_not_submitted_until_it_changes(analysis, tmp_path):
+    repo, result, folder = analysis
+    broken = result.model_copy(update={"simulations": [sim.model_copy(update={"outcome": "failed", "reward": 0.0, "error": "AgentFault: NameError"})
+                                                       for sim in result.simulations]})
+    s = session(analysis, tmp_path, tries=lambda root, tasks: (broken, folder))
+    edit = {"path": "agent/agent.py", "old": 'AGENT_INSTRUCTION = """\n', "new": 'AGENT_INSTRUCTION = """\nUse the exact title.\n'}
+    assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
+    assert "T1: parent 0.00 -> yours 0.00" in s.call("try_agent", json.dumps({"tasks": ["T1", "T2"]}))
+    answer = s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"}))
+    assert answer.startswith("not submitted: your edited agent broke every task try_agent ran (T1: ") and s.submitted is None, answer
+    edit = {"path": "agent/agent.py", "old": "Use the exact title.\n", "new": "Use the exact title the user gives.\n"}
+    assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
+    assert s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"})) == "submitted"  # a new edit, untried: the gate's to judge
+
+
 def test_a_reply_in_prose_stays_out_of_the_conversation_so_a_small_model_cannot_copy_it(analysis, tmp_path, monkeypatch):
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:planning_meta")
     s = session(analysis, tmp_path, budget=Budget(turns=4, tokens=1_000_000, tries=0, seconds=120))
@@ -200,6 +215,44 @@ def test_lines_are_removed_as_whole_statements_and_a_block_left_empty_keeps_a_pa
     closing = parent.index("        )") + 1  # the end of a statement that starts above it
     answer = s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": closing, "end": closing}))
     assert answer.startswith(f"not applied: without lines {closing}-{closing} the file does not parse"), answer
+
+
+def test_an_edit_that_leaves_a_used_name_undefined_is_refused_and_the_file_kept(analysis, tmp_path):
+    """The 1.5B's lost proposals on planted faults: a helper, a method or a local's line removed, its use left."""
+    s = session(analysis, tmp_path)
+    text = s.scratch._text("agent/agent.py")
+    lines = text.splitlines()
+
+    def line_of(code: str) -> int:
+        return lines.index(code) + 1
+
+    use = line_of("        if self.switches.h4_trajectory_regulation and self.should_stop(reply, state):")
+    cases = [  # (start, end, what is named as still used, where)
+        (line_of("    def should_stop(self, reply: AssistantMessage, state: HarnessState) -> bool:"), None, "self.should_stop", use),
+        (line_of("        context = state.system_messages + state.messages + self.guidance(state)"), None, "context",
+         line_of("        reply = self.call_llm(context)")),
+        (line_of("def calls_from_text(reply: AssistantMessage, schemas: dict[str, dict], id_prefix: str) -> AssistantMessage:"), None,
+         "calls_from_text", line_of('        parsed = calls_from_text(reply, schemas, id_prefix=f"h2_{len(state.messages)}")')),
+    ]
+    for start, _, name, where in cases:
+        answer = s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": start, "end": start}))
+        assert answer.startswith(f"not applied: it removes the definition of what the file still uses ({name} at line {where}: "), answer
+        assert s.scratch._text("agent/agent.py") == text and s.scratch.edits_made == 0
+    # the same through a replace: the call goes first, then the method may go
+    assert "self.should_stop at line" in s.call("replace_in_file", json.dumps(
+        {"path": "agent/agent.py", "old": "    def should_stop(self,", "new": "    def should_halt(self,"}))
+    assert s.call("replace_in_file", json.dumps({"path": "agent/agent.py", "old": " and self.should_stop(reply, state):",
+                                                 "new": " and False:"})).startswith("applied to agent/agent.py")
+    start = line_of("    def should_stop(self, reply: AssistantMessage, state: HarnessState) -> bool:")
+    assert s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": start, "end": start})).startswith("applied to")
+    # a method nothing in the file calls (tau2 does) may go whole; names the file never defined are never blamed
+    s = session(analysis, tmp_path / "again")
+    start = line_of("    def generate_next_message(")
+    assert s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": start, "end": start})).startswith("applied to")
+    from evolver.evolution.dangling import dangling
+    assert dangling("x = 1\nprint(y, x)\n", "print(y, x)\n") == [("x", 1)]
+    assert dangling("x = 1\nprint(y)\n", "print(y)\n") == []
+    assert dangling("def f():\n    v = 1\n    return v\n", "def f():\n    return v\n") == [("v", 2)]
 
 
 def test_the_opening_offers_to_remove_one_run_of_lines_the_view_names():

@@ -17,6 +17,7 @@ from typing import Optional
 
 from evolver.evaluation.backends.results import SWITCHES
 from evolver.evaluation.scan import parse_python, scan_text, scan_tree
+from evolver.evolution.dangling import dangling
 from evolver.evolution.noop import LAYER_NAMES, agent_files, inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits, check_path
 
@@ -96,9 +97,8 @@ class Scratch:
         if isinstance(removed, str):
             return f"not applied: {removed}"
         text, first, last = removed
-        answer = self._apply(path, Edit(path=path, search=current, replace=text))
         span = f"removed lines {first}-{last}" + (f" (the statements that start in {start}-{end} end at line {last})" if last != end else "")
-        return answer.replace(f"applied to {path}.", f"applied to {path}: {span}.", 1)
+        return self._apply(path, Edit(path=path, search=current, replace=text), done=f"applied to {path}: {span}.")
 
     def write(self, path: str, content: str) -> str:
         if not isinstance(content, str):
@@ -127,7 +127,7 @@ class Scratch:
         """A SEARCH/REPLACE edit in the guide's patch format, checked as every edit is."""
         return self._apply(edit.path, edit)
 
-    def _apply(self, path: str, edit: Edit) -> str:
+    def _apply(self, path: str, edit: Edit, done: str = "") -> str:
         if len(edit.replace) > MAX_TEXT:
             return f"refused: the text is longer than {MAX_TEXT:,} characters"
         before = {rel: self._text(rel) for rel in self.editable()}
@@ -139,9 +139,12 @@ class Scratch:
         if findings:
             self._restore(path, before.get(path))
             return "not applied: the static scan refuses it: " + "; ".join(str(f) for f in findings[:3])
+        left = _still_used(before.get(path) or "", self._text(path) or "") if path.endswith(".py") else None
+        if left:
+            self._restore(path, before.get(path))
+            return left
         self.edits_made += 1
-        status = self.status()
-        return f"applied to {path}. {status}"
+        return f"{done or f'applied to {path}.'} {self.status()}"
 
     def _restore(self, rel: str, text: Optional[str]) -> None:
         target = self.root / rel
@@ -240,6 +243,22 @@ def without_lines(text: str, start, end, python: bool):
             return (f"without lines {start}-{end} the file does not parse ({exc.msg}, line {exc.lineno}); "
                     "remove whole statements: read_file shows where they start and end")
     return result, start, end
+
+
+def _still_used(before: str, after: str) -> Optional[str]:
+    """Why an edit that leaves a name its file still uses undefined is refused, or None: the candidate
+    would fail its smoke test with NameError or AttributeError."""
+    found = dangling(before, after)
+    if not found:
+        return None
+    old, new = before.splitlines(), after.splitlines()
+    uses = []
+    for name, line in found[:3]:
+        code = new[line - 1].strip() if 0 < line <= len(new) else ""
+        where = next((i + 1 for i, text in enumerate(old) if text.strip() == code), line)  # the file as it stands
+        uses.append(f"{name} at line {where}: {_short(code, 90)}")
+    return ("not applied: it removes the definition of what the file still uses (" + "; ".join(uses) + "). "
+            "Change or remove those uses first, or keep the definition")
 
 
 def _int(value, default: int) -> int:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import os
+import symtable
 import threading
 import warnings
 from pathlib import Path, PurePosixPath
@@ -91,6 +92,12 @@ def parse_python(text: str, filename: str = "<unknown>", mode: str = "exec") -> 
     """ast.parse, one thread at a time (see _PARSING)."""
     with _PARSING:
         return ast.parse(text, filename=filename, mode=mode)
+
+
+def symbol_table(text: str, filename: str = "<unknown>") -> symtable.SymbolTable:
+    """symtable.symtable, which parses too, under the same lock."""
+    with _PARSING:
+        return symtable.symtable(text, filename, "exec")
 
 
 def _scan_python(text: str, identifiers: frozenset[str]) -> list[tuple[int, str, str]]:

@@ -95,6 +95,7 @@ class Session(Toolbox):
         self.transcript: list[dict] = []
         self.submitted: Proposal | None = None
         self.tried: list[dict] = []
+        self.broken: tuple[int, str] | None = None  # (the scratch's edit count, what broke) after a try the edit broke
         self.said: set[str] = set()  # replies without a tool call, to tell a loop
         self.repeats = 0
         self.calls_made: set[tuple] = set()

@@ -123,7 +123,7 @@ def check_arguments(name: str, raw) -> dict | str:
 
 class Toolbox:
     """The tools' answers, as a proposal session's methods (agent.Session is one): they read and change
-    its request, budget, scratch copy, tries, tried, tools_used, rejected_edits and submitted."""
+    its request, budget, scratch copy, tries, tried, broken, tools_used, rejected_edits and submitted."""
 
     def call(self, name, raw_arguments) -> str:
         args = check_arguments(name, raw_arguments)
@@ -191,7 +191,7 @@ class Toolbox:
         result, result_dir = self.request.try_agent(self.scratch.root, ids)
         e = self.request.evidence
         parent = {r.task_id: r for r in e.analysis.simulations if r.trial == 0}
-        lines = []
+        lines, first_failure = [], ""
         for sim in sorted(result.simulations, key=lambda r: e.labels[r.task_id]):
             before = parent.get(sim.task_id)
             was = "n/a" if before is None or before.reward is None else f"{before.reward:.2f}"
@@ -200,8 +200,12 @@ class Toolbox:
             if sim.outcome != "infra_error" and (sim.reward or 0.0) < 1.0:  # the short form of what went wrong
                 failure = describe(e.labels[sim.task_id], sim, load_messages(result_dir, sim))
                 lines.append(f"  failed: {failure.signature}")
+                first_failure = first_failure or f"{e.labels[sim.task_id]}: {failure.signature}"
                 lines.extend(f"  | {line[:160]}" for line in failure.transcript[-TRY_LINES:])
         self.tried.append({"tasks": [e.labels[t] for t in ids], "rewards": [s.reward for s in result.simulations]})
+        # every try broken by the edit: the smoke test would fail the candidate the same way, so submit says so
+        broke = all(sim.outcome == "failed" for sim in result.simulations) and result.simulations
+        self.broken = (self.scratch.edits_made, first_failure) if broke else None
         return "\n".join(lines) + f"\n({self.budget.tries - self.tries} try simulation(s) left)"
 
     def patch_in_text(self, text: str) -> str:
@@ -225,6 +229,9 @@ class Toolbox:
             return f"not submitted: {problem}"
         if not title.strip():
             return "not submitted: give a one-line title"
+        if self.broken and self.broken[0] == self.scratch.edits_made:
+            return (f"not submitted: your edited agent broke every task try_agent ran ({self.broken[1]}), and the candidate's "
+                    "smoke test would fail it the same way; change the edit, then try_agent again")
         self.submitted = Proposal(title=title.strip().splitlines()[0][:200], rationale=rationale.strip()[:4000], edits=self.scratch.edits())
         return "submitted"
 
