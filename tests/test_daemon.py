@@ -65,6 +65,14 @@ def _daemons() -> list[dict]:
     return [info for _, info in zygote_client.running()]
 
 
+def _state_and_parent(pid: int) -> tuple[str, int]:
+    try:
+        state, parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+    except OSError:
+        return "gone", 0
+    return state, int(parent)
+
+
 def _wait_for(condition, seconds: float = 20.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -183,6 +191,29 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, warm_daemon):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err
     assert _wait_for(lambda: _daemons()[0]["workers"] == 0)
+
+
+def test_a_run_is_handed_to_the_warm_daemon_and_a_kill_of_its_command_ends_it_resumably(tmp_path, warm_daemon):
+    from tests.test_loop import tiny_target
+
+    [daemon] = _daemons()
+    assert run_cli(["tasks", "mock", "--split", "base"]).returncode == 0  # tasks imports tau2: handed over too, and no worker forked
+    assert _daemons()[0]["served"] == daemon["served"] + 1
+    repo = tiny_target(tmp_path / "tiny")
+    args = ["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]
+    env = {**os.environ, "EVOLVER_SCRIPT": "tests.scripts.loop_cases:script", "EVOLVER_SCRIPTED_LATENCY": "0.5"}
+    command = subprocess.Popen([sys.executable, "-m", "evolver", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for(lambda: list((repo / "runs").glob("run-*/evals/*/sims.jsonl")), 60), "the run did not start evaluating"
+        [lock] = (repo / "runs").glob("run-*/lock")
+        driver = int(lock.read_text().split()[1])
+        assert driver != command.pid and _state_and_parent(driver)[1] == daemon["pid"]  # the run is driven by the daemon's fork
+    finally:
+        command.send_signal(signal.SIGKILL)
+        command.wait()
+    assert _wait_for(lambda: _state_and_parent(driver)[0] in ("gone", "Z"))  # the daemon ended it with its command
+    resumed = run_cli(["run", str(repo), "--resume", lock.parent.name], env={"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"})
+    assert resumed.returncode == 0 and "completed 1 iteration(s)" in resumed.stderr, resumed.stderr[-2000:]
 
 
 def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):

@@ -253,10 +253,24 @@ def run_command(argv: list[str], entry: str) -> Optional[int]:
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGTERM, forward)
     while True:
-        for msg in conn.receive(None):
+        try:
+            messages = conn.receive(None)
+        except RuntimeError:  # the zygote died (killed): the command, now its orphan, goes on to its end
+            while _alive(pid):
+                time.sleep(0.2)
+            print("evolver: the warm daemon exited while it ran this command, so its exit code is unknown", file=sys.stderr)
+            return 1
+        for msg in messages:
             if msg.get("exit") == pid:
                 code = msg["code"]
                 return code if code >= 0 else 128 - code  # killed by a signal, as a shell reports it
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
 
 
 def await_pid(conn: Connection, note, timeout: float) -> int:

@@ -31,6 +31,7 @@ from evolver.store.records import read_record
 from evolver.store.runstate import IterationRecord, Manifest, RunState
 
 RUNS = "runs"  # in the evaluated repository: every run and evaluation, ignored by git
+LOCK_WAIT = 3.0  # seconds a run waits for a holder that is being killed (RunDir.lock)
 
 
 def runs_dir(repo: Path) -> Path:
@@ -207,13 +208,21 @@ class RunDir:
         """Hold an exclusive lock on the run for the life of the returned file object."""
         self.path.mkdir(parents=True, exist_ok=True)
         fh = open(self.path / "lock", "a+")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            fh.close()
-            raise UsageError(f"run {self.run_id} is being driven by {holder}; wait for it or stop it first") from None
+        # A run driven in a fork of the warm zygote outlives its killed command by the moment the zygote
+        # takes to see the command gone and kill it: a resume right after such a kill waits that out.
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                fh.seek(0)
+                holder = fh.read().strip() or "another process"
+                fh.close()
+                raise UsageError(f"run {self.run_id} is being driven by {holder}; wait for it or stop it first") from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")

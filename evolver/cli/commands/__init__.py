@@ -23,9 +23,12 @@ from evolver.errors import UsageError
 
 
 def preload() -> None:
-    """What `evolver eval` imports, done once in the warm zygote (evolver.cli.launch hands `eval` to it),
-    so that its commands start as fast as its workers."""
+    """What the commands handed to the warm zygote import (evolver.cli.launch), done once there, so that
+    they start as fast as its workers. Nothing that starts a thread (the zygote forks) or that a command
+    imports only when asked (mlflow, Ray, plotly)."""
     import evolver.evaluation.backends.local, evolver.local.backend, evolver.cli.console  # noqa: E401, F401
+    import evolver.cli.compare, evolver.cli.history, evolver.cli.preflight, evolver.cli.start  # noqa: E401, F401
+    import evolver.evolution.loop  # noqa: F401
 
 
 def _interrupt(signum, frame):
