@@ -8,7 +8,9 @@ on thread scheduling, retries or resuming. EVOLVER_SCRIPTED_LATENCY adds a
 fixed sleep per call (seconds), to model a hosted API in benchmarks;
 EVOLVER_SCRIPTED_PRICE gives every scripted model a price (dollars per 1,000
 tokens, in and out), so costs and budgets can be tested; EVOLVER_SCRIPTED_CONTEXT (characters)
-refuses a longer conversation as a provider refuses one that overflows its context window.
+refuses a longer conversation as a provider refuses one that overflows its context window;
+EVOLVER_SCRIPTED_HOLD (a folder) holds every call while the folder has a file `held`, leaving one
+file per waiting call there, so a test can see how many calls are in flight at once, whatever the load.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import importlib
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -64,6 +67,7 @@ def register() -> None:
             if limit and used > limit:  # as a provider answers a conversation longer than its context window
                 raise litellm.ContextWindowExceededError(message=f"scripted/{name}: {used} characters, the context holds {limit}",
                                                          model=model, llm_provider=PROVIDER)
+            _wait_while_held(os.environ.get("EVOLVER_SCRIPTED_HOLD"))
             reply = load_script()(name, messages, tools)  # read per call: tests switch scripts
             _price(litellm, name)
             latency = float(os.environ.get("EVOLVER_SCRIPTED_LATENCY", "0") or 0)
@@ -72,6 +76,20 @@ def register() -> None:
             return _to_model_response(ModelResponse, model, messages, reply)
 
     litellm.custom_provider_map.append({"provider": PROVIDER, "custom_handler": ScriptedLLM()})
+
+
+HOLD_LIMIT = 120.0  # seconds: a test that died holding does not leave its workers waiting for ever
+
+
+def _wait_while_held(folder: Optional[str]) -> None:
+    if not folder or not os.path.exists(os.path.join(folder, "held")):
+        return
+    mark = os.path.join(folder, f"call-{os.getpid()}-{threading.get_ident()}")
+    open(mark, "w").close()
+    deadline = time.monotonic() + HOLD_LIMIT
+    while os.path.exists(os.path.join(folder, "held")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.unlink(mark)
 
 
 def register_price(name: str) -> None:

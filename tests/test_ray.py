@@ -326,9 +326,10 @@ def descendants(pid: int) -> set[int]:
 
 
 @pytest.fixture(scope="class")
-def backend():
+def backend(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EVOLVER_SCRIPTED_LATENCY", "0.2")  # reaches the workers: the backend takes the environment it starts with
+        mp.setenv("EVOLVER_SCRIPTED_HOLD", str(tmp_path_factory.mktemp("hold")))  # inert until a test puts `held` there
         with RayBackend("") as backend:
             yield backend
     assert not backend.root.exists() and left_behind(str(backend.root)) == []
@@ -385,21 +386,29 @@ class TestInProcess:
         def evaluate(name: str) -> None:
             results[name] = backend.evaluate(self.request(repo, tmp_path / name, tasks, trials=4), name, timeout=300)
 
+        # Every model call waits while `held` is there: each evaluation runs at most 4 simulations at once, so more
+        # than 4 calls waiting together means both were under way, however long a Ray worker took to start.
+        hold = Path(os.environ["EVOLVER_SCRIPTED_HOLD"])
+        (hold / "held").touch()
         threads = [threading.Thread(target=evaluate, args=(name,)) for name in ("a", "b")]
-        for t in threads:
-            t.start()
+        try:
+            for t in threads:
+                t.start()
+            deadline, waiting = time.monotonic() + 120, 0
+            while time.monotonic() < deadline and waiting <= 4:
+                waiting = max(waiting, len(list(hold.glob("call-*"))))
+                time.sleep(0.05)
+        finally:
+            (hold / "held").unlink()
         for t in threads:
             t.join(300)
+        assert waiting > 4, f"at most {waiting} calls were under way at once: one evaluation waited for the other"
         assert set(results) == {"a", "b"}
-        windows = []
         for result in results.values():
             assert [(s.task_id, s.trial, s.outcome, s.reward) for s in result.simulations] == [
                 (t, trial, "ok", 1.0) for trial in range(4) for t in tasks]
             assert len((tmp_path / result.run_id / "sims.jsonl").read_text().splitlines()) == 12
-            trajectories = [json.loads(p.read_text()) for p in (tmp_path / result.run_id / "trajectories").glob("*.json")]
-            windows.append((min(t["start_time"] for t in trajectories), max(t["end_time"] for t in trajectories)))
-        (a_start, a_end), (b_start, b_end) = windows
-        assert a_start < b_end and b_start < a_end  # they ran at the same time, not one after the other
+        assert list(hold.glob("call-*")) == []
 
     def test_a_killed_ray_worker_is_an_infrastructure_fault_and_its_simulations_run_again(self, backend, repo, tmp_path):
         out = tmp_path / "killed"
