@@ -134,6 +134,41 @@ def test_the_digest_and_the_command_workspace_carry_the_same(meddled, tmp_path):
     assert "what the harness changed in this turn:" in turns and "user_1" not in turns
 
 
+def test_a_fault_inside_a_switched_on_layer_is_answered_with_switching_the_layer_off(meddled, tmp_path):
+    """When an on layer makes every change the harness made in the failures, the overview names the experiment that
+    tells whether the layer is at fault (the 1.5B never found it in three sessions on the planted blocking repair);
+    where other changes are made too (the meddling harness with H3 on), it does not."""
+    from tests.scripts.planted import FAULTS, plant
+
+    repo = init_repo(tmp_path / "target")
+    fault = next(f for f in FAULTS if f.name == "blocking_repair")
+    (repo / "evolver.toml").write_text((repo / "evolver.toml").read_text().replace(
+        'domain = "mock"', 'domain = "evolver_gen"\nplugins = ["tests.scripts.gen_domain"]'))
+    agent, switches = repo / "agent" / "agent.py", repo / "agent" / "harness.toml"
+    agent.write_text(plant(agent.read_text(), fault))
+    switches.write_text(switches.read_text().replace("h2_action_realization = false", "h2_action_realization = true"))
+    git(repo, "commit", "-qam", "planted")
+    env = {"EVOLVER_SCRIPT": "tests.scripts.planted:script", "PYTHONPATH": str(ROOT)}
+    summary = eval_json(repo, "--num-tasks", "2", "--max-steps", "8", "--agent-model", "scripted/bench", env=env)
+    path = Path(summary["result_file"])
+    evidence = Evidence(EvalResult.model_validate_json(path.read_text()), path.parent, parent=repo)
+    assert len(evidence.failed()) == 2
+    overview = evidence.harness_overview()
+    assert overview.endswith("every change the harness made in these failures is the H2 layer's, which is on: if they are the fault, switching it off "
+                             "(set_layer layer=h2_action_realization on=false, or h2_action_realization = false in agent/harness.toml) "
+                             "tries the agent without it"), overview
+    assert "set_layer layer=h2_action_realization on=false" in _opening(evidence, repo, tmp_path)
+    meddling = Evidence(meddled[1], meddled[2], parent=meddled[0])
+    assert meddling.harness_overview() and "switching it off" not in meddling.harness_overview() + _opening(meddling, meddled[0], tmp_path)
+
+
+def _opening(evidence: Evidence, repo: Path, tmp_path: Path) -> str:
+    request = Request(label="1", focus=(0, 1), parent=repo, evidence=evidence, learnings=[], guide="# Guide\n", identifiers=frozenset(),
+                      meta=RoleModel(model="scripted/meta"), llm_retries=1, context_tokens=32000, budget=Budget(), workdir=tmp_path / "p",
+                      prompts_dir=ROOT / "prompts")
+    return Session(request).opening().rsplit("Budget:", 1)[1]
+
+
 def test_a_harness_that_changes_nothing_shows_nothing(tmp_path):
     repo = init_repo(tmp_path / "target")
     summary = eval_json(repo, "--task-ids", TASKS)

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Optional
 
 from evolver.data import EvalResult, SimRecord
+from evolver.evaluation.backends.results import SWITCHES
 from evolver.evolution.digest import Failure, describe, failed_checks, leaf_values, load_messages
 from evolver.evolution.harness_changes import KINDS, Change, changes
 from evolver.evolution.harness_code import HarnessCode, spans
+from evolver.evolution.noop import LAYER_NAMES
 from evolver.evolution.turntext import summary, turn_lines, turns_with_changes
 from evolver.store.evaldir import EvalDir
 from evolver.store.turnview import TurnView
@@ -38,6 +40,7 @@ class EarlierCandidate:
     diff: str = ""
     flips: tuple[str, ...] = ()  # "G3: 0.50 -> 1.00", gate tasks by label
     gate_delta: Optional[float] = None
+    agent: str = ""  # noop.agent_digest of its agent/, so that a proposal can tell it is about to submit the same again
 
 
 @dataclass
@@ -128,8 +131,21 @@ class Evidence:
         if common is None:
             return ""
         kind, share, changed, failed, where = common
+        off = self.layer_off()
         return (f"the harness changed what passed between tau2 and the model in {changed} of {failed} failed simulation(s); most often "
-                f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}" + (f" -> {self.first_read()} first" if where else ""))
+                f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}" + (f" -> {self.first_read()} first" if where else "")
+                + (f"; {off}" if off else ""))
+
+    def layer_off(self) -> str:
+        """When a switched-on layer makes every change the harness made in the failed simulations (nothing else is
+        changed), the experiment that tells whether the layer is at fault, as words a small model can act on; "" otherwise."""
+        changed = [c for r in self.failed() for c in self.view(r)[1]]
+        layers = {c.layer for c in changed}
+        if not changed or len(layers) != 1 or "+" in (layer := layers.pop()) or not layer:
+            return ""
+        switch = next((name for name in LAYER_NAMES if name.startswith(layer.lower() + "_")), None)
+        return (f"every change the harness made in these failures is the {layer} layer's, which is on: if they are the fault, switching it off "
+                f"(set_layer layer={switch} on=false, or {switch} = false in {SWITCHES}) tries the agent without it") if switch else ""
 
     def first_place(self):
         """Where the harness made its most common change in the failed simulations (a harness_code.Place), or None."""

@@ -183,7 +183,8 @@ class Session(Toolbox):
         first, place = r.evidence.first_read(), r.evidence.first_place()
         parts.append(f"Budget: {self.budget.turns} turns, {self.budget.tries} try simulations, {self.budget.seconds / 60:.0f} minutes. "
                      + (f"Start with {first}: the lines where the harness changed what passed between tau2 and the model."
-                        if first else "Start by reading a failing trajectory.") + _removal(place))
+                        if first else "Start by reading a failing trajectory.") + _removal(place)
+                     + (f" {off[0].upper()}{off[1:]}." if (off := r.evidence.layer_off()) else ""))
         return "\n\n".join(parts)
 
     def out_of_budget(self) -> str | None:
