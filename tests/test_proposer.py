@@ -21,7 +21,7 @@ from evolver.evolution.evidence import Evidence
 from evolver.evolution.proposers import Budget, Request
 from evolver.evolution.proposers.agent import Session
 from evolver.evolution.proposers.agent_tools import check_arguments
-from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, init_repo, run_cli
+from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, git, init_repo, run_cli
 from tests.test_loop import make_target
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
@@ -40,9 +40,10 @@ def analysis(tmp_path_factory):
     return repo, EvalResult.model_validate_json(path.read_text()), path.parent
 
 
-def session(analysis, tmp_path, *, tries=None, budget=Budget(turns=6, tokens=50_000, tries=2, seconds=60), meta="scripted/meta") -> Session:
+def session(analysis, tmp_path, *, tries=None, budget=Budget(turns=6, tokens=50_000, tries=2, seconds=60), meta="scripted/meta",
+            earlier=()) -> Session:
     repo, result, folder = analysis
-    request = Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder), learnings=[], guide="# Guide\nLayers.\n",
+    request = Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder, list(earlier)), learnings=[], guide="# Guide\nLayers.\n",
                       identifiers=frozenset({"create_task_1"}), meta=RoleModel(model=meta), llm_retries=1,
                       context_tokens=32000, budget=budget, workdir=tmp_path / "proposal", prompts_dir=ROOT / "prompts", try_agent=tries)
     return Session(request)
@@ -154,6 +155,33 @@ def test_an_edit_that_broke_every_try_is_not_submitted_until_it_changes(analysis
     edit = {"path": "agent/agent.py", "old": "Use the exact title.\n", "new": "Use the exact title the user gives.\n"}
     assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
     assert s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"})) == "submitted"  # a new edit, untried: the gate's to judge
+
+
+def test_a_submit_the_same_as_an_earlier_candidate_is_refused_while_the_session_can_still_change_it(analysis, tmp_path):
+    """The 1.5B resubmitted a rejected candidate's edit in the next iteration, which the loop refuses unmeasured: the
+    whole proposal spent. The session now says so at submit, from the candidate's commit as git holds it."""
+    from evolver.evolution.evidence import EarlierCandidate
+    from evolver.evolution.noop import agent_digest
+    from evolver.store.lineage import Lineage
+
+    repo, result, folder = analysis
+    edit = {"path": "agent/agent.py", "old": 'AGENT_INSTRUCTION = """\n', "new": 'AGENT_INSTRUCTION = """\nUse the exact title.\n'}
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    agent = clone / "agent" / "agent.py"
+    agent.write_text(agent.read_text().replace(edit["old"], edit["new"], 1))
+    git(clone, "-c", "user.name=test", "-c", "user.email=test@example.invalid", "commit", "-qam", "iteration 1's candidate")
+    commit = git(clone, "rev-parse", "HEAD").strip()
+    rejected = EarlierCandidate(label="1", title="Exact titles", status="rejected", reason="no improvement (+0.0 points over 5 tasks)",
+                                agent=agent_digest(Lineage(clone, "run-x").agent_files_at(commit)))
+    s = session(analysis, tmp_path, earlier=[rejected])
+    assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
+    answer = s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"}))
+    assert answer == ("not submitted: your edited agent/ is the same as candidate 1's, which was rejected: no improvement "
+                      "(+0.0 points over 5 tasks). Make a different change") and s.submitted is None
+    edit = {"path": "agent/agent.py", "old": "Use the exact title.\n", "new": "Use the exact title the user gives.\n"}
+    assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
+    assert s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"})) == "submitted"
 
 
 def test_a_reply_in_prose_stays_out_of_the_conversation_so_a_small_model_cannot_copy_it(analysis, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ git, in the loop.)
 from __future__ import annotations
 
 import ast
+import hashlib
 from pathlib import Path
 from typing import Optional
 
@@ -62,6 +63,15 @@ def agent_files(root: Path) -> dict[str, bytes]:
     base = root / "agent"
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in base.rglob("*")
             if p.is_file() and "__pycache__" not in p.parts and not in_baseline(p.relative_to(root).as_posix())}
+
+
+def agent_digest(files: dict[str, bytes]) -> str:
+    """One hash of the files agent_files keeps, from a folder's agent_files or a commit's: equal hashes, the same agent."""
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        if "__pycache__" not in rel.split("/") and not in_baseline(rel):
+            digest.update(f"{len(rel)}:{rel}:{len(files[rel])}:".encode() + files[rel])
+    return digest.hexdigest()
 
 
 def _changed_files(parent: Path, candidate: Path) -> list[str]:

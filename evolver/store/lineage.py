@@ -70,6 +70,15 @@ class Lineage:
             return None
 
     @_serial
+    def agent_files_at(self, commit: str) -> dict[str, bytes]:
+        """Every file under a commit's agent/, by path from the repository's root; {} when it has none."""
+        try:
+            tree = self.repo.commit(commit).tree / "agent"
+        except (git.BadName, ValueError, KeyError):
+            return {}
+        return {blob.path: blob.data_stream.read() for blob in tree.traverse() if blob.type == "blob"}
+
+    @_serial
     def file_at(self, commit: str, path: str) -> Optional[str]:
         """A file's text as a commit holds it (agent/agent.py of the incumbent an analysis measured); None if it has none."""
         try:

@@ -11,6 +11,7 @@ from evolver import events as ev
 from evolver import ratelimit
 from evolver.data import EvalResult, RoleUsage
 from evolver.evolution.evidence import EarlierCandidate, Evidence, flipped
+from evolver.evolution.noop import agent_digest
 from evolver.evolution.plan import proposer_budget
 from evolver.evolution.proposers import Request
 from evolver.evolution.triage import triage
@@ -87,7 +88,8 @@ class Proposing:
                     label=c.label, title=c.title, status=c.status, reason=c.reason,
                     diff=self.lineage.diff(r.parent_commit, c.commit) if c.commit else "",
                     flips=tuple(f"{labels.get(task, '?')}: {was:.2f} -> {now:.2f}" for task, was, now in flipped(table, incumbent)),
-                    gate_delta=None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent))
+                    gate_delta=None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent,
+                    agent=agent_digest(self.lineage.agent_files_at(c.commit)) if c.commit else ""))
         return out
 
     def learnings(self) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Callable
 from evolver.evaluation.scan import parse_python
 from evolver.evolution.digest import describe, load_messages
 from evolver.evolution.evidence import compile_pattern, paged
+from evolver.evolution.noop import agent_digest, agent_files
 from evolver.evolution.patch import ParseError, Proposal, parse_proposal
 
 MAX_TRY_TASKS = 3
@@ -232,6 +233,11 @@ class Toolbox:
         if self.broken and self.broken[0] == self.scratch.edits_made:
             return (f"not submitted: your edited agent broke every task try_agent ran ({self.broken[1]}), and the candidate's "
                     "smoke test would fail it the same way; change the edit, then try_agent again")
+        mine = agent_digest(agent_files(self.scratch.root))
+        same = next((c for c in self.request.evidence.earlier if c.agent == mine), None)
+        if same is not None:  # the loop would refuse it unmeasured, and the proposal would be spent
+            return (f"not submitted: your edited agent/ is the same as candidate {same.label}'s, which was {same.status}"
+                    f"{': ' + same.reason[:200] if same.reason else ''}. Make a different change")
         self.submitted = Proposal(title=title.strip().splitlines()[0][:200], rationale=rationale.strip()[:4000], edits=self.scratch.edits())
         return "submitted"
 
