@@ -205,7 +205,7 @@ class Toolbox:
                 lines.extend(f"  | {line[:160]}" for line in failure.transcript[-TRY_LINES:])
         self.tried.append({"tasks": [e.labels[t] for t in ids], "rewards": [s.reward for s in result.simulations]})
         # every try broken by the edit: the smoke test would fail the candidate the same way, so submit says so
-        broke = all(sim.outcome == "failed" for sim in result.simulations) and result.simulations
+        broke = bool(result.simulations) and all(sim.outcome == "failed" for sim in result.simulations)
         self.broken = (self.scratch.edits_made, first_failure) if broke else None
         return "\n".join(lines) + f"\n({self.budget.tries - self.tries} try simulation(s) left)"
 
