@@ -160,8 +160,17 @@ def test_audited_an_audit_that_does_not_hold_rolls_the_run_back_to_its_base_and_
 
 def test_the_stall_rule_stops_the_run(tmp_path, monkeypatch):
     loop = run_loop(tmp_path, monkeypatch, "worse", iterations=6, stall=2)
-    assert statuses(loop) == [("1", "rejected"), ("2", "refused")]  # the second is identical to the first: refused for free
+    # the second is the first again: refused inside the proposal, no simulation spent
+    assert statuses(loop) == [("1", "rejected"), ("2", "no_patch")]
     assert loop.state.status == "finished" and "2 consecutive candidates were not kept" in loop.state.stop_reason
+
+
+def test_a_candidate_identical_to_a_sibling_is_refused_unmeasured(tmp_path, monkeypatch):
+    """Proposals drawn at once cannot see each other: the loop compares their trees before it measures."""
+    loop = run_loop(tmp_path, monkeypatch, "exact+exact", iterations=1, candidates=2)
+    assert statuses(loop) == [("1a", "accepted"), ("1b", "refused")]
+    [record] = loop.run.iterations()
+    assert record.candidates[1].reason == "its agent/ is identical to candidate 1a's (evaluating): nothing new to measure"
 
 
 def test_an_undecided_iteration_neither_counts_nor_resets_the_stall(tmp_path, monkeypatch):

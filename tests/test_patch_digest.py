@@ -12,6 +12,7 @@ from evolver.errors import UsageError
 from evolver.evolution.digest import build_digest
 from evolver.evolution.patch import Edit, ParseError, PatchRejected, apply_edits, check_path, parse_proposal
 from evolver.evolution.proposers.oneshot import build_messages, propose
+from tests.conftest import ROOT
 
 AGENT = 'AGENT_INSTRUCTION = """\nBe nice.\n"""\n\n\ndef f():\n    return 1\n'
 
@@ -73,18 +74,47 @@ def test_apply_checks_everything_before_writing(tree):
     assert (tree / "agent" / "skills" / "new.md").read_text() == "A skill.\n" and "Be brief." in written["agent/agent.py"]
 
 
+@pytest.fixture
+def template(tmp_path):
+    """The template agent (its instruction reaches the model: a patch of it can change a simulation)."""
+    import shutil
+
+    shutil.copytree(ROOT / "agent", tmp_path / "agent", ignore=shutil.ignore_patterns("templates", "__pycache__"))
+    return tmp_path
+
+
 def _messages():
     return [{"role": "system", "content": "guide"}, {"role": "user", "content": "fix it"}]
 
 
-def test_proposer_sends_format_errors_back(tree, monkeypatch):
+def test_proposer_sends_format_errors_back(template, monkeypatch):
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:sloppy_meta")
-    tree_agent = tree / "agent" / "agent.py"
-    tree_agent.write_text('AGENT_INSTRUCTION = """\nBe nice.\n"""\n')
-    out = propose(RoleModel(model="scripted/meta"), _messages(), tree, prompts_dir=PROMPTS_DIR)
+    out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR)
     assert out.proposal is not None and out.proposal.title == "Keep the user's exact title"
     assert len(out.responses) == 2 and "no 'TITLE" in out.errors[0]
     assert out.usage.prompt_tokens > 0
+
+
+def test_a_patch_the_loop_would_not_measure_is_sent_back(template, monkeypatch):
+    """The 1.5B's one-shot patches were refused unmeasured, two of six as an earlier candidate's agent/ again, two as
+    edits of layers that are off: each a proposal spent. Now the meta-LLM is told why and answers again."""
+    from evolver.evolution.evidence import EarlierCandidate
+    from evolver.evolution.noop import agent_digest, agent_files
+
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:revising_meta")
+    agent = template / "agent" / "agent.py"
+    original = agent.read_text()
+    agent.write_text(original.replace('AGENT_INSTRUCTION = """\n', 'AGENT_INSTRUCTION = """\nAlways transfer the user to a human agent.\n', 1))
+    rejected = EarlierCandidate(label="1", title="Transfer everyone", status="rejected", reason="worse (-40.0 points over 5 tasks)",
+                                agent=agent_digest(agent_files(template)))
+    agent.write_text(original)
+    out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR, earlier=[rejected])
+    assert out.proposal is not None and out.proposal.title == "Keep the user's exact title" and out.refused is None
+    assert out.errors == ["it makes agent/ the same as candidate 1's, which was rejected: worse (-40.0 points over 5 tasks)",
+                          "its edits change only comments, layout or a docstring, not code: they cannot change a simulation"]
+    assert len(out.responses) == 3 and agent.read_text() == original  # the checkout is only read
+    out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR, max_attempts=2, earlier=[rejected])
+    assert out.proposal is None and len(out.responses) == 2  # the attempts are bounded as for a format error
 
 
 def test_proposer_gives_up_after_bounded_attempts(tree, monkeypatch):

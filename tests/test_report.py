@@ -2,8 +2,8 @@
 
 Two scripted runs (tests/scripts/report_cases.py), with real tau2, git and subprocesses:
 - three iterations of two candidates each, with a price per token and a holdout: kept 1a, then 3a
-  on it (a lineage of two steps over a gap), rejected 1b and 2a, an invalid 2b, and 3b refused as
-  identical to 2a. It runs with tracking off and a stand-in mlflow
+  on it (a lineage of two steps over a gap), rejected 1b and 2a, an invalid 2b, and 3b refused (it
+  edits evolver itself). It runs with tracking off and a stand-in mlflow
   first on PYTHONPATH that records any import of it;
 - two iterations tracked in MLflow's file store (mlruns/ in the repository), with no price:
   1 rejected, 2 kept.
@@ -34,7 +34,7 @@ NO_MLFLOW = ROOT / "tests" / "scripts" / "no_mlflow"  # an `mlflow` that records
 CANDIDATES = [  # label, parent, title, verdict shown
     ["1a", "base", "Keep the user's exact title", "kept"], ["1b", "base", "Transfer everyone", "rejected"],
     ["2a", "1a", "Be courteous", "rejected"], ["2b", "1a", "Break the state class", "invalid"],
-    ["3a", "1a", "Check every detail", "kept"], ["3b", "1a", "Be courteous", "refused"],
+    ["3a", "1a", "Check every detail", "kept"], ["3b", "1a", "Edit the optimizer", "refused"],
 ]
 
 
@@ -47,7 +47,7 @@ def report_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("report")
     repo = make_target(base / "target")
     marker = base / "mlflow-imported"
-    env = {"EVOLVER_SCRIPT": SCRIPT, "EVOLVER_TEST_PLAN": "exact+worse,note+broken,thorough+note", "EVOLVER_SCRIPTED_PRICE": "0.002",
+    env = {"EVOLVER_SCRIPT": SCRIPT, "EVOLVER_TEST_PLAN": "exact+worse,note+broken,thorough+optimizer", "EVOLVER_SCRIPTED_PRICE": "0.002",
            **_without_mlflow(marker)}
     # The story below is the per-decision gate's (each candidate against the incumbent's fresh reference);
     # the default policy's screen and audit are shown by test_loop's runs.

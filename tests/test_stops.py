@@ -176,11 +176,13 @@ def test_the_dollar_budget_stops_the_run_and_costs_are_counted(repo):
 
 
 def test_a_candidate_identical_to_an_earlier_one_costs_no_simulation(repo):
+    """The one-shot meta-LLM is told, and answers again; a meta-LLM that cannot let go is out of answers."""
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:repeating_script"}
     proc = run_cli(["run", str(repo), "--iterations", "2", *QUICK], env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = repo / "runs" / _run_id(repo)
-    assert _verdicts(repo, run.name) == ["rejected", "refused"]
-    second = json.loads((run / "iterations" / "002.json").read_text())
-    assert "identical to iteration 1's (rejected)" in second["reason"]
+    assert _verdicts(repo, run.name) == ["rejected", "no_patch"]
+    second = json.loads((run / "iterations" / "002.json").read_text())["candidates"][0]
+    assert len(second["responses"]) == 3 and second["reason"].startswith("no valid patch after 3 answer(s): it makes agent/ the same as "
+                                                                           "candidate 1's, which was rejected"), second["reason"]
     assert not (run / "evals" / "iter-002-smoke").exists() and not (run / "evals" / "iter-002-gate").exists()

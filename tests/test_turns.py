@@ -129,7 +129,8 @@ def test_the_digest_and_the_command_workspace_carry_the_same(meddled, tmp_path):
                       prompts_dir=ROOT / "prompts")
     prepare_workspace(request, tmp_path / "workspace")
     analysis = tmp_path / "workspace" / "analysis"
-    assert "the harness changed:" in (analysis / "failures.md").read_text()
+    failures = (analysis / "failures.md").read_text()
+    assert "the harness changed:" in failures and failures.startswith("the harness changed what passed between tau2 and the model in 2 of 2 ")
     turns = (analysis / "T1-trial0.turns.md").read_text()
     assert "what the harness changed in this turn:" in turns and "user_1" not in turns
 

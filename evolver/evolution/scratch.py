@@ -130,7 +130,7 @@ class Scratch:
     def _apply(self, path: str, edit: Edit, done: str = "") -> str:
         if len(edit.replace) > MAX_TEXT:
             return f"refused: the text is longer than {MAX_TEXT:,} characters"
-        before = {rel: self._text(rel) for rel in self.editable()}
+        before = self.snapshot()
         try:
             apply_edits(self.root, [edit])
         except PatchRejected as exc:
@@ -145,6 +145,15 @@ class Scratch:
             return left
         self.edits_made += 1
         return f"{done or f'applied to {path}.'} {self.status()}"
+
+    def snapshot(self) -> dict[str, Optional[str]]:
+        """The editable files' texts, for restore."""
+        return {rel: self._text(rel) for rel in self.editable()}
+
+    def restore(self, snapshot: dict[str, Optional[str]]) -> None:
+        """The editable files as a snapshot held them (a file made since is removed)."""
+        for rel in set(snapshot) | set(self.editable()):
+            self._restore(rel, snapshot.get(rel))
 
     def _restore(self, rel: str, text: Optional[str]) -> None:
         target = self.root / rel

@@ -66,6 +66,12 @@ def sloppy_meta(name, messages, tools):
     return Reply("I think the agent should keep titles exactly as given.")
 
 
+def revising_meta(name, messages, tools):
+    """Proposes the worse patch, then a comment, then the fix: each time it is told its patch would not be measured."""
+    told = sum("would not be measured" in str(m.get("content")) for m in messages if m.get("role") == "user")
+    return Reply([PROPOSALS[2], "TITLE: A note\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = \"\"\"\n=======\n# the instruction\nAGENT_INSTRUCTION = \"\"\"\n>>>>>>> REPLACE\n", PROPOSALS[3]][min(told, 2)])
+
+
 def prose_meta(name, messages, tools):
     return Reply("No patch today.")
 

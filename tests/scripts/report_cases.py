@@ -17,6 +17,7 @@ ANSWERS = {
     "thorough": "TITLE: Check every detail\nRATIONALE: Titles ending in 3 or 7 were rewritten.\n" + _anchor_edit(THOROUGH),
     "worse": PROPOSALS[2],
     "broken": PROPOSALS[0],
+    "optimizer": PROPOSALS[1],
     "note": "TITLE: Be courteous\nRATIONALE: a harmless note\n" + _anchor_edit("Note: be courteous."),
 }
 

@@ -122,6 +122,9 @@ def check_arguments(name: str, raw) -> dict | str:
     return raw
 
 
+SAME_AS_EARLIER = "not submitted: your edited agent/ is the same as"
+
+
 class Toolbox:
     """The tools' answers, as a proposal session's methods (agent.Session is one): they read and change
     its request, budget, scratch copy, tries, tried, broken, tools_used, rejected_edits and submitted."""
@@ -216,12 +219,16 @@ class Toolbox:
             proposal = parse_proposal(text)
         except ParseError:
             return ""
+        before = self.scratch.snapshot()
         answers = [self.edited(self.scratch.apply(edit)) for edit in proposal.edits]
         refused = [a for a in answers if not a.startswith("applied")]
         if refused:
             return f"Your patch was not applied in full: {refused[0]} Fix it with the tools (read_file, replace_in_file), then submit."
         self.tools_used["patch_in_text"] = self.tools_used.get("patch_in_text", 0) + 1
         answer = self.submit(proposal.title, proposal.rationale)
+        if answer.startswith(SAME_AS_EARLIER):  # kept, the same patch sent again would apply twice (a line added twice)
+            self.scratch.restore(before)
+            return f"Your patch is undone: {answer}."
         return "" if answer == "submitted" else f"Your patch was applied but {answer}. Fix it with the tools, then submit."
 
     def submit(self, title: str, rationale: str) -> str:
@@ -236,7 +243,7 @@ class Toolbox:
         mine = agent_digest(agent_files(self.scratch.root))
         same = next((c for c in self.request.evidence.earlier if c.agent == mine), None)
         if same is not None:  # the loop would refuse it unmeasured, and the proposal would be spent
-            return (f"not submitted: your edited agent/ is the same as candidate {same.label}'s, which was {same.status}"
+            return (f"{SAME_AS_EARLIER} candidate {same.label}'s, which was {same.status}"
                     f"{': ' + same.reason[:200] if same.reason else ''}. Make a different change")
         self.submitted = Proposal(title=title.strip().splitlines()[0][:200], rationale=rationale.strip()[:4000], edits=self.scratch.edits())
         return "submitted"

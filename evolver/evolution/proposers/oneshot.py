@@ -1,16 +1,21 @@
 """The one-shot proposer: the meta-LLM reads the failure digest and the agent's files in one prompt and
-answers with a patch; a malformed answer or a SEARCH that does not match is sent back (prompts/repair.md)."""
+answers with a patch; a malformed answer or a SEARCH that does not match is sent back (prompts/repair.md),
+and so is a patch the loop would refuse unmeasured: one that cannot change a simulation, or that makes
+agent/ the same as an earlier candidate's (prompts/revise.md)."""
 
 from __future__ import annotations
 
 import string
 import time
 from pathlib import Path
+from typing import Optional, Sequence
 
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
 from evolver.evaluation.scan import in_baseline, scan_tree
 from evolver.evolution.digest import build_digest
+from evolver.evolution.evidence import EarlierCandidate
+from evolver.evolution.noop import agent_digest, agent_files, inert_edit_reason
 from evolver.evolution.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 from evolver.evolution.proposers import Outcome, Request, meta_call
 
@@ -35,7 +40,7 @@ class OneShot:
         request.progress(1, 3, "answering with a patch")
         started = time.monotonic()
         outcome = propose(request.meta, messages, request.parent, prompts_dir=request.prompts_dir, llm_retries=request.llm_retries,
-                          identifiers=request.identifiers)
+                          identifiers=request.identifiers, earlier=request.evidence.earlier)
         outcome.stats = {"answers": len(outcome.responses), "tokens": outcome.usage.tokens, "seconds": round(time.monotonic() - started, 1),
                          "digest": str(request.workdir / "digest.md")}
         return outcome
@@ -100,25 +105,31 @@ def propose(
     max_attempts: int = 3,
     llm_retries: int = 4,
     identifiers: frozenset = frozenset(),
+    earlier: Sequence[EarlierCandidate] = (),
 ) -> Outcome:
-    """Ask for a patch; a malformed answer, or one whose SEARCH text does not match, is sent
-    back with the error up to max_attempts times; proposal None means no valid patch."""
+    """Ask for a patch; a malformed answer, one whose SEARCH text does not match, or one the loop would refuse
+    unmeasured (``earlier``: the run's candidates so far) is sent back with the error up to max_attempts times;
+    proposal None means no valid patch."""
     outcome = Outcome(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
     conversation = list(messages)
-    repair = load_template(prompts_dir, "repair.md")
+    repair, revise = load_template(prompts_dir, "repair.md"), load_template(prompts_dir, "revise.md")
     for _ in range(max_attempts):
         text, usage = _complete(role, conversation, llm_retries)
         outcome.responses.append(text)
         outcome.usage = outcome.usage.add(usage)
         try:
             proposal = parse_proposal(text)
-            findings = _dry_run(checkout, proposal, identifiers)
+            findings, unchanged = _dry_run(checkout, proposal, identifiers, earlier)
         except (ParseError, PatchRejected) as exc:
             outcome.errors.append(str(exc))
             if isinstance(exc, PatchRejected) and not exc.retryable:
                 outcome.proposal, outcome.refused = proposal, str(exc)  # a verdict on the patch, not a format slip
                 return outcome
             conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=str(exc))}]
+            continue
+        if unchanged and not findings:
+            outcome.errors.append(unchanged)
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": revise.safe_substitute(error=unchanged)}]
             continue
         outcome.proposal = proposal
         if findings:  # a verdict on the patch: refused before it is committed or run
@@ -129,9 +140,10 @@ def propose(
     return outcome
 
 
-def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset) -> list:
-    """Apply the edits to a throwaway copy of agent/ to catch SEARCH mismatches early,
-    and scan the result (evolver.evaluation.scan): its findings, empty when it is clean."""
+def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset, earlier: Sequence[EarlierCandidate]) -> tuple[list, Optional[str]]:
+    """Apply the edits to a throwaway copy of agent/ to catch SEARCH mismatches early, and scan the result
+    (evolver.evaluation.scan): its findings (empty when it is clean), and why the loop would refuse it
+    unmeasured (None when it would not)."""
     import shutil
     import tempfile
 
@@ -139,4 +151,11 @@ def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset) -> list
         shutil.copytree(checkout / "agent", Path(tmp) / "agent", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         apply_edits(Path(tmp), proposal.edits, check_syntax=False)
         # Code that does not parse is judged later, as an invalid candidate, with the parser's own message.
-        return [f for f in scan_tree(Path(tmp), identifiers) if f.rule != "unreadable"]
+        findings = [f for f in scan_tree(Path(tmp), identifiers) if f.rule != "unreadable"]
+        mine = agent_digest(agent_files(Path(tmp)))
+        same = next((c for c in earlier if c.agent == mine), None)
+        if same is not None:
+            return findings, f"it makes agent/ the same as candidate {same.label}'s, which was {same.status}{': ' + same.reason[:200] if same.reason else ''}"
+        if agent_files(Path(tmp)) == agent_files(checkout):
+            return findings, "it leaves agent/ as it was"
+        return findings, inert_edit_reason(checkout, Path(tmp))
