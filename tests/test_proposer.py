@@ -178,8 +178,11 @@ def test_a_submit_the_same_as_an_earlier_candidate_is_refused_while_the_session_
     assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
     answer = s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"}))
     assert answer == ("not submitted: your edited agent/ is the same as candidate 1's, which was rejected: no improvement "
-                      "(+0.0 points over 5 tasks). Make a different change") and s.submitted is None
-    edit = {"path": "agent/agent.py", "old": "Use the exact title.\n", "new": "Use the exact title the user gives.\n"}
+                      "(+0.0 points over 5 tasks). Make a different change; your edits are undone, agent/ is the parent's again") and s.submitted is None
+    # undone: the 1.5B went on editing the lines its refused edit had removed, and every such edit was refused
+    s.tools_used.update(read_trajectory=1, read_file=1)
+    assert s.scratch.changed() == [] and s.next_step().startswith("Next: call replace_in_file or remove_lines")
+    edit = {**edit, "new": 'AGENT_INSTRUCTION = """\nUse the exact title the user gives.\n'}
     assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
     assert s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"})) == "submitted"
 
@@ -283,16 +286,60 @@ def test_an_edit_that_leaves_a_used_name_undefined_is_refused_and_the_file_kept(
     assert dangling("def f():\n    v = 1\n    return v\n", "def f():\n    return v\n") == [("v", 2)]
 
 
-def test_the_opening_offers_to_remove_one_run_of_lines_the_view_names():
+def _planted_scratch(tmp_path, fault_name):
+    """A scratch copy over the template agent with one planted fault, and its HarnessCode."""
+    import shutil
+
+    from evolver.evolution.harness_code import HarnessCode
+    from evolver.evolution.scratch import Scratch
+    from tests.scripts.planted import FAULTS, plant
+
+    parent = tmp_path / fault_name
+    shutil.copytree(ROOT / "agent", parent / "agent", ignore=shutil.ignore_patterns("templates", "__pycache__"))
+    if fault_name != "template":
+        text = plant((parent / "agent" / "agent.py").read_text(), next(f for f in FAULTS if f.name == fault_name))
+        (parent / "agent" / "agent.py").write_text(text)
+    lines = (parent / "agent" / "agent.py").read_text().splitlines()
+    return Scratch(parent, tmp_path / f"{fault_name}-scratch"), HarnessCode.parse("\n".join(lines) + "\n"), lines
+
+
+def test_a_lost_message_points_to_the_lines_that_can_lose_it_and_the_opening_offers_a_removal_that_applies(tmp_path):
+    from evolver.evolution.harness_changes import Change
     from evolver.evolution.harness_code import Place
     from evolver.evolution.proposers.agent import _removal
 
-    assert _removal(Place("generate_next_message", 151, 159, "after the model call", (152, 153), "the reply")) == (
-        " If those lines are the fault, remove_lines path=agent/agent.py start=152 end=153 takes them out;"
-        " otherwise correct them with replace_in_file.")
-    assert _removal(Place("generate_next_message", 151, 159, "after the model call", (152, 154), "the reply")) == ""
-    assert _removal(Place("generate_next_message", 143, 148, "before the model call", (146, 148), "the prompt")) == ""  # it builds the prompt too
-    assert _removal(Place("generate_next_message", 151, 159)) == _removal(None) == ""
+    def at(lines, text):
+        return next(n for n, line in enumerate(lines, 1) if text in line)
+
+    lost = Change(2, "history_dropped")
+    # a reset of the conversation: its one line, and removing it applies
+    scratch, code, lines = _planted_scratch(tmp_path, "state_reset")
+    place = code.places(lost)[0]
+    reset = at(lines, "state.messages = []")
+    assert place.losing and place.writes == (reset,), place
+    assert f"the lines that can leave messages out of the prompt there: {reset})" in place.text()
+    assert _removal(place, scratch) == (f" If those lines are the fault, remove_lines path=agent/agent.py start={reset} end={reset} takes them out;"
+                                        " otherwise correct them with replace_in_file.")
+    # a slice of the conversation: only that line, which also builds the prompt, so no removal is offered
+    scratch, code, lines = _planted_scratch(tmp_path, "dropped_history")
+    place = code.places(lost)[0]
+    assert place.losing and place.writes == (at(lines, "state.messages[-2:]"),) and _removal(place, scratch) == ""
+    # a write of tau2's message under an `if` without `else`: the `if` and its body
+    scratch, code, lines = _planted_scratch(tmp_path, "dropped_tool_results")
+    guard = at(lines, "if not isinstance(message, (MultiToolMessage, ToolMessage))")
+    assert code.places(Change(1, "result_dropped"))[0].writes == (guard, guard + 1)
+    # the template loses nothing: every line that writes the prompt, and no removal (they build it)
+    scratch, code, lines = _planted_scratch(tmp_path, "template")
+    place = code.places(lost)[0]
+    assert not place.losing and len(place.writes) > 2 and "the lines that change the prompt there" in place.text()
+    assert _removal(place, scratch) == ""
+    # a change of the reply: one run of lines is offered where removing it applies
+    model_call = at(lines, "reply = self.call_llm(context)")
+    assert _removal(Place("generate_next_message", model_call, model_call + 8, "after the model call", (model_call + 1, model_call + 2), "the reply"),
+                    scratch).startswith(f" If those lines are the fault, remove_lines path=agent/agent.py start={model_call + 1} end={model_call + 2}")
+    assert _removal(Place("generate_next_message", model_call, model_call + 8, "after the model call", (model_call + 1, model_call + 3), "the reply"),
+                    scratch) == ""  # two runs: removing one shifts the other's numbers
+    assert _removal(Place("generate_next_message", 151, 159), scratch) == _removal(None, scratch) == ""
 
 
 def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monkeypatch):

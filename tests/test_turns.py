@@ -158,16 +158,32 @@ def test_a_fault_inside_a_switched_on_layer_is_answered_with_switching_the_layer
     assert overview.endswith("every change the harness made in these failures is the H2 layer's, which is on: if they are the fault, switching it off "
                              "(set_layer layer=h2_action_realization on=false, or h2_action_realization = false in agent/harness.toml) "
                              "tries the agent without it"), overview
-    assert "set_layer layer=h2_action_realization on=false" in _opening(evidence, repo, tmp_path)
+    session = _session(evidence, repo, tmp_path / "blocking")
+    assert "set_layer layer=h2_action_realization on=false" in session.opening().rsplit("Budget:", 1)[1]
+    # The 1.5B's sessions: a comment-only edit, then submit after submit, each time told "Next: call submit". Now every
+    # answer says submit would refuse it, and names the experiment until it is made.
+    session.tools_used.update(read_trajectory=1, read_file=1)
+    comment = {"path": "agent/agent.py", "old": "    if kind in JSON_TYPES:\n", "new": "    if kind in JSON_TYPES:  # removed for simplicity\n"}
+    answer = session.call("replace_in_file", json.dumps(comment))
+    layer = "Or try the agent without the layer: call set_layer with layer=h2_action_realization on=false."
+    assert answer.startswith("applied to") and answer.endswith(
+        "(next: change your edit, submit would refuse it: its edits change only comments, layout or a docstring, not code: they cannot "
+        f"change a simulation {layer})"), answer
+    assert session.call("submit", json.dumps({"title": "t", "rationale": "r"})).startswith("not submitted: its edits change only comments")
+    assert session.next_step().startswith("Next: change your edit, submit would refuse it:") and session.next_step().endswith(layer)
+    assert session.call("set_layer", json.dumps({"layer": "h2_action_realization", "on": False})).endswith(
+        "(next: try_agent on a failing task, then submit)")
+    assert session.next_step() == "Next: call submit with a title and a rationale."  # no try_agent in this session; the layer is off
     meddling = Evidence(meddled[1], meddled[2], parent=meddled[0])
-    assert meddling.harness_overview() and "switching it off" not in meddling.harness_overview() + _opening(meddling, meddled[0], tmp_path)
+    opening = _session(meddling, meddled[0], tmp_path / "meddled").opening().rsplit("Budget:", 1)[1]
+    assert meddling.harness_overview() and "switching it off" not in meddling.harness_overview() + opening
 
 
-def _opening(evidence: Evidence, repo: Path, tmp_path: Path) -> str:
+def _session(evidence: Evidence, repo: Path, workdir: Path) -> Session:
     request = Request(label="1", focus=(0, 1), parent=repo, evidence=evidence, learnings=[], guide="# Guide\n", identifiers=frozenset(),
-                      meta=RoleModel(model="scripted/meta"), llm_retries=1, context_tokens=32000, budget=Budget(), workdir=tmp_path / "p",
+                      meta=RoleModel(model="scripted/meta"), llm_retries=1, context_tokens=32000, budget=Budget(), workdir=workdir,
                       prompts_dir=ROOT / "prompts")
-    return Session(request).opening().rsplit("Budget:", 1)[1]
+    return Session(request)
 
 
 def test_a_harness_that_changes_nothing_shows_nothing(tmp_path):

@@ -139,13 +139,17 @@ class Evidence:
     def layer_off(self) -> str:
         """When a switched-on layer makes every change the harness made in the failed simulations (nothing else is
         changed), the experiment that tells whether the layer is at fault, as words a small model can act on; "" otherwise."""
+        switch = self.layer_to_switch_off()
+        return (f"every change the harness made in these failures is the {switch[:2].upper()} layer's, which is on: if they are the fault, "
+                f"switching it off (set_layer layer={switch} on=false, or {switch} = false in {SWITCHES}) tries the agent without it") if switch else ""
+
+    def layer_to_switch_off(self) -> str:
+        """The switch of the one switched-on layer that makes every change in the failed simulations (layer_off), or ""."""
         changed = [c for r in self.failed() for c in self.view(r)[1]]
         layers = {c.layer for c in changed}
         if not changed or len(layers) != 1 or "+" in (layer := layers.pop()) or not layer:
             return ""
-        switch = next((name for name in LAYER_NAMES if name.startswith(layer.lower() + "_")), None)
-        return (f"every change the harness made in these failures is the {layer} layer's, which is on: if they are the fault, switching it off "
-                f"(set_layer layer={switch} on=false, or {switch} = false in {SWITCHES}) tries the agent without it") if switch else ""
+        return next((name for name in LAYER_NAMES if name.startswith(layer.lower() + "_")), "")
 
     def first_place(self):
         """Where the harness made its most common change in the failed simulations (a harness_code.Place), or None."""
@@ -157,7 +161,8 @@ class Evidence:
         where = self.first_place()
         if where is None:
             return ""
-        lines = f"; lines {spans(where.writes)} there make the change: if it is the fault, remove or correct them" if where.writes else ""
+        lines = (f"; lines {spans(where.writes)} there {'can leave messages out' if where.losing else 'make the change'}: if it is the fault, "
+                 "remove or correct them") if where.writes else ""
         return f"read_file {where.path} start={where.start} end={where.end} ({where.function}{', ' + where.part if where.part else ''}{lines})"
 
     def _most_common_change(self):

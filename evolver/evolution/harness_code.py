@@ -31,6 +31,11 @@ HELPERS = 3  # functions of agent.py a layer's entry calls, listed after it (one
 WRITTEN = {PROMPT: ("the prompt", ("context", "messages", "message", "system_messages")),
            REPLY: ("the reply", ("reply", "arguments", "tool_calls", "name", "content"))}
 MUTATORS = ("append", "extend", "insert", "pop", "remove", "clear", "update")
+# Changes where something tau2 gave never reached the prompt: of the lines that write the prompt, the ones that can leave
+# messages out (a reset, a slice, a filter, a removal, a write only under a condition) are pointed to first. The 1.5B read
+# "146-147, 149-150" for a slice at line 150 and removed the appends at 146-147 instead.
+LOSSES = ("result_dropped", "customer_dropped", "history_dropped")
+REMOVERS = ("pop", "remove", "clear")
 
 
 @dataclass(frozen=True)
@@ -41,14 +46,19 @@ class Place:
     part: str = ""  # "before the model call", "after the model call", "H2 on"
     writes: tuple[int, ...] = ()  # its lines that write what the change is about (the prompt, the reply)
     written: str = ""  # "the prompt", "the reply"
+    losing: bool = False  # writes are only the lines that can leave messages out of the prompt
 
     path = PATH
 
     def text(self) -> str:
         where = f"{self.function}{', ' + self.part if self.part else ''}"
         if self.writes:
-            where += f"; the lines that change {self.written} there: {spans(self.writes)}"
+            where += f"; the lines that {self.does} there: {spans(self.writes)}"
         return f"{PATH} lines {self.start}-{self.end} ({where})"
+
+    @property
+    def does(self) -> str:
+        return f"can leave messages out of {self.written}" if self.losing else f"change {self.written}"
 
 
 class HarnessCode:
@@ -91,7 +101,7 @@ class HarnessCode:
 
     def places(self, change: Change) -> list[Place]:
         """The code to read for this change, the likeliest first."""
-        turn = [self._turn_part(change.step)] if TURN_METHOD in self.spans else []
+        turn = [self._turn_part(change.step, change.kind)] if TURN_METHOD in self.spans else []
         named = [p for name in BY_KIND.get(change.kind, ()) if (p := self._place(name))]
         if change.layer:
             layered = [p for layer in change.layer.split("+") if (p := self._place(BY_LAYER.get((change.step, layer), ""), f"{layer} on"))]
@@ -99,30 +109,52 @@ class HarnessCode:
             return _unique(layered + helpers + named + turn)
         return _unique(turn + named)
 
-    def _turn_part(self, step: str) -> Place:
+    def _turn_part(self, step: str, kind: str = "") -> Place:
         start, end = self.spans[TURN_METHOD]
         if self.model_line is None or step in (TURN, GUIDANCE, TOOLS):
             return Place(TURN_METHOD, start, end)
         first, last, part = (start, self.model_line - 1, "before the model call") if step == PROMPT else (self.model_line, end, "after the model call")
         written, names = WRITTEN[step]
-        return Place(TURN_METHOD, first, last, part, tuple(self._writes(names, first, last)), written)
+        writes = self._writes(names, first, last)
+        losing = self._losing(names, first, last) if kind in LOSSES else []
+        return Place(TURN_METHOD, first, last, part, tuple(losing or writes), written, bool(losing))
 
-    def _writes(self, names: tuple[str, ...], first: int, last: int) -> list[int]:
-        """The lines between first and last that assign or mutate one of ``names`` (with the headers of the blocks that hold
-        them), the model call and what a switched-off layer guards left out."""
+    def _write_nodes(self, names: tuple[str, ...], first: int, last: int) -> list[ast.AST]:
+        """The statements and calls between first and last that assign or mutate one of ``names``, the model call and
+        what a switched-off layer guards left out."""
         node = self.nodes[TURN_METHOD]
         off = [(n.lineno, n.end_lineno) for n in ast.walk(node) if isinstance(n, ast.If) and self._off(n.test)]
-        lines: set[int] = set()
+        out = []
         for n in ast.walk(node):
-            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
+            targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in MUTATORS:
                 targets = [n.func.value]
             if (any(_name(t) in names for t in targets) and first <= n.lineno <= last and n.lineno != self.model_line
                     and not any(a <= n.lineno <= b for a, b in off)):
+                out.append(n)
+        return out
+
+    def _writes(self, names: tuple[str, ...], first: int, last: int) -> list[int]:
+        """The lines of _write_nodes, with the headers of the blocks that hold them."""
+        lines = {line for n in self._write_nodes(names, first, last) for line in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
+        return sorted(lines | self._headers(lines, first, last))
+
+    def _headers(self, lines: set[int], first: int, last: int) -> set[int]:
+        return {n.lineno for n in ast.walk(self.nodes[TURN_METHOD]) if isinstance(n, (ast.For, ast.While, ast.If, ast.With))
+                and first <= n.lineno <= last and any(n.lineno < line <= (n.end_lineno or n.lineno) for line in lines)}
+
+    def _losing(self, names: tuple[str, ...], first: int, last: int) -> list[int]:
+        """Of the lines that write the prompt, the ones that can leave a message out: a write that empties, slices, filters or
+        removes, and an `if` without `else` around a write of the message tau2 gave the turn (what its test refuses is lost)."""
+        turn = self.nodes[TURN_METHOD]
+        given = turn.args.args[1].arg if len(turn.args.args) > 1 else None  # (self, message, state)
+        nodes = self._write_nodes(names, first, last)
+        lines = {line for n in nodes if _loses(n, names) for line in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
+        takes = {n.lineno for n in nodes if given and any(isinstance(x, ast.Name) and x.id == given for x in ast.walk(n))}
+        for n in ast.walk(turn):
+            if isinstance(n, ast.If) and not n.orelse and first <= n.lineno <= last and any(n.lineno < line <= (n.end_lineno or n.lineno) for line in takes):
                 lines.update(range(n.lineno, (n.end_lineno or n.lineno) + 1))
-        headers = {n.lineno for n in ast.walk(node) if isinstance(n, (ast.For, ast.While, ast.If, ast.With)) and first <= n.lineno <= last
-                   and any(n.lineno < line <= (n.end_lineno or n.lineno) for line in lines)}
-        return sorted(lines | headers)
+        return sorted(lines)
 
     def _off(self, test: ast.AST) -> bool:
         """Whether a test checks the switch of a layer that is off (`if self.switches.h2_action_realization:`)."""
@@ -146,6 +178,23 @@ class HarnessCode:
 def _called(call: ast.Call) -> str:
     func = call.func
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _loses(node: ast.AST, names: tuple[str, ...]) -> bool:
+    """Whether a write can leave messages out: `del`, .pop/.remove/.clear, `x = []`, a slice or a filtered comprehension of one of ``names``."""
+    if isinstance(node, ast.Delete):
+        return True
+    if isinstance(node, ast.Call):
+        return _called(node) in REMOVERS
+    value = getattr(node, "value", None)
+    if isinstance(value, (ast.List, ast.Tuple, ast.Dict, ast.Set)) and not getattr(value, "elts", getattr(value, "keys", None)):
+        return True
+    if isinstance(value, ast.Call) and _called(value) in ("list", "dict", "set", "tuple") and not value.args:
+        return True
+    return value is not None and any(
+        (isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Slice) and _name(n.value) in names)
+        or (isinstance(n, (ast.ListComp, ast.GeneratorExp)) and any(g.ifs for g in n.generators))
+        or (isinstance(n, ast.Call) and _called(n) == "filter") for n in ast.walk(value))
 
 
 def _name(target: ast.AST) -> str:

@@ -100,6 +100,12 @@ class Scratch:
         span = f"removed lines {first}-{last}" + (f" (the statements that start in {start}-{end} end at line {last})" if last != end else "")
         return self._apply(path, Edit(path=path, search=current, replace=text), done=f"applied to {path}: {span}.")
 
+    def removable(self, path: str, start: int, end: int) -> bool:
+        """Whether remove_lines(path, start, end) would be applied as it stands (it parses, and nothing it removes is still used)."""
+        current = None if self._why_not(path) else self._text(path)
+        removed = without_lines(current, start, end, python=path.endswith(".py")) if current is not None else "unreadable"
+        return not isinstance(removed, str) and (not path.endswith(".py") or _still_used(current, removed[0]) is None)
+
     def write(self, path: str, content: str) -> str:
         if not isinstance(content, str):
             return "give the file's whole content as text"
@@ -147,13 +153,14 @@ class Scratch:
         return f"{done or f'applied to {path}.'} {self.status()}"
 
     def snapshot(self) -> dict[str, Optional[str]]:
-        """The editable files' texts, for restore."""
+        """The editable files' texts, to put one back after a refused edit."""
         return {rel: self._text(rel) for rel in self.editable()}
 
-    def restore(self, snapshot: dict[str, Optional[str]]) -> None:
-        """The editable files as a snapshot held them (a file made since is removed)."""
-        for rel in set(snapshot) | set(self.editable()):
-            self._restore(rel, snapshot.get(rel))
+    def reset(self) -> None:
+        """Every edit undone: the editable files as the parent has them (a file made since is removed)."""
+        parent = {rel: _read(self.parent / rel) for rel in agent_files(self.parent)}
+        for rel in set(parent) | set(self.editable()):
+            self._restore(rel, parent.get(rel))
 
     def _restore(self, rel: str, text: Optional[str]) -> None:
         target = self.root / rel

@@ -183,7 +183,7 @@ class Session(Toolbox):
         first, place = r.evidence.first_read(), r.evidence.first_place()
         parts.append(f"Budget: {self.budget.turns} turns, {self.budget.tries} try simulations, {self.budget.seconds / 60:.0f} minutes. "
                      + (f"Start with {first}: the lines where the harness changed what passed between tau2 and the model."
-                        if first else "Start by reading a failing trajectory.") + _removal(place)
+                        if first else "Start by reading a failing trajectory.") + _removal(place, self.scratch)
                      + (f" {off[0].upper()}{off[1:]}." if (off := r.evidence.layer_off()) else ""))
         return "\n\n".join(parts)
 
@@ -210,7 +210,10 @@ class Session(Toolbox):
         if not used.get("read_file"):
             return "Next: call read_file (path agent/agent.py, start and end around the code that caused it; search_code finds it)."
         if not self.scratch.changed():
-            return "Next: call replace_in_file or remove_lines (or write_file, set_layer) to fix it."
+            return "Next: call replace_in_file or remove_lines (or write_file, set_layer) to fix it." + self.layer_step()
+        why, _ = self.refusal()
+        if why:  # the 1.5B was told to submit after each refused submit, and did, until its time ran out
+            return f"Next: change your edit, submit would refuse it: {why[:160]}." + self.layer_step()
         if not used.get("try_agent") and self.request.try_agent is not None and self.tries < self.budget.tries:
             return "Next: call try_agent with a failing task to see if your edit helps."
         return "Next: call submit with a title and a rationale."
@@ -237,12 +240,13 @@ class Session(Toolbox):
                                                  "messages": self.transcript})
 
 
-def _removal(place) -> str:
+def _removal(place, scratch: Scratch) -> str:
     """The edit that takes out the lines the view names, as a call a small model can copy: it copied the call to read
     them every time, then copied them unchanged into every replace_in_file. Only for one run of lines that change the
-    model's reply: without them its answer passes through as it was, while the lines that change the prompt also build it."""
-    run = place.writes if place is not None and place.written == WRITTEN[REPLY][0] else ()
-    if not run or list(run) != list(range(run[0], run[-1] + 1)):
+    model's reply (without them its answer passes through as it was) or that can leave messages out of the prompt, and
+    only where remove_lines would be applied: other lines that change the prompt also build it."""
+    run = place.writes if place is not None and (place.written == WRITTEN[REPLY][0] or place.losing) else ()
+    if not run or list(run) != list(range(run[0], run[-1] + 1)) or not scratch.removable(place.path, run[0], run[-1]):
         return ""
     return (f" If those lines are the fault, remove_lines path={place.path} start={run[0]} end={run[-1]} takes them out;"
             " otherwise correct them with replace_in_file.")

@@ -37,6 +37,8 @@ NEXT = {
     "try_agent": "submit if it helped; otherwise change your edit",
 }
 
+CHANGING = ("replace_in_file", "remove_lines", "write_file", "set_layer", "try_agent")  # tools after which NEXT says "submit"
+
 TOOLS = [
     ("list_failures", "List the analysis simulations that failed, one line each, optionally only lines containing a text "
                       "(a task label like T3, a termination reason, a failed check, 'tool error').",
@@ -122,9 +124,6 @@ def check_arguments(name: str, raw) -> dict | str:
     return raw
 
 
-SAME_AS_EARLIER = "not submitted: your edited agent/ is the same as"
-
-
 class Toolbox:
     """The tools' answers, as a proposal session's methods (agent.Session is one): they read and change
     its request, budget, scratch copy, tries, tried, broken, tools_used, rejected_edits and submitted."""
@@ -142,6 +141,8 @@ class Toolbox:
         if len(result) > MAX_RESULT_CHARS:
             result = result[:MAX_RESULT_CHARS] + "\n... (cut; ask for the next page)"
         hint = NEXT.get(name)
+        if name in CHANGING and (why := self.refusal()[0]):  # "then submit" would be refused: say what would not
+            hint = f"change your edit, submit would refuse it: {why[:160]}{self.layer_step()}"
         return f"{result}\n(next: {hint})" if hint and not result.startswith(("not ", "no ", "cannot ", "there is no")) else result
 
     def _handlers(self) -> dict[str, Callable]:
@@ -219,34 +220,46 @@ class Toolbox:
             proposal = parse_proposal(text)
         except ParseError:
             return ""
-        before = self.scratch.snapshot()
         answers = [self.edited(self.scratch.apply(edit)) for edit in proposal.edits]
         refused = [a for a in answers if not a.startswith("applied")]
         if refused:
             return f"Your patch was not applied in full: {refused[0]} Fix it with the tools (read_file, replace_in_file), then submit."
         self.tools_used["patch_in_text"] = self.tools_used.get("patch_in_text", 0) + 1
         answer = self.submit(proposal.title, proposal.rationale)
-        if answer.startswith(SAME_AS_EARLIER):  # kept, the same patch sent again would apply twice (a line added twice)
-            self.scratch.restore(before)
-            return f"Your patch is undone: {answer}."
         return "" if answer == "submitted" else f"Your patch was applied but {answer}. Fix it with the tools, then submit."
 
-    def submit(self, title: str, rationale: str) -> str:
+    def refusal(self) -> tuple[str, bool]:
+        """Why submit would refuse the scratch copy as it stands ("" if it would take it), and whether that is because an
+        earlier candidate had the same agent/: what submit says, and what the next step is worked out from."""
         problem = self.scratch.problem()
         if problem:
-            return f"not submitted: {problem}"
-        if not title.strip():
-            return "not submitted: give a one-line title"
+            return problem, False
         if self.broken and self.broken[0] == self.scratch.edits_made:
-            return (f"not submitted: your edited agent broke every task try_agent ran ({self.broken[1]}), and the candidate's "
-                    "smoke test would fail it the same way; change the edit, then try_agent again")
+            return (f"your edited agent broke every task try_agent ran ({self.broken[1]}), and the candidate's smoke test would fail it "
+                    "the same way; change the edit, then try_agent again"), False
         mine = agent_digest(agent_files(self.scratch.root))
         same = next((c for c in self.request.evidence.earlier if c.agent == mine), None)
         if same is not None:  # the loop would refuse it unmeasured, and the proposal would be spent
-            return (f"{SAME_AS_EARLIER} candidate {same.label}'s, which was {same.status}"
-                    f"{': ' + same.reason[:200] if same.reason else ''}. Make a different change")
+            return (f"your edited agent/ is the same as candidate {same.label}'s, which was {same.status}"
+                    f"{': ' + same.reason[:200] if same.reason else ''}. Make a different change"), True
+        return "", False
+
+    def submit(self, title: str, rationale: str) -> str:
+        why, repeat = self.refusal()
+        if repeat:  # undone, so that the next edit applies to the lines the model read (it went on editing the gone ones)
+            self.scratch.reset()
+            return f"not submitted: {why}; your edits are undone, agent/ is the parent's again"
+        if why:
+            return f"not submitted: {why}"
+        if not title.strip():
+            return "not submitted: give a one-line title"
         self.submitted = Proposal(title=title.strip().splitlines()[0][:200], rationale=rationale.strip()[:4000], edits=self.scratch.edits())
         return "submitted"
+
+    def layer_step(self) -> str:
+        """The experiment of switching off the layer that makes every change in the failures, while it is untried."""
+        switch = self.request.evidence.layer_to_switch_off()
+        return f" Or try the agent without the layer: call set_layer with layer={switch} on=false." if switch and not self.tools_used.get("set_layer") else ""
 
 
 def written_call(text: str):
