@@ -19,7 +19,7 @@ from evolver.evaluation.backends.results import SWITCHES
 from evolver.evolution.digest import Failure, describe, failed_checks, leaf_values, load_messages
 from evolver.evolution.harness_changes import KINDS, Change, changes
 from evolver.evolution.harness_code import HarnessCode, spans
-from evolver.evolution.noop import LAYER_NAMES
+from evolver.evolution.noop import LAYER_NAMES, agent_digest
 from evolver.evolution.turntext import summary, turn_lines, turns_with_changes
 from evolver.store.evaldir import EvalDir
 from evolver.store.turnview import TurnView
@@ -41,6 +41,16 @@ class EarlierCandidate:
     flips: tuple[str, ...] = ()  # "G3: 0.50 -> 1.00", gate tasks by label
     gate_delta: Optional[float] = None
     agent: str = ""  # noop.agent_digest of its agent/, so that a proposal can tell it is about to submit the same again
+
+    def verdict(self) -> str:
+        """"candidate 2's, which was rejected: <reason>", said of an agent/ the same as this one's."""
+        return f"candidate {self.label}'s, which was {self.status}{': ' + self.reason[:200] if self.reason else ''}"
+
+
+def same_as_earlier(earlier, files: dict) -> Optional[EarlierCandidate]:
+    """The earlier candidate whose agent/ equals these files (noop.agent_files), if any: the loop would refuse it unmeasured."""
+    mine = agent_digest(files)
+    return next((c for c in earlier if c.agent == mine), None)
 
 
 @dataclass

@@ -23,6 +23,7 @@ LAYER_NAMES = ("h2_action_realization", "h3_environment_contract", "h4_trajector
 # What tau2 calls on the agent (and runs at import): the code that is on whatever the switches say.
 ENTRY_POINTS = ("generate_next_message", "get_init_state", "is_stop", "stop", "set_seed", "system_prompt", "__init__", "call_llm")
 SKILLS = "h5_procedural_skills"
+UNCHANGED = "leaves agent/ as it was"  # said of a patch the loop refuses unmeasured, and the one-shot proposer sends back
 
 
 def inert_edit_reason(parent: Path, candidate: Path) -> Optional[str]:

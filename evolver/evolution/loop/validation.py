@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from evolver.evolution.noop import inert_edit_reason
+from evolver.evolution.noop import UNCHANGED, inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits
 from evolver.store.lineage import commit_message
 from evolver.store.runstate import CandidateRecord, IterationRecord, slug
@@ -39,7 +39,7 @@ class Validation:
         agent/ equals its parent's or an earlier candidate's, or it edits only layers that are off."""
         tree = self.lineage.agent_tree_of(cand.commit)
         if tree == self.lineage.agent_tree_of(record.parent_commit):
-            return "the patch leaves agent/ as it was: nothing to measure"
+            return f"the patch {UNCHANGED}: nothing to measure"
         siblings = record.candidates[:record.candidates.index(cand)]
         for earlier in [c for r in self.run.iterations() if r.iteration < record.iteration for c in r.candidates] + siblings:
             if earlier.commit and self.lineage.agent_tree_of(earlier.commit) == tree:

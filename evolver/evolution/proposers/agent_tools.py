@@ -15,8 +15,8 @@ from typing import Callable
 
 from evolver.evaluation.scan import parse_python
 from evolver.evolution.digest import describe, load_messages
-from evolver.evolution.evidence import compile_pattern, paged
-from evolver.evolution.noop import agent_digest, agent_files
+from evolver.evolution.evidence import compile_pattern, paged, same_as_earlier
+from evolver.evolution.noop import agent_files
 from evolver.evolution.patch import ParseError, Proposal, parse_proposal
 
 MAX_TRY_TASKS = 3
@@ -237,11 +237,9 @@ class Toolbox:
         if self.broken and self.broken[0] == self.scratch.edits_made:
             return (f"your edited agent broke every task try_agent ran ({self.broken[1]}), and the candidate's smoke test would fail it "
                     "the same way; change the edit, then try_agent again"), False
-        mine = agent_digest(agent_files(self.scratch.root))
-        same = next((c for c in self.request.evidence.earlier if c.agent == mine), None)
+        same = same_as_earlier(self.request.evidence.earlier, agent_files(self.scratch.root))
         if same is not None:  # the loop would refuse it unmeasured, and the proposal would be spent
-            return (f"your edited agent/ is the same as candidate {same.label}'s, which was {same.status}"
-                    f"{': ' + same.reason[:200] if same.reason else ''}. Make a different change"), True
+            return f"your edited agent/ is the same as {same.verdict()}. Make a different change", True
         return "", False
 
     def submit(self, title: str, rationale: str) -> str:

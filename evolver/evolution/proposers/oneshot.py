@@ -14,8 +14,8 @@ from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
 from evolver.evaluation.scan import in_baseline, scan_tree
 from evolver.evolution.digest import build_digest
-from evolver.evolution.evidence import EarlierCandidate
-from evolver.evolution.noop import agent_digest, agent_files, inert_edit_reason
+from evolver.evolution.evidence import EarlierCandidate, same_as_earlier
+from evolver.evolution.noop import UNCHANGED, agent_files, inert_edit_reason
 from evolver.evolution.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 from evolver.evolution.proposers import Outcome, Request, meta_call
 
@@ -152,10 +152,10 @@ def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset, earlier
         apply_edits(Path(tmp), proposal.edits, check_syntax=False)
         # Code that does not parse is judged later, as an invalid candidate, with the parser's own message.
         findings = [f for f in scan_tree(Path(tmp), identifiers) if f.rule != "unreadable"]
-        mine = agent_digest(agent_files(Path(tmp)))
-        same = next((c for c in earlier if c.agent == mine), None)
+        files = agent_files(Path(tmp))
+        same = same_as_earlier(earlier, files)
         if same is not None:
-            return findings, f"it makes agent/ the same as candidate {same.label}'s, which was {same.status}{': ' + same.reason[:200] if same.reason else ''}"
-        if agent_files(Path(tmp)) == agent_files(checkout):
-            return findings, "it leaves agent/ as it was"
+            return findings, f"it makes agent/ the same as {same.verdict()}"
+        if files == agent_files(checkout):
+            return findings, f"it {UNCHANGED}"
         return findings, inert_edit_reason(checkout, Path(tmp))
