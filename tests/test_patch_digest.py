@@ -117,6 +117,30 @@ def test_a_patch_the_loop_would_not_measure_is_sent_back(template, monkeypatch):
     assert out.proposal is None and len(out.responses) == 2  # the attempts are bounded as for a format error
 
 
+def test_a_copy_of_a_guide_example_is_sent_back_while_attempts_remain(template, monkeypatch):
+    """Every one-shot patch of the 1.5B that reached the gate copied one of the guide's examples, whatever the digest said:
+    it is told so and answers again; on the last attempt the copy is measured like any patch."""
+    from evolver.evolution.patch import parse_proposal
+    from evolver.evolution.proposers.oneshot import copied_example
+    from tests.scripts.loop_cases import COPIED, PROPOSALS
+
+    guide = (PROMPTS_DIR / "Harness.md").read_text()
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:copying_meta")
+    out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR, guide=guide)
+    assert out.proposal is not None and out.proposal.title == "Keep the user's exact title" and len(out.responses) == 2
+    assert out.errors == ["it is the guide's example patch 'Nudge the agent back to the user sooner': the examples show the format, "
+                          "not a fix for these failures"]
+    out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR, guide=guide, max_attempts=1)
+    assert out.proposal is not None and out.proposal.title == "Nudge the agent back to the user sooner" and not out.errors
+    # Only a patch whose every edit besides the switches is the guide's text: switching a layer alone, or the example's lines
+    # changed otherwise, are the proposal's own.
+    assert copied_example(parse_proposal(COPIED), guide) == "Nudge the agent back to the user sooner"
+    switch_only = "TITLE: t\nRATIONALE: r\n" + COPIED[COPIED.index("FILE: agent/harness.toml"):]
+    own = COPIED.replace("H4_CALLS_WITHOUT_USER = 5", "H4_CALLS_WITHOUT_USER = 6")
+    assert copied_example(parse_proposal(switch_only), guide) == copied_example(parse_proposal(own), guide) == ""
+    assert copied_example(parse_proposal(PROPOSALS[3]), guide) == copied_example(parse_proposal(COPIED), "") == ""
+
+
 def test_proposer_gives_up_after_bounded_attempts(tree, monkeypatch):
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:prose_meta")
     out = propose(RoleModel(model="scripted/meta"), _messages(), tree, prompts_dir=PROMPTS_DIR, max_attempts=3)

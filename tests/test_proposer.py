@@ -342,6 +342,29 @@ def test_a_lost_message_points_to_the_lines_that_can_lose_it_and_the_opening_off
     assert _removal(Place("generate_next_message", 151, 159), scratch) == _removal(None, scratch) == ""
 
 
+def test_the_one_shot_digest_quotes_the_lines_that_can_lose_a_message_as_the_start_of_a_patch_that_applies(tmp_path):
+    """A model without tools cannot read the lines it is pointed to: the one-shot digest quotes them as a SEARCH block,
+    widened until it matches once, so that an answer starting from it applies."""
+    from evolver.evolution.harness_changes import Change
+    from evolver.evolution.patch import apply_edits, parse_proposal
+    from evolver.evolution.proposers.oneshot import _quote
+
+    for fault, kind, lost in (("dropped_history", "history_dropped", "state.messages[-2:]"), ("state_reset", "history_dropped", "state.messages = []"),
+                              ("dropped_tool_results", "result_dropped", "if not isinstance(message, (MultiToolMessage, ToolMessage))")):
+        scratch, code, lines = _planted_scratch(tmp_path, fault)
+        place = code.places(Change(1, kind))[0]
+        quoted = _quote(scratch.parent / "agent" / "agent.py", place)
+        assert lost in quoted.splitlines()[0] and len(quoted.splitlines()) >= len(place.writes), (fault, quoted)
+        answer = f"TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\n{quoted}\n=======\n>>>>>>> REPLACE\n"
+        after = apply_edits(scratch.parent, parse_proposal(answer).edits)["agent/agent.py"]
+        assert lost not in after, fault
+    # lines that occur more than once and cannot be widened within their function are not quoted
+    scratch, code, lines = _planted_scratch(tmp_path, "template")
+    from evolver.evolution.harness_code import Place
+    blank = next(n for n, line in enumerate(lines, 1) if not line.strip())
+    assert _quote(scratch.parent / "agent" / "agent.py", Place("f", blank, blank, writes=(blank,))) == ""
+
+
 def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monkeypatch):
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:busy_meta")
     s = session(analysis, tmp_path, budget=Budget(turns=3, tokens=1_000_000, tries=0, seconds=120))

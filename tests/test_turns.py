@@ -139,6 +139,8 @@ def test_a_fault_inside_a_switched_on_layer_is_answered_with_switching_the_layer
     """When an on layer makes every change the harness made in the failures, the overview names the experiment that
     tells whether the layer is at fault (the 1.5B never found it in three sessions on the planted blocking repair);
     where other changes are made too (the meddling harness with H3 on), it does not."""
+    from evolver.evolution.patch import apply_edits, parse_proposal
+    from evolver.evolution.proposers.oneshot import starting_patch
     from tests.scripts.planted import FAULTS, plant
 
     repo = init_repo(tmp_path / "target")
@@ -158,6 +160,14 @@ def test_a_fault_inside_a_switched_on_layer_is_answered_with_switching_the_layer
     assert overview.endswith("every change the harness made in these failures is the H2 layer's, which is on: if they are the fault, switching it off "
                              "(set_layer layer=h2_action_realization on=false, or h2_action_realization = false in agent/harness.toml) "
                              "tries the agent without it"), overview
+    assert "set_layer" not in evidence.harness_overview(tools=False) and evidence.harness_overview(tools=False).endswith(
+        "switching it off (h2_action_realization = false in agent/harness.toml) tries the agent without it")
+    # The one-shot proposer, which has no tools, is given the whole patch for the experiment; it applies.
+    start = starting_patch(evidence)
+    assert start.startswith("To try the agent without the H2 layer") and "FILE: agent/harness.toml" in start, start
+    applied = apply_edits(repo, parse_proposal(f"TITLE: t\nRATIONALE: r\n{start[start.index('FILE:'):]}").edits)
+    assert "h2_action_realization = false" in applied["agent/harness.toml"]
+    git(repo, "checkout", "--", "agent")
     session = _session(evidence, repo, tmp_path / "blocking")
     assert "set_layer layer=h2_action_realization on=false" in session.opening().rsplit("Budget:", 1)[1]
     # The 1.5B's sessions: a comment-only edit, then submit after submit, each time told "Next: call submit". Now every

@@ -18,7 +18,7 @@ from evolver.data import EvalResult, SimRecord
 from evolver.evaluation.backends.results import SWITCHES
 from evolver.evolution.digest import Failure, describe, failed_checks, leaf_values, load_messages
 from evolver.evolution.harness_changes import KINDS, Change, changes
-from evolver.evolution.harness_code import HarnessCode, spans
+from evolver.evolution.harness_code import HarnessCode, line_numbers
 from evolver.evolution.noop import LAYER_NAMES, agent_digest
 from evolver.evolution.turntext import summary, turn_lines, turns_with_changes
 from evolver.store.evaldir import EvalDir
@@ -134,24 +134,26 @@ class Evidence:
     def failed(self) -> list[SimRecord]:
         return [r for r in self.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0]
 
-    def harness_overview(self) -> str:
+    def harness_overview(self, tools: bool = True) -> str:
         """Where to look first: the change the harness made in most failed simulations (one no switched-on layer
-        explains, if there is one) and the lines of agent/ that run there; "" when it changed nothing in them."""
+        explains, if there is one) and the lines of agent/ that run there; "" when it changed nothing in them.
+        ``tools``: said as the investigating proposer's tool calls; otherwise as places in the files, for a reader without them."""
         common = self._most_common_change()
         if common is None:
             return ""
         kind, share, changed, failed, where = common
-        off = self.layer_off()
+        off = self.layer_off(tools)
         return (f"the harness changed what passed between tau2 and the model in {changed} of {failed} failed simulation(s); most often "
-                f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}" + (f" -> {self.first_read()} first" if where else "")
+                f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}" + (f" -> {self.first_read(tools)} first" if where else "")
                 + (f"; {off}" if off else ""))
 
-    def layer_off(self) -> str:
+    def layer_off(self, tools: bool = True) -> str:
         """When a switched-on layer makes every change the harness made in the failed simulations (nothing else is
         changed), the experiment that tells whether the layer is at fault, as words a small model can act on; "" otherwise."""
         switch = self.layer_to_switch_off()
+        how = f"set_layer layer={switch} on=false, or {switch} = false in {SWITCHES}" if tools else f"{switch} = false in {SWITCHES}"
         return (f"every change the harness made in these failures is the {switch[:2].upper()} layer's, which is on: if they are the fault, "
-                f"switching it off (set_layer layer={switch} on=false, or {switch} = false in {SWITCHES}) tries the agent without it") if switch else ""
+                f"switching it off ({how}) tries the agent without it") if switch else ""
 
     def layer_to_switch_off(self) -> str:
         """The switch of the one switched-on layer that makes every change in the failed simulations (layer_off), or ""."""
@@ -166,14 +168,16 @@ class Evidence:
         common = self._most_common_change()
         return common[4] if common else None
 
-    def first_read(self) -> str:
-        """The call that reads the lines where the harness made its most common change, as a small model can copy it; "" if none."""
+    def first_read(self, tools: bool = True) -> str:
+        """The call that reads the lines where the harness made its most common change, as a small model can copy it (``tools``),
+        or those lines as a place in the file; "" if none."""
         where = self.first_place()
         if where is None:
             return ""
-        lines = (f"; lines {spans(where.writes)} there {'can leave messages out' if where.losing else 'make the change'}: if it is the fault, "
-                 "remove or correct them") if where.writes else ""
-        return f"read_file {where.path} start={where.start} end={where.end} ({where.function}{', ' + where.part if where.part else ''}{lines})"
+        lines = (f"; {line_numbers(where.writes)} there {'can leave messages out' if where.losing else 'make the change'}: if it is the "
+                 "fault, remove or correct them") if where.writes else ""
+        read = f"read_file {where.path} start={where.start} end={where.end}" if tools else f"{where.path} lines {where.start}-{where.end}"
+        return f"{read} ({where.function}{', ' + where.part if where.part else ''}{lines})"
 
     def _most_common_change(self):
         """(kind, in how many failures, failures changed, failures, the likeliest place) of the change the harness made in most failed

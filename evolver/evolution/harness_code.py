@@ -215,6 +215,11 @@ def spans(lines: tuple[int, ...]) -> str:
     return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
+def line_numbers(lines: tuple[int, ...]) -> str:
+    """150 -> "line 150"; 146, 147, 150 -> "lines 146-147, 150"."""
+    return f"line{'s' if len(lines) > 1 else ''} {spans(lines)}"
+
+
 def _unique(places: list[Place]) -> list[Place]:
     seen, out = set(), []
     for p in places:

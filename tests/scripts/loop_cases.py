@@ -67,9 +67,21 @@ def sloppy_meta(name, messages, tools):
 
 
 def revising_meta(name, messages, tools):
-    """Proposes the worse patch, then a comment, then the fix: each time it is told its patch would not be measured."""
-    told = sum("would not be measured" in str(m.get("content")) for m in messages if m.get("role") == "user")
+    """Proposes the worse patch, then a comment, then the fix: each time it is told its patch cannot be used as it is."""
+    told = sum("cannot be used as it is" in str(m.get("content")) for m in messages if m.get("role") == "user")
     return Reply([PROPOSALS[2], "TITLE: A note\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = \"\"\"\n=======\n# the instruction\nAGENT_INSTRUCTION = \"\"\"\n>>>>>>> REPLACE\n", PROPOSALS[3]][min(told, 2)])
+
+
+COPIED = ("TITLE: Nudge the agent back to the user sooner\nRATIONALE: the agent searches silently\nFILE: agent/agent.py\n<<<<<<< SEARCH\n"
+          "H4_CALLS_WITHOUT_USER = 8  # tool calls since the user last spoke before a note\n=======\n"
+          "H4_CALLS_WITHOUT_USER = 5  # tool calls since the user last spoke before a note\n>>>>>>> REPLACE\n"
+          "FILE: agent/harness.toml\n<<<<<<< SEARCH\nh4_trajectory_regulation = false\n=======\nh4_trajectory_regulation = true\n>>>>>>> REPLACE\n")
+
+
+def copying_meta(name, messages, tools):
+    """The 1.5B's one-shot habit: the guide's H4 example with H4 switched on; the fix once told it copied an example."""
+    told = any("the guide's example patch" in str(m.get("content")) for m in messages if m.get("role") == "user")
+    return Reply(PROPOSALS[3] if told else COPIED)
 
 
 def prose_meta(name, messages, tools):

@@ -1,7 +1,7 @@
 """The one-shot proposer: the meta-LLM reads the failure digest and the agent's files in one prompt and
 answers with a patch; a malformed answer or a SEARCH that does not match is sent back (prompts/repair.md),
 and so is a patch the loop would refuse unmeasured: one that cannot change a simulation, or that makes
-agent/ the same as an earlier candidate's (prompts/revise.md)."""
+agent/ the same as an earlier candidate's, and a copy of one of the guide's example patches (prompts/revise.md)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,20 @@ from typing import Optional, Sequence
 
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
+from evolver.evaluation.backends.results import SWITCHES
 from evolver.evaluation.scan import in_baseline, scan_tree
 from evolver.evolution.digest import build_digest
-from evolver.evolution.evidence import EarlierCandidate, same_as_earlier
+from evolver.evolution.evidence import EarlierCandidate, Evidence, same_as_earlier
+from evolver.evolution.harness_code import line_numbers
 from evolver.evolution.noop import UNCHANGED, agent_files, inert_edit_reason
-from evolver.evolution.patch import ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
+from evolver.evolution.patch import DIVIDER, REPLACE, SEARCH, ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 from evolver.evolution.proposers import Outcome, Request, meta_call
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
 KEEP_RECENT = 5  # learnings kept before the digest is cut
 MIN_DIGEST = 600  # characters of digest below which a proposal is not worth asking for
+MAX_QUOTED = 12  # lines of the parent quoted where the digest starts a patch
 
 
 class OneShot:
@@ -30,9 +33,10 @@ class OneShot:
 
     def propose(self, request: Request) -> Outcome:
         focus = request.focus
-        digest = build_digest(request.evidence.analysis, request.evidence.analysis_dir, max_chars=request.digest_chars, focus=focus,
-                              notes=tuple(request.evidence.triage_notes()), harness=request.evidence.harness_line,
-                              overview=request.evidence.harness_overview())
+        evidence = request.evidence
+        digest = build_digest(evidence.analysis, evidence.analysis_dir, max_chars=request.digest_chars, focus=focus,
+                              notes=tuple(evidence.triage_notes()), harness=evidence.harness_line,
+                              overview=evidence.harness_overview(tools=False), start=starting_patch(evidence))
         request.workdir.mkdir(parents=True, exist_ok=True)
         (request.workdir / "digest.md").write_text(digest)  # what the meta-LLM saw
         messages = build_messages(request.prompts_dir, request.guide, agent_files_text(request.parent), digest, request.learnings,
@@ -40,10 +44,54 @@ class OneShot:
         request.progress(1, 3, "answering with a patch")
         started = time.monotonic()
         outcome = propose(request.meta, messages, request.parent, prompts_dir=request.prompts_dir, llm_retries=request.llm_retries,
-                          identifiers=request.identifiers, earlier=request.evidence.earlier)
+                          identifiers=request.identifiers, earlier=evidence.earlier, guide=request.guide)
         outcome.stats = {"answers": len(outcome.responses), "tokens": outcome.usage.tokens, "seconds": round(time.monotonic() - started, 1),
                          "digest": str(request.workdir / "digest.md")}
         return outcome
+
+
+def starting_patch(evidence: Evidence) -> str:
+    """What the digest's first line points to, as the patch that acts on it begins: the lines of the parent that make the
+    harness's most common change, quoted as a SEARCH block, and the whole patch that switches off the one layer making every
+    change, when there is one; "" when there is neither. A model without tools cannot read lines it is only pointed to:
+    the 1.5B's answers copied the guide's examples instead."""
+    parts = []
+    where = evidence.first_place()
+    quoted = _quote(evidence.parent / where.path, where) if where is not None and where.writes and evidence.parent else ""
+    if quoted:
+        at = f"{where.function}{', ' + where.part if where.part else ''}"
+        parts.append(f"If {line_numbers(where.writes)} of {where.path} ({at}) are the fault, a patch that corrects or removes them begins:"
+                     f"\nFILE: {where.path}\n{SEARCH}\n{quoted}\n{DIVIDER}")
+    switch = evidence.layer_to_switch_off()
+    line = f"{switch} = true"
+    toml = _text(evidence.parent / SWITCHES) if switch and evidence.parent else ""
+    if toml and toml.count(line) == 1:
+        parts.append(f"To try the agent without the {switch[:2].upper()} layer, which makes every change the harness made in these failures, "
+                     f"the patch is:\nFILE: {SWITCHES}\n{SEARCH}\n{line}\n{DIVIDER}\n{switch} = false\n{REPLACE}")
+    return "\n\n".join(parts)
+
+
+def _quote(path: Path, where) -> str:
+    """The lines where.writes names (from the first to the last, or the first run of them when that is long), widened
+    downwards within the function until they occur once in the file, as SEARCH needs; "" when they cannot."""
+    text = _text(path)
+    lines = text.splitlines()
+    first, last = where.writes[0], where.writes[-1]
+    if last - first >= MAX_QUOTED:
+        last = next((a for a, b in zip(where.writes, where.writes[1:]) if b != a + 1), where.writes[-1])
+    while last <= min(where.end, len(lines)):
+        quoted = "\n".join(lines[first - 1:last])
+        if quoted.strip() and text.count(quoted) == 1:
+            return quoted
+        last += 1
+    return ""
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def load_template(prompts_dir: Path, name: str) -> string.Template:
@@ -106,14 +154,16 @@ def propose(
     llm_retries: int = 4,
     identifiers: frozenset = frozenset(),
     earlier: Sequence[EarlierCandidate] = (),
+    guide: str = "",
 ) -> Outcome:
     """Ask for a patch; a malformed answer, one whose SEARCH text does not match, or one the loop would refuse
     unmeasured (``earlier``: the run's candidates so far) is sent back with the error up to max_attempts times;
-    proposal None means no valid patch."""
+    proposal None means no valid patch. A copy of one of the ``guide``'s example patches is sent back while
+    attempts remain, and measured when none do."""
     outcome = Outcome(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
     conversation = list(messages)
     repair, revise = load_template(prompts_dir, "repair.md"), load_template(prompts_dir, "revise.md")
-    for _ in range(max_attempts):
+    for attempt in range(1, max_attempts + 1):
         text, usage = _complete(role, conversation, llm_retries)
         outcome.responses.append(text)
         outcome.usage = outcome.usage.add(usage)
@@ -127,7 +177,9 @@ def propose(
                 return outcome
             conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=str(exc))}]
             continue
-        if unchanged and not findings:
+        if not unchanged and attempt < max_attempts and (example := copied_example(proposal, guide)):
+            unchanged = f"it is the guide's example patch '{example}': the examples show the format, not a fix for these failures"
+        if unchanged and not findings:  # not measured, or a copy while attempts remain: asked again
             outcome.errors.append(unchanged)
             conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": revise.safe_substitute(error=unchanged)}]
             continue
@@ -138,6 +190,18 @@ def propose(
             outcome.refused = f"refused by the static scan: {findings[0]}{more}"
         return outcome
     return outcome
+
+
+def copied_example(proposal: Proposal, guide: str) -> str:
+    """The title of the guide's example patch that the proposal copies ("" if none): the SEARCH and REPLACE text of every edit
+    but the layer switches is in the guide, and one of them writes something. Every patch of the 1.5B that reached the gate in
+    the one-shot benchmark (v4, v5) was such a copy, with a layer switched on or off, whatever the digest said."""
+    edits = [e for e in proposal.edits if e.path != SWITCHES]
+    code = [e for e in edits if e.replace.strip()]
+    if not guide or not code or not all(e.search.strip() in guide and e.replace.strip() in guide for e in edits):
+        return ""
+    title = guide.rfind("TITLE:", 0, guide.find(code[0].replace.strip()))
+    return guide[title + len("TITLE:"):guide.find("\n", title)].strip() if title >= 0 else "an example"
 
 
 def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset, earlier: Sequence[EarlierCandidate]) -> tuple[list, Optional[str]]:
