@@ -131,6 +131,8 @@ def test_the_digest_and_the_command_workspace_carry_the_same(meddled, tmp_path):
     analysis = tmp_path / "workspace" / "analysis"
     failures = (analysis / "failures.md").read_text()
     assert "the harness changed:" in failures and failures.startswith("the harness changed what passed between tau2 and the model in 2 of 2 ")
+    # said as places in the files: an external coding agent has no read_file or set_layer tool of ours
+    assert " -> agent/agent.py lines " in failures.splitlines()[0] and "read_file" not in failures.splitlines()[0], failures.splitlines()[0]
     turns = (analysis / "T1-trial0.turns.md").read_text()
     assert "what the harness changed in this turn:" in turns and "user_1" not in turns
 

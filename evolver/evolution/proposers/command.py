@@ -161,7 +161,7 @@ def write_evidence(evidence: Evidence, workspace: Path) -> None:
     analysis.mkdir()
     earlier.mkdir()
     failures = [evidence.summary_line(r) for r in evidence.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0]
-    overview = evidence.harness_overview()  # where to look first, as the other proposers are told
+    overview = evidence.harness_overview(tools=False)  # where to look first, as the other proposers are told, as places in the files
     (analysis / "failures.md").write_text("\n".join(([overview, ""] if overview and failures else []) + failures) or "No failures on the analysis set.\n")
     for record in evidence.analysis.simulations:
         if record.outcome == "infra_error":
