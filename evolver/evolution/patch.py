@@ -74,12 +74,12 @@ def parse_proposal(text: str) -> Proposal:
     while i < len(lines):
         line = lines[i]
         stripped = line.strip()
-        if title is None and re.match(r"^\**TITLE\**\s*:", stripped, re.I):
-            title = stripped.split(":", 1)[1].strip(" *")
-        elif re.match(r"^\**RATIONALE\**\s*:", stripped, re.I):
+        if title is None and _label("TITLE", stripped):
+            title = stripped.split(":", 1)[1].strip(" *#")
+        elif _label("RATIONALE", stripped):
             in_rationale = True
-            rationale.append(stripped.split(":", 1)[1].strip())
-        elif re.match(r"^\**FILE\**\s*:", stripped, re.I):
+            rationale.append(stripped.split(":", 1)[1].strip(" *"))
+        elif _label("FILE", stripped):
             in_rationale = False
             path = stripped.split(":", 1)[1].strip().strip("`* ")
         elif stripped == SEARCH:
@@ -96,6 +96,12 @@ def parse_proposal(text: str) -> Proposal:
     if not edits:
         raise ParseError("no edit blocks found: write 'FILE: agent/agent.py' then <<<<<<< SEARCH / ======= / >>>>>>> REPLACE")
     return Proposal(title=title, rationale="\n".join(rationale).strip(), edits=edits)
+
+
+def _label(name: str, line: str) -> bool:
+    """Whether the line starts with the label, also as markdown ("**TITLE:**", "# TITLE:"): the prompt's own headings
+    are markdown, and the 1.5B answered "# TITLE: ..." three times over, told each time that no TITLE line was found."""
+    return re.match(rf"^[#*\s]*{name}\**\s*:", line, re.I) is not None
 
 
 def _read_block(lines: list[str], i: int, path: str) -> tuple[int, Edit]:
