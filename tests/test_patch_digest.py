@@ -33,11 +33,15 @@ def test_parse_two_files_and_multiline_rationale():
     assert [(e.path, e.search, e.replace) for e in p.edits] == [("agent/agent.py", "Be nice.", "Be exact."), ("agent/skills/titles.md", "", "Keep titles verbatim.")]
 
 
-def test_labels_written_as_markdown_are_labels():
+def test_labels_written_as_markdown_are_labels_and_a_repeated_edit_counts_once():
     """The prompt's headings are markdown: the 1.5B answered "# TITLE: ..." three times, told each time there was no TITLE line."""
     p = parse_proposal("# TITLE: Keep results\n**RATIONALE:** they were lost\n## FILE: agent/agent.py\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n"
                        "# Pattern 2: ended by max_steps\n")
     assert (p.title, p.rationale, [(e.path, e.search, e.replace) for e in p.edits]) == ("Keep results", "they were lost", [("agent/agent.py", "a", "b")])
+    # an answer repeated whole: its edit once (applied twice, the second SEARCH would not be found)
+    block = "FILE: agent/agent.py\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n"
+    assert len(parse_proposal(f"TITLE: t\n{block}TITLE: t\n{block}").edits) == 1
+    assert len(parse_proposal(f"TITLE: t\n{block}{block.replace('b', 'c')}").edits) == 2
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -87,7 +87,8 @@ def parse_proposal(text: str) -> Proposal:
             if path is None:
                 raise ParseError(f"line {i + 1}: a SEARCH block must follow a 'FILE: agent/...' line")
             i, edit = _read_block(lines, i + 1, path)
-            edits.append(edit)
+            if edit not in edits:  # the same block twice (the 1.5B repeats its answer): applied twice, the second could not match
+                edits.append(edit)
         elif in_rationale:
             rationale.append(line)
         i += 1
