@@ -152,6 +152,16 @@ def test_a_copy_of_a_guide_example_is_sent_back_while_attempts_remain(template, 
     assert copied_example(parse_proposal(PROPOSALS[3]), guide) == copied_example(parse_proposal(COPIED), "") == ""
 
 
+def test_a_search_found_nowhere_is_answered_with_the_lines_most_like_it(template, monkeypatch):
+    from evolver.evolution.patch import closest_lines
+
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:misquoting_meta")
+    out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR)
+    assert out.proposal is not None and out.proposal.title == "Keep the user's exact title" and len(out.responses) == 2
+    assert out.errors[0].startswith("edit 1: SEARCH text for agent/harness.toml not found") and "\n" not in out.errors[0]  # one line
+    assert closest_lines("a = 1\nb = 2\nc = 3\n", "b = 3") == "b = 2" and closest_lines("a = 1\nb = 2\n", "nothing alike at all") == ""
+
+
 def test_proposer_gives_up_after_bounded_attempts(tree, monkeypatch):
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:prose_meta")
     out = propose(RoleModel(model="scripted/meta"), _messages(), tree, prompts_dir=PROMPTS_DIR, max_attempts=3)

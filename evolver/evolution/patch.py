@@ -21,6 +21,7 @@ wrong with one is a PatchRejected with a one-line reason.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -41,9 +42,10 @@ class PatchRejected(ValueError):
     mismatch); a refused path or a syntax error is a verdict on the patch.
     """
 
-    def __init__(self, message: str, retryable: bool = False):
+    def __init__(self, message: str, retryable: bool = False, closest: str = ""):
         super().__init__(message)
         self.retryable = retryable
+        self.closest = closest  # for a SEARCH found nowhere: the file's lines most like it, to quote instead
 
 
 @dataclass
@@ -222,8 +224,33 @@ def _apply_one(n: int, rel: str, current: str | None, edit: Edit) -> str:
     if count != 1:
         first = edit.search.strip().splitlines()[0][:80]
         where = "not found" if count == 0 else f"found {count} times"
-        raise PatchRejected(f"edit {n}: SEARCH text for {rel} {where} (it starts with {first!r}); quote exact, unique lines", retryable=True)
+        raise PatchRejected(f"edit {n}: SEARCH text for {rel} {where} (it starts with {first!r}); quote exact, unique lines", retryable=True,
+                            closest=closest_lines(current, edit.search) if count == 0 else "")
     return current.replace(edit.search, edit.replace, 1)
+
+
+CLOSEST_MAX_LINES, CLOSEST_MIN_RATIO, CLOSEST_CANDIDATES = 40, 0.6, 20
+COMMENT = re.compile(r"\s+#.*$")
+
+
+def closest_lines(text: str, search: str) -> str:
+    """The run of the text's lines most like a SEARCH that matched nowhere, as many as it has, compared without indentation
+    and trailing comments (the first such run on a tie); "" when none is alike. A model told only "not found" quoted the
+    same lines again (the 1.5B, a layer's switch with the wrong value, twice)."""
+    lines, wanted = text.splitlines(), search.strip("\n").splitlines()
+    if not wanted or len(wanted) > CLOSEST_MAX_LINES or len(lines) < len(wanted):
+        return ""
+    bare = [COMMENT.sub("", line).strip() for line in lines]
+    matcher = difflib.SequenceMatcher(None, b="\n".join(COMMENT.sub("", line).strip() for line in wanted), autojunk=False)
+
+    def likeness(i: int, exact: bool) -> float:  # b is the side SequenceMatcher indexes once; quick_ratio bounds ratio from above
+        matcher.set_seq1("\n".join(bare[i:i + len(wanted)]))
+        return matcher.ratio() if exact else matcher.quick_ratio()
+
+    starts = range(len(lines) - len(wanted) + 1)
+    likely = sorted(starts, key=lambda i: -likeness(i, False))[:CLOSEST_CANDIDATES]
+    ratio, start = max((likeness(i, True), -i) for i in likely)
+    return "\n".join(lines[-start:-start + len(wanted)]) if ratio >= CLOSEST_MIN_RATIO else ""
 
 
 def _read(root: Path, rel: str) -> str | None:

@@ -84,6 +84,14 @@ def copying_meta(name, messages, tools):
     return Reply(PROPOSALS[3] if told else COPIED)
 
 
+def misquoting_meta(name, messages, tools):
+    """Quotes a layer's switch with the wrong value (the 1.5B did, twice after "not found"); quotes the file's line once shown it."""
+    if "h4_trajectory_regulation = false  # notes on repeated calls" in str(messages[-1].get("content")):
+        return Reply(PROPOSALS[3])
+    return Reply("TITLE: H4 on\nRATIONALE: r\nFILE: agent/harness.toml\n<<<<<<< SEARCH\nh4_trajectory_regulation = true\n=======\n"
+                 "h4_trajectory_regulation = false\n>>>>>>> REPLACE\n")
+
+
 def prose_meta(name, messages, tools):
     return Reply("No patch today.")
 

@@ -175,7 +175,8 @@ def propose(
             if isinstance(exc, PatchRejected) and not exc.retryable:
                 outcome.proposal, outcome.refused = proposal, str(exc)  # a verdict on the patch, not a format slip
                 return outcome
-            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=str(exc))}]
+            closest = f"\nThe lines of the file most like your SEARCH, to quote exactly instead:\n{exc.closest}" if getattr(exc, "closest", "") else ""
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=str(exc) + closest)}]
             continue
         if not unchanged and attempt < max_attempts and (example := copied_example(proposal, guide)):
             unchanged = f"it is the guide's example patch '{example}': the examples show the format, not a fix for these failures"
