@@ -174,6 +174,11 @@ def test_prompt_is_shrunk_to_the_context():
     total = sum(len(m["content"]) for m in msgs)
     assert total <= (6000 - 2500) * 4
     assert "older attempts omitted" in msgs[1]["content"] and "- Iteration 199:" in msgs[1]["content"]
+    # the lines to start from are never cut with the digest: cut, the 1.5B copied the prompt on from where they ended
+    start = "FILE: agent/agent.py\n<<<<<<< SEARCH\n" + "        state.messages = []\n" * 40 + "======="
+    user = build_messages(PROMPTS_DIR, "guide", "agent source", "digest " * 2000, history, context_tokens=6000, start=start)[1]["content"]
+    assert f"# Where to start\n\n{start}\n" in user and "(digest cut to fit the context)" in user
+    assert "Nothing in particular" in msgs[1]["content"]
     with pytest.raises(UsageError, match="meta_context_tokens"):
         build_messages(PROMPTS_DIR, "guide " * 4000, "agent", "digest", [], context_tokens=3000)
 

@@ -153,11 +153,10 @@ def describe(label: str, record: SimRecord, messages: list[dict], more_values=()
 
 
 def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, full_examples: int = 2, focus: tuple[int, int] = (0, 1),
-                 notes: tuple[str, ...] = (), harness: Optional[Callable[[SimRecord], str]] = None, overview: str = "",
-                 start: str = "") -> str:
+                 notes: tuple[str, ...] = (), harness: Optional[Callable[[SimRecord], str]] = None, overview: str = "") -> str:
     """A markdown digest of the failures in `result` (an analysis-set evaluation); ``harness`` says in one line what the
     harness changed in a simulation, ``overview`` where to look first (evolver.evolution.evidence.Evidence.harness_line,
-    harness_overview), ``start`` how a patch that acts on it begins (evolver.evolution.proposers.oneshot.starting_patch).
+    harness_overview).
 
     ``focus`` (i, k): the digest for candidate i of k proposed at once. Every candidate sees all
     failure patterns, but the full trajectories and the stated focus are patterns i, i+k, ...,
@@ -177,7 +176,6 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
         *([overview[0].upper() + overview[1:] + "."] if overview else []),
         *([f"Tasks that may be only noise (triage): {'; '.join(notes)}"] if notes else []),
         "",
-        *(["## Where to start", start, ""] if start else []),
     ]
     if not failures:
         return "\n".join(head + ["No failures on the analysis set."])

@@ -25,7 +25,7 @@ CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
 KEEP_RECENT = 5  # learnings kept before the digest is cut
 MIN_DIGEST = 600  # characters of digest below which a proposal is not worth asking for
-MAX_QUOTED = 12  # lines of the parent quoted where the digest starts a patch
+MAX_QUOTED = 12  # lines of the parent quoted where the prompt starts a patch
 
 
 class OneShot:
@@ -36,11 +36,12 @@ class OneShot:
         evidence = request.evidence
         digest = build_digest(evidence.analysis, evidence.analysis_dir, max_chars=request.digest_chars, focus=focus,
                               notes=tuple(evidence.triage_notes()), harness=evidence.harness_line,
-                              overview=evidence.harness_overview(tools=False), start=starting_patch(evidence))
+                              overview=evidence.harness_overview(tools=False))
+        start = starting_patch(evidence)
         request.workdir.mkdir(parents=True, exist_ok=True)
-        (request.workdir / "digest.md").write_text(digest)  # what the meta-LLM saw
+        (request.workdir / "digest.md").write_text(digest + (f"\n\n# Where to start\n\n{start}\n" if start else ""))  # what the meta-LLM saw
         messages = build_messages(request.prompts_dir, request.guide, agent_files_text(request.parent), digest, request.learnings,
-                                  request.context_tokens)
+                                  request.context_tokens, start)
         request.progress(1, 3, "answering with a patch")
         started = time.monotonic()
         outcome = propose(request.meta, messages, request.parent, prompts_dir=request.prompts_dir, llm_retries=request.llm_retries,
@@ -51,7 +52,7 @@ class OneShot:
 
 
 def starting_patch(evidence: Evidence) -> str:
-    """What the digest's first line points to, as the patch that acts on it begins: the lines of the parent that make the
+    """What the digest's overview points to, as the patch that acts on it begins: the lines of the parent that make the
     harness's most common change, quoted as a SEARCH block, and the whole patch that switches off the one layer making every
     change, when there is one; "" when there is neither. A model without tools cannot read lines it is only pointed to:
     the 1.5B's answers copied the guide's examples instead."""
@@ -111,15 +112,18 @@ def agent_files_text(checkout: Path) -> str:
     return "\n\n".join(parts)
 
 
-def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str, history: list[str], context_tokens: int) -> list[dict]:
-    """The meta prompt, shrunk to fit: older history entries go first, then the digest is cut."""
+def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str, history: list[str], context_tokens: int,
+                   start: str = "") -> list[dict]:
+    """The meta prompt, shrunk to fit: older history entries go first, then the digest is cut; ``start`` (starting_patch)
+    is never cut: cut, the 1.5B copied the prompt on from where its quoted lines ended."""
     system = load_template(prompts_dir, "system.md").safe_substitute(harness_guide=guide)
     user_t = load_template(prompts_dir, "propose.md")
     budget = (context_tokens - ANSWER_TOKENS) * CHARS_PER_TOKEN - len(system)
     history = list(history)
 
     def render(d: str, h: list[str]) -> str:
-        return user_t.safe_substitute(agent_files=agent_files, digest=d, history="\n".join(h) or "None yet: this is the first attempt.")
+        return user_t.safe_substitute(agent_files=agent_files, digest=d, history="\n".join(h) or "None yet: this is the first attempt.",
+                                      start=start or "Nothing in particular: the failures do not point to lines of agent/.")
 
     shown = history
     text = render(digest, shown)
