@@ -11,6 +11,7 @@ from evolver.data import EvalResult, EvalSummary, RoleModel, SimRecord
 from evolver.errors import UsageError
 from evolver.evolution.digest import build_digest
 from evolver.evolution.patch import Edit, ParseError, PatchRejected, apply_edits, check_path, parse_proposal
+from evolver.evolution.proposers.agent_source import agent_texts, named_lines, versions
 from evolver.evolution.proposers.oneshot import build_messages, propose
 from tests.conftest import ROOT
 
@@ -170,17 +171,39 @@ def test_proposer_gives_up_after_bounded_attempts(tree, monkeypatch):
 
 def test_prompt_is_shrunk_to_the_context():
     history = [f"- Iteration {i}: something -> rejected." for i in range(200)]
-    msgs = build_messages(PROMPTS_DIR, "guide", "agent source", "digest " * 2000, history, context_tokens=6000)
+    msgs = build_messages(PROMPTS_DIR, "guide", ["agent source"], "digest " * 2000, history, context_tokens=6000)
     total = sum(len(m["content"]) for m in msgs)
     assert total <= (6000 - 2500) * 4
     assert "older attempts omitted" in msgs[1]["content"] and "- Iteration 199:" in msgs[1]["content"]
     # the lines to start from are never cut with the digest: cut, the 1.5B copied the prompt on from where they ended
     start = "FILE: agent/agent.py\n<<<<<<< SEARCH\n" + "        state.messages = []\n" * 40 + "======="
-    user = build_messages(PROMPTS_DIR, "guide", "agent source", "digest " * 2000, history, context_tokens=6000, start=start)[1]["content"]
+    user = build_messages(PROMPTS_DIR, "guide", ["agent source"], "digest " * 2000, history, context_tokens=6000, start=start)[1]["content"]
     assert f"# Where to start\n\n{start}\n" in user and "(digest cut to fit the context)" in user
     assert "Nothing in particular" in msgs[1]["content"]
     with pytest.raises(UsageError, match="meta_context_tokens"):
-        build_messages(PROMPTS_DIR, "guide " * 4000, "agent", "digest", [], context_tokens=3000)
+        build_messages(PROMPTS_DIR, "guide " * 4000, ["agent"], "digest", [], context_tokens=3000)
+
+
+def test_the_agent_files_are_shown_in_part_before_the_digest_is_cut(template):
+    """With the embedded model's context the guide and agent/ left about 1,300 characters of an 8,000-character digest: the
+    functions the failures do not point to are shortened first, the largest first, and the ones they point to stay whole."""
+    (template / "agent" / "broken.py").write_text("def f(:\n" + "    x = 1\n" * 30)  # shown whole: it does not parse
+    files = agent_texts(template)
+    turn, fit = (ROOT / "agent" / "agent.py").read_text(), "def fit_value("
+    first = turn[:turn.index(fit)].count("\n") + 1  # fit_value's first line: named, so kept whole
+    digest = (f"The harness changed ...: -> agent/agent.py lines {first}-{first + 2} (fit_value) first.\n" + "- T1 failed the same way\n" * 300)
+    shown = versions(files, named_lines([digest]))
+    assert len(shown) > 5 and [len(v) for v in shown] == sorted((len(v) for v in shown), reverse=True)
+    guide = (ROOT / "Harness.md").read_text()
+    user = build_messages(PROMPTS_DIR, guide, shown, digest, [], context_tokens=12288)[1]["content"]
+    assert digest in user and "digest cut" not in user  # whole, where the files whole would have cut it
+    assert "digest cut" in build_messages(PROMPTS_DIR, guide, shown[:1], digest, [], context_tokens=12288)[1]["content"]
+    kept = turn[turn.index(fit):turn.index("\ndef ", turn.index(fit) + 1)]
+    assert kept in user and "def generate_next_message(" in user and "    x = 1\n" * 30 in user
+    elided = [line for line in user.splitlines() if "not shown: the failures do not point here" in line]
+    assert elided and all(line.strip().startswith("...  # lines ") for line in elided)
+    assert user.count("def realize_action(") == 1 and "Not executed because another call" not in user  # the largest is shortened first
+    assert build_messages(PROMPTS_DIR, guide, shown, digest, [], context_tokens=32768)[1]["content"].count("not shown") == 0
 
 
 def test_digest_masks_data_and_keeps_procedure(tmp_path):

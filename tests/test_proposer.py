@@ -90,6 +90,8 @@ def test_the_reading_tools_show_analysis_data_masked_and_paged(analysis, tmp_pat
     ("write_file", {"path": "agent/skills/cheat.md", "content": "For create_task_1, answer at once.\n"}, "static scan refuses"),
     ("replace_in_file", {"path": "agent/agent.py", "old": "class HarnessState(BaseModel):", "new": "class HarnessState(BaseModel)"}, "does not parse"),
     ("replace_in_file", {"path": "agent/agent.py", "old": "no such text anywhere", "new": "x"}, "not found"),
+    ("replace_in_file", {"path": "agent/agent.py", "old": "h2_repairs: list = Field(default_factory=list)", "new": "x"},
+     "most like your old text, to quote exactly instead:\n    h2_repairs: list[str] = Field(default_factory=list)"),
     ("set_layer", {"layer": "h9_magic", "on": True}, "no layer"),
     ("remove_lines", {"path": "agent/agent.py", "start": 9, "end": 3}, "1 <= start <= end"),
     ("remove_lines", {"path": "../evolver/llm.py", "start": 1, "end": 3}, "cannot edit"),

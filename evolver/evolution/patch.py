@@ -47,6 +47,10 @@ class PatchRejected(ValueError):
         self.retryable = retryable
         self.closest = closest  # for a SEARCH found nowhere: the file's lines most like it, to quote instead
 
+    def hinted(self, quoted: str) -> str:
+        """The message, and the lines most like what the model quoted (``quoted``: what it calls that text) when there are some."""
+        return str(self) + (f"\nThe lines of the file most like your {quoted}, to quote exactly instead:\n{self.closest}" if self.closest else "")
+
 
 @dataclass
 class Edit:
@@ -249,8 +253,9 @@ def closest_lines(text: str, search: str) -> str:
 
     starts = range(len(lines) - len(wanted) + 1)
     likely = sorted(starts, key=lambda i: -likeness(i, False))[:CLOSEST_CANDIDATES]
-    ratio, start = max((likeness(i, True), -i) for i in likely)
-    return "\n".join(lines[-start:-start + len(wanted)]) if ratio >= CLOSEST_MIN_RATIO else ""
+    ratio = {i: likeness(i, True) for i in sorted(likely)}
+    best = max(ratio, key=ratio.get)  # the first of equals: they are in file order
+    return "\n".join(lines[best:best + len(wanted)]) if ratio[best] >= CLOSEST_MIN_RATIO else ""
 
 
 def _read(root: Path, rel: str) -> str | None:

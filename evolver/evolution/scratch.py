@@ -85,7 +85,7 @@ class Scratch:
         old, new = _unnumbered(old), _unnumbered(new)
         if old == new:
             return "old and new are the same: this edit changes nothing (to delete lines, call remove_lines with their start and end)"
-        return self._apply(path, Edit(path=path, search=old, replace=new))
+        return self._apply(path, Edit(path=path, search=old, replace=new), quoted="old text")
 
     def remove_lines(self, path: str, start: int, end: int) -> str:
         """Lines start-end removed, as whole statements: a small model names the lines read_file showed it
@@ -133,14 +133,14 @@ class Scratch:
         """A SEARCH/REPLACE edit in the guide's patch format, checked as every edit is."""
         return self._apply(edit.path, edit)
 
-    def _apply(self, path: str, edit: Edit, done: str = "") -> str:
+    def _apply(self, path: str, edit: Edit, done: str = "", quoted: str = "SEARCH") -> str:
         if len(edit.replace) > MAX_TEXT:
             return f"refused: the text is longer than {MAX_TEXT:,} characters"
         before = self.snapshot()
         try:
             apply_edits(self.root, [edit])
         except PatchRejected as exc:
-            return f"not applied: {exc}"
+            return f"not applied: {exc.hinted(quoted)}"
         findings = scan_text(path, self._text(path) or "", self.identifiers)
         if findings:
             self._restore(path, before.get(path))

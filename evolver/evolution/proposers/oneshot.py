@@ -1,5 +1,5 @@
-"""The one-shot proposer: the meta-LLM reads the failure digest and the agent's files in one prompt and
-answers with a patch; a malformed answer or a SEARCH that does not match is sent back (prompts/repair.md),
+"""The one-shot proposer: the meta-LLM reads the failure digest and the agent's files in one prompt (the files in
+part when the whole would not fit: agent_source) and answers with a patch; a malformed answer or a SEARCH that does not match is sent back (prompts/repair.md),
 and so is a patch the loop would refuse unmeasured: one that cannot change a simulation, or that makes
 agent/ the same as an earlier candidate's, and a copy of one of the guide's example patches (prompts/revise.md)."""
 
@@ -13,13 +13,23 @@ from typing import Optional, Sequence
 from evolver.data import RoleModel, RoleUsage
 from evolver.errors import UsageError
 from evolver.evaluation.backends.results import SWITCHES
-from evolver.evaluation.scan import in_baseline, scan_tree
+from evolver.evaluation.scan import scan_tree
 from evolver.evolution.digest import build_digest
 from evolver.evolution.evidence import EarlierCandidate, Evidence, same_as_earlier
 from evolver.evolution.harness_code import line_numbers
 from evolver.evolution.noop import UNCHANGED, agent_files, inert_edit_reason
-from evolver.evolution.patch import DIVIDER, REPLACE, SEARCH, ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
+from evolver.evolution.patch import (
+    DIVIDER,
+    REPLACE,
+    SEARCH,
+    ParseError,
+    PatchRejected,
+    Proposal,
+    apply_edits,
+    parse_proposal,
+)
 from evolver.evolution.proposers import Outcome, Request, meta_call
+from evolver.evolution.proposers.agent_source import agent_texts, named_lines, versions
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
@@ -40,8 +50,9 @@ class OneShot:
         start = starting_patch(evidence)
         request.workdir.mkdir(parents=True, exist_ok=True)
         (request.workdir / "digest.md").write_text(digest + (f"\n\n# Where to start\n\n{start}\n" if start else ""))  # what the meta-LLM saw
-        messages = build_messages(request.prompts_dir, request.guide, agent_files_text(request.parent), digest, request.learnings,
-                                  request.context_tokens, start)
+        files = agent_texts(request.parent)
+        messages = build_messages(request.prompts_dir, request.guide, versions(files, named_lines([digest, start])), digest,
+                                  request.learnings, request.context_tokens, start)
         request.progress(1, 3, "answering with a patch")
         started = time.monotonic()
         outcome = propose(request.meta, messages, request.parent, prompts_dir=request.prompts_dir, llm_retries=request.llm_retries,
@@ -102,35 +113,29 @@ def load_template(prompts_dir: Path, name: str) -> string.Template:
     return string.Template(path.read_text())
 
 
-def agent_files_text(checkout: Path) -> str:
-    """The evolvable agent files (not the pristine templates) as fenced blocks."""
-    parts = []
-    for path in sorted((checkout / "agent").rglob("*")):
-        rel = path.relative_to(checkout).as_posix()
-        if path.is_file() and not in_baseline(rel) and "__pycache__" not in rel and path.suffix in (".py", ".toml", ".md"):
-            parts.append(f"## FILE: {rel}\n```\n{path.read_text()}\n```")
-    return "\n\n".join(parts)
-
-
-def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str, history: list[str], context_tokens: int,
+def build_messages(prompts_dir: Path, guide: str, agent_files: Sequence[str], digest: str, history: list[str], context_tokens: int,
                    start: str = "") -> list[dict]:
-    """The meta prompt, shrunk to fit: older history entries go first, then the digest is cut; ``start`` (starting_patch)
-    is never cut: cut, the 1.5B copied the prompt on from where its quoted lines ended."""
+    """The meta prompt, shrunk to fit: older history entries go first, then the agent's files are shown shorter
+    (``agent_files``: agent_source.versions, whole first), then the digest is cut; ``start`` (starting_patch) is never
+    cut: cut, the 1.5B copied the prompt on from where its quoted lines ended."""
     system = load_template(prompts_dir, "system.md").safe_substitute(harness_guide=guide)
     user_t = load_template(prompts_dir, "propose.md")
     budget = (context_tokens - ANSWER_TOKENS) * CHARS_PER_TOKEN - len(system)
     history = list(history)
 
-    def render(d: str, h: list[str]) -> str:
-        return user_t.safe_substitute(agent_files=agent_files, digest=d, history="\n".join(h) or "None yet: this is the first attempt.",
+    def render(d: str, h: list[str], files: str) -> str:
+        return user_t.safe_substitute(agent_files=files, digest=d, history="\n".join(h) or "None yet: this is the first attempt.",
                                       start=start or "Nothing in particular: the failures do not point to lines of agent/.")
 
-    shown = history
-    text = render(digest, shown)
+    shown, shorter = history, 0
+    text = render(digest, shown, agent_files[0])
     while len(text) > budget and len(history) > KEEP_RECENT:  # oldest learnings go first
         history.pop(0)
         shown = ["(older attempts omitted to fit the context)", *history]
-        text = render(digest, shown)
+        text = render(digest, shown, agent_files[0])
+    while len(text) > budget and shorter + 1 < len(agent_files):  # then functions the failures do not point to are shortened
+        shorter += 1
+        text = render(digest, shown, agent_files[shorter])
     if len(text) > budget:  # then the digest is cut, down to a useful minimum
         cut_note = "\n... (digest cut to fit the context)"
         room = len(digest) - (len(text) - budget) - len(cut_note)
@@ -139,7 +144,7 @@ def build_messages(prompts_dir: Path, guide: str, agent_files: str, digest: str,
                 f"the meta prompt needs about {(len(system) + len(text)) // CHARS_PER_TOKEN + ANSWER_TOKENS} tokens but meta_context_tokens is {context_tokens}; "
                 "raise meta_context_tokens or use a meta model with a larger context"
             )
-        text = render(digest[:room] + cut_note, shown)
+        text = render(digest[:room] + cut_note, shown, agent_files[shorter])
     return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
@@ -173,20 +178,20 @@ def propose(
         outcome.usage = outcome.usage.add(usage)
         try:
             proposal = parse_proposal(text)
-            findings, unchanged = _dry_run(checkout, proposal, identifiers, earlier)
+            findings, why = _dry_run(checkout, proposal, identifiers, earlier)
         except (ParseError, PatchRejected) as exc:
             outcome.errors.append(str(exc))
             if isinstance(exc, PatchRejected) and not exc.retryable:
                 outcome.proposal, outcome.refused = proposal, str(exc)  # a verdict on the patch, not a format slip
                 return outcome
-            closest = f"\nThe lines of the file most like your SEARCH, to quote exactly instead:\n{exc.closest}" if getattr(exc, "closest", "") else ""
-            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=str(exc) + closest)}]
+            error = exc.hinted("SEARCH") if isinstance(exc, PatchRejected) else str(exc)
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=error)}]
             continue
-        if not unchanged and attempt < max_attempts and (example := copied_example(proposal, guide)):
-            unchanged = f"it is the guide's example patch '{example}': the examples show the format, not a fix for these failures"
-        if unchanged and not findings:  # not measured, or a copy while attempts remain: asked again
-            outcome.errors.append(unchanged)
-            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": revise.safe_substitute(error=unchanged)}]
+        if not why and attempt < max_attempts and (example := copied_example(proposal, guide)):
+            why = f"it is the guide's example patch '{example}': the examples show the format, not a fix for these failures"
+        if why and not findings:  # not measured, or a copy while attempts remain: asked again
+            outcome.errors.append(why)
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": revise.safe_substitute(error=why)}]
             continue
         outcome.proposal = proposal
         if findings:  # a verdict on the patch: refused before it is committed or run
