@@ -178,7 +178,7 @@ def test_prompt_is_shrunk_to_the_context():
     # the lines to start from are never cut with the digest: cut, the 1.5B copied the prompt on from where they ended
     start = "FILE: agent/agent.py\n<<<<<<< SEARCH\n" + "        state.messages = []\n" * 40 + "======="
     user = build_messages(PROMPTS_DIR, "guide", ["agent source"], "digest " * 2000, history, context_tokens=6000, start=start)[1]["content"]
-    assert f"# Where to start\n\n{start}\n" in user and "(digest cut to fit the context)" in user
+    assert user.endswith(f"# Where to start\n\n{start}\n") and "(digest cut to fit the context)" in user  # last: nothing to copy on
     assert "Nothing in particular" in msgs[1]["content"]
     with pytest.raises(UsageError, match="meta_context_tokens"):
         build_messages(PROMPTS_DIR, "guide " * 4000, ["agent"], "digest", [], context_tokens=3000)

@@ -128,7 +128,8 @@ def _read_block(lines: list[str], i: int, path: str) -> tuple[int, Edit]:
         else:
             target.append(lines[i])
         i += 1
-    raise ParseError(f"line {start}: edit block for {path!r} is not closed with '{REPLACE}'")
+    raise ParseError(f"line {start}: edit block for {path!r} is not closed with '{REPLACE}': after '{DIVIDER}' write only the lines "
+                     f"that take the SEARCH lines' place, then the line '{REPLACE}'")
 
 
 ALLOWED_SUFFIXES = (".py", ".toml", ".md", ".txt", ".json")
