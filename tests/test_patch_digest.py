@@ -129,6 +129,15 @@ def test_a_patch_the_loop_would_not_measure_is_sent_back(template, monkeypatch):
     assert out.proposal is None and len(out.responses) == 2  # the attempts are bounded as for a format error
 
 
+def test_lines_given_back_unchanged_are_told_so(template):
+    """Given the lines to start from, the 1.5B answered them back unchanged three times and was told only that agent/ was as it was."""
+    from evolver.evolution.proposers.oneshot import _dry_run
+
+    same = parse_proposal('TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = """\n=======\nAGENT_INSTRUCTION = """\n>>>>>>> REPLACE\n')
+    assert _dry_run(template, same, frozenset(), []) == ([], "it leaves agent/ as it was: its lines after ======= are its SEARCH lines "
+                                                             "unchanged; write them as they should be, corrected or without what does harm")
+
+
 def test_a_copy_of_a_guide_example_is_sent_back_while_attempts_remain(template, monkeypatch):
     """Every one-shot patch of the 1.5B that reached the gate copied one of the guide's examples, whatever the digest said:
     it is told so and answers again; on the last attempt the copy is measured like any patch."""

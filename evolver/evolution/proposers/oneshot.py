@@ -231,5 +231,7 @@ def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset, earlier
         if same is not None:
             return findings, f"it makes agent/ the same as {same.verdict()}"
         if files == agent_files(checkout):
-            return findings, f"it {UNCHANGED}"
+            copied = all(e.search.strip() == e.replace.strip() for e in proposal.edits)  # the 1.5B, given the lines to start from
+            return findings, f"it {UNCHANGED}" + (f": its lines after {DIVIDER} are its SEARCH lines unchanged; write them as they "
+                                                   "should be, corrected or without what does harm" if copied else "")
         return findings, inert_edit_reason(checkout, Path(tmp))
