@@ -134,6 +134,9 @@ HOSTILE = [
     ("task-data-multiline", "NOTE = '''\nfirst line\nuse task_2 here\n'''", False, "task-data", 3),
     ("task-data-comment", "x = 1  # the test user is user_1", False, "task-data", 1),
     ("task-data-fstring", "n = 1\nmsg = f'user_1 has {n} tasks'", True, "task-data", 2),
+    # the failure digest's masked values: the 1.5B's fixed customer message in place of state_reset's reset, kept by the scripted gate
+    ("digest-placeholder", "state.messages = [UserMessage(role='user', content=\"create a task called '<V1>' for <V2>.\")]", True, "task-data", 1),
+    ("digest-placeholder-comment", "x = 1  # as in T1: <V3>", False, "task-data", 1),
     ("not-python", "def broken(:\n    pass", False, "unreadable", 1),
 ]
 

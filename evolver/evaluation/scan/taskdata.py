@@ -12,6 +12,9 @@ from typing import Iterable, Iterator
 from evolver.evaluation.scan.findings import short
 
 TOKEN = re.compile(r"[A-Za-z0-9_#.@-]+")
+# A value as the failure digest masks it (evolver.evolution.digest.Masker): conversation text copied from the digest. The 1.5B
+# replaced state_reset's reset with a fixed customer message, "create a task called '<V1>' for <V2>", and the scripted gate kept it.
+PLACEHOLDER = re.compile(r"<V\d+>")
 
 
 def task_data_identifiers(tasks: list[dict], db: dict | None, exclude: Iterable[str] = ()) -> frozenset[str]:
@@ -75,10 +78,10 @@ def _untokenizable(identifiers: frozenset[str]) -> tuple[str, ...]:
 
 def data_hits(text: str, identifiers: frozenset[str]) -> Iterator[tuple[int, str]]:
     """(offset, detail) for each identifier in text; the offset finds the line in a multi-line literal."""
-    if not identifiers:
-        return
-    hits = [(pos, token) for pos, token in _tokens(text) if token in identifiers]
-    hits += [(text.find(i), i) for i in _untokenizable(identifiers) if i in text]
+    hits = [(m.start(), m.group()) for m in PLACEHOLDER.finditer(text)]
+    if identifiers:
+        hits += [(pos, token) for pos, token in _tokens(text) if token in identifiers]
+        hits += [(text.find(i), i) for i in _untokenizable(identifiers) if i in text]
     shown = short(text.strip())
     for pos, hit in hits:
         yield pos, repr(hit) if shown == repr(hit) else f"{hit!r} in {shown}"
@@ -86,7 +89,7 @@ def data_hits(text: str, identifiers: frozenset[str]) -> Iterator[tuple[int, str
 
 def comment_hits(text: str, identifiers: frozenset[str]) -> list[tuple[int, str, str]]:
     """Comments count too: code can read its own source."""
-    if not identifiers:
+    if not identifiers and not PLACEHOLDER.search(text):
         return []  # tokenizing for nothing to look for
     try:
         comments = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
