@@ -12,21 +12,17 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from evolver.evaluation.scan import in_baseline, parse_python
+from evolver.evaluation.scan import parse_python
 from evolver.evolution.harness_code import TURN_METHOD
+from evolver.evolution.noop import agent_files
 
 SHOWN = (".py", ".toml", ".md")
 NAMED = re.compile(r"(agent/[\w/.-]+\.py) lines? (\d+)(?:-(\d+))?")  # "agent/agent.py lines 143-148", "agent/agent.py line 150"
 
 
 def agent_texts(checkout: Path) -> dict[str, str]:
-    """The evolvable agent files (not the pristine templates), by path relative to the checkout."""
-    files = {}
-    for path in sorted((checkout / "agent").rglob("*")):
-        rel = path.relative_to(checkout).as_posix()
-        if path.is_file() and not in_baseline(rel) and "__pycache__" not in rel and path.suffix in SHOWN:
-            files[rel] = path.read_text()
-    return files
+    """The evolvable agent files (noop.agent_files) a reader is shown, as text, by path relative to the checkout."""
+    return {rel: data.decode("utf-8") for rel, data in sorted(agent_files(checkout).items()) if rel.endswith(SHOWN)}
 
 
 def named_lines(texts: Iterable[str]) -> set[tuple[str, int]]:

@@ -1,7 +1,8 @@
 """The one-shot proposer: the meta-LLM reads the failure digest and the agent's files in one prompt (the files in
-part when the whole would not fit: agent_source) and answers with a patch; a malformed answer or a SEARCH that does not match is sent back (prompts/repair.md),
-and so is a patch the loop would refuse unmeasured: one that cannot change a simulation, or that makes
-agent/ the same as an earlier candidate's, and a copy of one of the guide's example patches (prompts/revise.md)."""
+part when the whole would not fit: agent_source) and answers with a patch; a malformed answer or a SEARCH that
+does not match is sent back (prompts/repair.md), and so is a patch the loop would refuse unmeasured: one that
+cannot change a simulation, or that makes agent/ the same as an earlier candidate's, and a copy of one of the
+guide's example patches (prompts/revise.md)."""
 
 from __future__ import annotations
 
@@ -18,16 +19,7 @@ from evolver.evolution.digest import build_digest
 from evolver.evolution.evidence import EarlierCandidate, Evidence, same_as_earlier
 from evolver.evolution.harness_code import line_numbers
 from evolver.evolution.noop import UNCHANGED, agent_files, inert_edit_reason
-from evolver.evolution.patch import (
-    DIVIDER,
-    REPLACE,
-    SEARCH,
-    ParseError,
-    PatchRejected,
-    Proposal,
-    apply_edits,
-    parse_proposal,
-)
+from evolver.evolution.patch import DIVIDER, REPLACE, SEARCH, ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 from evolver.evolution.proposers import Outcome, Request, meta_call
 from evolver.evolution.proposers.agent_source import agent_texts, named_lines, versions
 
