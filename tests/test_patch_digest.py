@@ -237,6 +237,16 @@ def test_digest_masks_data_and_keeps_procedure(tmp_path):
     assert "create_task(user_id=<V" in digest
 
 
+def test_the_digest_tells_a_repeated_call_once_with_its_count(tmp_path):
+    call = {"role": "assistant", "content": None, "tool_calls": [{"name": "create_task", "arguments": {"title": "x1"}}]}
+    other = {"role": "assistant", "content": None, "tool_calls": [{"name": "list_tasks", "arguments": {}}]}
+    (tmp_path / "t.json").write_text(json.dumps({"messages": [call, call, call, other, call]}))
+    rec = SimRecord(task_id="t", trial=0, outcome="ok", reward=0.0, termination_reason="max_steps", steps=5, trajectory_file="t.json")
+    summary = EvalSummary(num_tasks=1, num_trials=1, num_simulations=1, scored=1, failed=0, infra_errors=0, avg_reward=0.0, pass_hat_k={}, usage={}, duration=1.0)
+    result = EvalResult(run_id="r", checkout="c", domain="mock", split=None, task_ids=["t"], trials=1, seed=1, max_steps=5, models={}, summary=summary, simulations=[rec])
+    assert "agent did: create_task(title=<V1>), 3 times in a row; list_tasks(); create_task(title=<V1>); ended by" in build_digest(result, tmp_path)
+
+
 # ---- hostile paths and text ----------------------------------------------------------------
 
 

@@ -122,8 +122,11 @@ def test_the_digest_and_the_command_workspace_carry_the_same(meddled, tmp_path):
 
     repo, result, folder, sims = meddled
     evidence = Evidence(result, folder, parent=repo)
-    digest = build_digest(result, folder, harness=evidence.harness_line)
+    digest = build_digest(result, folder, harness=evidence.harness_line, turn=evidence.changed_turn)
     assert "the harness changed: " in digest and "reply handed back as a stop" in digest
+    # the first changed turn as the model saw it, before the full trajectories that only show tau2's side
+    seen = digest.split("## One turn as the model saw it\n")[1].split("## Full trajectories")[0]
+    assert "turn 1 of" in seen and "what the harness changed in this turn:" in seen and "user_1" not in seen
     request = Request(label="1", focus=(0, 1), parent=repo, evidence=evidence, learnings=[], guide="# Guide\n", identifiers=frozenset(),
                       meta=RoleModel(model="scripted/meta"), llm_retries=1, context_tokens=32000, budget=Budget(), workdir=tmp_path,
                       prompts_dir=ROOT / "prompts")
@@ -135,6 +138,9 @@ def test_the_digest_and_the_command_workspace_carry_the_same(meddled, tmp_path):
     assert " -> agent/agent.py lines " in failures.splitlines()[0] and "read_file" not in failures.splitlines()[0], failures.splitlines()[0]
     turns = (analysis / "T1-trial0.turns.md").read_text()
     assert "what the harness changed in this turn:" in turns and "user_1" not in turns
+    # a dropped tool result is shown as tau2 gave it, its keys kept and its values masked
+    every = "\n".join(line for r in result.simulations for line in evidence.turns_text(r))
+    assert re.search(r'tool result never reached the model: content: \{"task_id": "<V\d+>", ', every), every
 
 
 def test_a_fault_inside_a_switched_on_layer_is_answered_with_switching_the_layer_off(meddled, tmp_path):
@@ -247,14 +253,17 @@ def test_an_evaluation_can_leave_the_view_unrecorded(tmp_path):
 
 
 def test_the_digest_says_a_repeated_change_once_per_pattern(tmp_path):
-    """Eight failures with the same change would otherwise crowd the full trajectories out of the digest."""
+    """Eight failures with the same change would otherwise crowd the full trajectories out of the digest; simulations
+    alike in every line are told once, by their labels."""
     from evolver.data import EvalSummary, SimRecord
     from evolver.evolution.digest import build_digest
 
-    sims = [SimRecord(task_id=f"t{n}", trial=0, outcome="ok", reward=0.0, termination_reason="max_steps") for n in range(3)]
+    sims = [SimRecord(task_id=f"t{n}", trial=0, outcome="ok", reward=0.0, termination_reason="max_steps", steps=30 + n // 2) for n in range(3)]
     summary = EvalSummary(num_tasks=3, num_trials=1, num_simulations=3, scored=3, failed=0, infra_errors=0, avg_reward=0.0, pass_hat_k={},
                           usage={}, duration=1.0)
     result = EvalResult(run_id="r", checkout=".", domain="mock", split=None, task_ids=["t0", "t1", "t2"], trials=1, seed=1, max_steps=30,
                         models={}, summary=summary, simulations=sims)
     digest = build_digest(result, tmp_path, harness=lambda record: "14 tool results never reached the model (turns 2-15)")
-    assert digest.count("the harness changed: 14 tool results") == 1 and digest.count("the harness changed: the same") == 2
+    assert digest.count("the harness changed: 14 tool results") == 1 and digest.count("the harness changed: the same") == 1
+    assert "- T1 (trial 0), T2 (trial 0) (2 simulations alike): " in digest and "- T3 (trial 0): " in digest
+    assert digest.count("ended by max_steps after 30 messages") == 1 and digest.count("after 31 messages") == 1

@@ -8,6 +8,7 @@ argument names stay visible.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import defaultdict
@@ -153,10 +154,11 @@ def describe(label: str, record: SimRecord, messages: list[dict], more_values=()
 
 
 def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, full_examples: int = 2, focus: tuple[int, int] = (0, 1),
-                 notes: tuple[str, ...] = (), harness: Optional[Callable[[SimRecord], str]] = None, overview: str = "") -> str:
+                 notes: tuple[str, ...] = (), harness: Optional[Callable[[SimRecord], str]] = None, overview: str = "",
+                 turn: Optional[Callable[[SimRecord], str]] = None) -> str:
     """A markdown digest of the failures in `result` (an analysis-set evaluation); ``harness`` says in one line what the
-    harness changed in a simulation, ``overview`` where to look first (evolver.evolution.evidence.Evidence.harness_line,
-    harness_overview).
+    harness changed in a simulation, ``overview`` where to look first, ``turn`` a simulation's first changed turn as the model
+    saw it, "" when none changed (evolver.evolution.evidence.Evidence.harness_line, harness_overview, turn).
 
     ``focus`` (i, k): the digest for candidate i of k proposed at once. Every candidate sees all
     failure patterns, but the full trajectories and the stated focus are patterns i, i+k, ...,
@@ -185,12 +187,15 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
     body: list[str] = []
     for n, (signature, members) in enumerate(sorted(groups.items(), key=lambda kv: -len(kv[1])), 1):
         body.append(f"## Pattern {n}: {signature} ({len(members)} simulation(s))")
-        said = ""
+        alike: dict[tuple, list[Failure]] = defaultdict(list)  # told once: a small model reads eight copies as eight facts
         for f in members:
             ended = f"ended by {f.record.termination_reason} after {f.record.steps} messages"
-            body.append(f"- {f.label} (trial {f.record.trial}): user wanted: \"{f.goal}\"")
-            body.append(f"  agent did: {'; '.join(f.actions) or 'no tool calls'}; {ended}")
-            changed = harness(f.record) if harness else ""
+            alike[(f.goal, f"{'; '.join(_runs(f.actions)) or 'no tool calls'}; {ended}", harness(f.record) if harness else "")].append(f)
+        said = ""
+        for (goal, did, changed), same in alike.items():
+            many = f" ({len(same)} simulations alike)" if len(same) > 1 else ""
+            body.append(f"- {', '.join(f'{f.label} (trial {f.record.trial})' for f in same)}{many}: user wanted: \"{goal}\"")
+            body.append(f"  agent did: {did}")
             if changed:  # said once per pattern: repeated, it would crowd the full trajectories out of the digest
                 body.append(f"  the harness changed: {'the same' if changed == said else changed}")
                 said = changed
@@ -201,18 +206,30 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
     if count > 1:
         head.append(f"This is proposal {index + 1} of {count} for the same agent. Focus on Pattern {', '.join(str(i + 1) for i in mine)}; "
                     "the other proposals address the other patterns.\n")
-    examples: list[str] = ["## Full trajectories (masked)"]
-    for f in [ranked[i][0] for i in mine][:full_examples]:
+    shown = [ranked[i][0] for i in mine][:full_examples]
+    seen = next((text for f in shown if turn and (text := turn(f.record))), "")
+    # Before the full trajectories, which the cap cuts first: the turn shows what the model was sent, they only what tau2 saw.
+    examples: list[str] = [*(["## One turn as the model saw it", seen, ""] if seen else []), "## Full trajectories (masked)"]
+    for f in shown:
         examples.append(f"### {f.label}: {f.signature}")
         examples.extend(line for line in f.transcript[:30])
         examples.append("")
     return _fit("\n".join(head), body, examples, max_chars)
 
 
+def _runs(actions: list[str]) -> list[str]:
+    """Actions with each run of the same one told once: "create_task(...), 15 times in a row"."""
+    out: list[str] = []
+    for action, run in itertools.groupby(actions):
+        n = len(list(run))
+        out.append(action + (f", {n} times in a row" if n > 1 else ""))
+    return out
+
+
 def _fit(head: str, body: list[str], examples: list[str], max_chars: int) -> str:
     """Cap the digest: full trajectories go first, then pattern lines from the end."""
     text = "\n".join([head, *body, *examples])
-    while len(text) > max_chars and len(examples) > 1:
+    while len(text) > max_chars and examples:
         examples = examples[:-1]
         text = "\n".join([head, *body, *examples])
     dropped = 0

@@ -224,6 +224,10 @@ class Evidence:
                 f"turns with changes: {', '.join(map(str, turns_with_changes(found))) or 'none'}")
         return "\n".join([head, *turn_lines(view, turn, found, self.described(record).mask, self.code)])
 
+    def changed_turn(self, record: SimRecord) -> str:
+        """The first turn of a simulation the harness changed, as the model saw it (turn); "" when it changed none."""
+        return self.turn(self.labels[record.task_id], record.trial) if self.view(record)[1] else ""
+
     def turns_text(self, record: SimRecord) -> list[str]:
         """Every turn of a simulation (masked), for a reader of whole files."""
         view, found = self.view(record)

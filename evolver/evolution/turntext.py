@@ -49,10 +49,11 @@ def change_line(change: Change, mask, width: int = 160) -> str:
     text = KINDS[change.kind].one + (f" ({change.subject})" if change.subject else "")
     shown = []
     for what, before, after in change.details:
+        show = mask.json_shape if what == "content" else mask.text  # a tool result as "tau2 gave the harness" shows it: keys kept
         if before and after:
-            shown.append(f"{what}: {_cut(mask.text(before), width // 2)} -> {_cut(mask.text(after), width // 2)}{_how(before, after)}")
+            shown.append(f"{what}: {_cut(show(before), width // 2)} -> {_cut(show(after), width // 2)}{_how(before, after)}")
         elif before or after:
-            shown.append(f"{what}: {_cut(mask.text(before or after), width)}")
+            shown.append(f"{what}: {_cut(show(before or after), width)}")
     return text + (": " + "; ".join(shown) if shown else "") + (f" [{change.layer} on]" if change.layer else "")
 
 

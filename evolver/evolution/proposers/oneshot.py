@@ -38,7 +38,7 @@ class OneShot:
         evidence = request.evidence
         digest = build_digest(evidence.analysis, evidence.analysis_dir, max_chars=request.digest_chars, focus=focus,
                               notes=tuple(evidence.triage_notes()), harness=evidence.harness_line,
-                              overview=evidence.harness_overview(tools=False))
+                              overview=evidence.harness_overview(tools=False), turn=evidence.changed_turn)
         start = starting_patch(evidence)
         request.workdir.mkdir(parents=True, exist_ok=True)
         (request.workdir / "digest.md").write_text(digest + (f"\n\n# Where to start\n\n{start}\n" if start else ""))  # what the meta-LLM saw
