@@ -330,6 +330,10 @@ def test_a_lost_message_points_to_the_lines_that_can_lose_it_and_the_opening_off
     scratch, code, lines = _planted_scratch(tmp_path, "dropped_tool_results")
     guard = at(lines, "if not isinstance(message, (MultiToolMessage, ToolMessage))")
     assert code.places(Change(1, "result_dropped"))[0].writes == (guard, guard + 1)
+    # a policy that never reached the model: the line that builds what the model call sends, not the appends of tau2's messages
+    scratch, code, lines = _planted_scratch(tmp_path, "lost_instruction")
+    place = code.places(Change(1, "policy_missing"))[0]
+    assert place.writes == (at(lines, "context = state.messages + self.guidance(state)"),) and "change the prompt there" in place.text()
     # the template loses nothing: every line that writes the prompt, and no removal (they build it)
     scratch, code, lines = _planted_scratch(tmp_path, "template")
     place = code.places(lost)[0]

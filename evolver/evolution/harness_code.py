@@ -35,6 +35,9 @@ MUTATORS = ("append", "extend", "insert", "pop", "remove", "clear", "update")
 # messages out (a reset, a slice, a filter, a removal, a write only under a condition) are pointed to first. The 1.5B read
 # "146-147, 149-150" for a slice at line 150 and removed the appends at 146-147 instead.
 LOSSES = ("result_dropped", "customer_dropped", "history_dropped")
+# The policy is in the system messages: what loses it is a write of them or of what the model call sends, never an append of
+# tau2's message to the conversation (the 1.5B, pointed to both, edited the appends).
+SENT = ("policy_missing",)
 REMOVERS = ("pop", "remove", "clear")
 
 
@@ -115,9 +118,15 @@ class HarnessCode:
             return Place(TURN_METHOD, start, end)
         first, last, part = (start, self.model_line - 1, "before the model call") if step == PROMPT else (self.model_line, end, "after the model call")
         written, names = WRITTEN[step]
-        writes = self._writes(names, first, last)
+        writes = (kind in SENT and self._writes(("system_messages", *self._sent()), first, last)) or self._writes(names, first, last)
         losing = self._losing(names, first, last) if kind in LOSSES else []
         return Place(TURN_METHOD, first, last, part, tuple(losing or writes), written, bool(losing))
+
+    def _sent(self) -> tuple[str, ...]:
+        """The names the turn's model call is given (`self.call_llm(context)` -> context)."""
+        call = next((n for n in ast.walk(self.nodes[TURN_METHOD]) if isinstance(n, ast.Call) and _called(n) in MODEL_CALLS
+                     and n.lineno == self.model_line), None)
+        return tuple(name for a in [*call.args, *(k.value for k in call.keywords)] if (name := _name(a))) if call else ()
 
     def _write_nodes(self, names: tuple[str, ...], first: int, last: int) -> list[ast.AST]:
         """The statements and calls between first and last that assign or mutate one of ``names``, the model call and
