@@ -109,6 +109,11 @@ def test_a_proposer_reads_the_changes_masked_with_the_lines_to_read(meddled, tmp
     turn = s.call("read_turn", json.dumps({"task": "T1"}))  # the first turn the harness changed
     assert "turn 1 of" in turn and "the harness handed back to tau2: tool call(s) create_task(" in turn
     assert re.search(r"title: <V\d+> -> <V\d+> \(case changed\)", turn) and "customer message reached the model altered (cut)" in turn
+    # how long the value was is task data: only a person reads it (the 1.5B, told "of 18", raised the harness's cut to 18)
+    assert re.search(r"<V\d+>\. \(cut to \d+ characters\)", turn), turn
+    from evolver.evolution.turntext import Plain, change_line
+    cut = next(c for c in request.evidence.view(sims["create_task_1"])[1] if c.kind == "customer_altered")
+    assert re.search(r"\(cut to \d+ of \d+ characters\)", change_line(cut, Plain()))
     assert "user_1" not in turn and "Important" not in turn.replace("important", "")  # values masked as in the trajectory
     assert turn.endswith("(next: read_file agent/agent.py at the lines it names)")
     for hostile, answer in [({"task": "G1"}, "gate and holdout tasks are never shown"), ({"task": "T1", "turn": 99}, "there is no turn 99"),

@@ -51,7 +51,7 @@ def change_line(change: Change, mask, width: int = 160) -> str:
     for what, before, after in change.details:
         show = mask.json_shape if what == "content" else mask.text  # a tool result as "tau2 gave the harness" shows it: keys kept
         if before and after:
-            shown.append(f"{what}: {_cut(show(before), width // 2)} -> {_cut(show(after), width // 2)}{_how(before, after)}")
+            shown.append(f"{what}: {_cut(show(before), width // 2)} -> {_cut(show(after), width // 2)}{_how(before, after, isinstance(mask, Plain))}")
         elif before or after:
             shown.append(f"{what}: {_cut(show(before or after), width)}")
     return text + (": " + "; ".join(shown) if shown else "") + (f" [{change.layer} on]" if change.layer else "")
@@ -105,12 +105,13 @@ def _turns(turns: list[int]) -> str:
     return "turns " + ", ".join(map(str, turns[:6])) + (", ..." if len(turns) > 6 else "")
 
 
-def _how(before: str, after: str) -> str:
-    """How a value changed, without its values: a small model reads "cut" where <V1> -> <V2> says little."""
+def _how(before: str, after: str, whole: bool) -> str:
+    """How a value changed, without its values: a small model reads "cut" where <V1> -> <V2> says little. The value's own
+    length only for a person (``whole``): given "cut to 10 of 18 characters", the 1.5B raised the harness's cut to 18."""
     if after.lower() == before.lower():
         return " (case changed)"
     if len(after) < len(before) and after.strip() and after.strip() in before:
-        return f" (cut to {len(after)} of {len(before)} characters)"
+        return f" (cut to {len(after)}" + (f" of {len(before)}" if whole else "") + " characters)"
     if len(after) > len(before) and before.strip() in after:
         return " (added to)"
     return " (replaced)"
