@@ -64,7 +64,9 @@ def starting_patch(evidence: Evidence) -> str:
     quoted = _quote(evidence.parent / where.path, where) if where is not None and where.writes and evidence.parent else ""
     if quoted:
         at = f"{where.function}{', ' + where.part if where.part else ''}"
-        parts.append(f"If {line_numbers(where.writes)} of {where.path} ({at}) are the fault, a patch that corrects or removes them begins:"
+        one = len(where.writes) == 1
+        parts.append(f"If {line_numbers(where.writes)} of {where.path} ({at}) {'is' if one else 'are'} the fault, a patch that corrects or "
+                     f"removes {'it' if one else 'them'} begins:"
                      f"\nFILE: {where.path}\n{SEARCH}\n{quoted}\n{DIVIDER}")
     switch = evidence.layer_to_switch_off()
     line = f"{switch} = true"
