@@ -597,3 +597,23 @@ def test_a_call_written_as_python_text_is_read_never_run():
     assert (found.function.name, json.loads(found.function.arguments)) == ("read_trajectory", {"task": "T2", "trial": 0})
     found = written_call('<tools> <function name="read_trajectory" arguments={"task": "T1", "page": 1}></function> </tools>')  # bare
     assert json.loads(found.function.arguments) == {"task": "T1", "page": 1}
+
+
+def test_a_smoke_test_failure_says_where_in_agent_the_candidate_raised(tmp_path):
+    """The traceback comes from the candidate's process as agent_host sends it; only the last frame of agent/ is read."""
+    import importlib.util
+
+    from evolver.evaluation.agent_host import _describe
+    from evolver.evolution.loop.validation import raised_at
+
+    source = tmp_path / "src" / "agent" / "agent.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("def helper(messages):\n    return messages + 'policy'\n\n\ndef turn(messages):\n    context = helper(messages)\n    return context\n")
+    spec = importlib.util.spec_from_file_location("planted_agent", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(TypeError) as raised:
+        module.turn([])
+    error = "AgentFault: the agent raised " + _describe(raised.value)
+    assert raised_at(error) == " at agent/agent.py line 2 (helper): return messages + 'policy'"
+    assert raised_at("AgentFault: the agent raised TypeError: x\nFile \"/usr/lib/python3.11/json/__init__.py\", line 2, in f\n    x\n") == ""

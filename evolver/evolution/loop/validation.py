@@ -3,6 +3,7 @@ what was measured, and smoke-tested on one task before the gate spends anything 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -12,6 +13,8 @@ from evolver.store.lineage import commit_message
 from evolver.store.runstate import CandidateRecord, IterationRecord, slug
 
 SMOKE_TIMEOUT = 600.0
+# A frame of agent/ in the traceback a candidate's process sent: its text is the candidate's, so only this shape is read from it.
+FRAME = re.compile(r'File "[^"\n]*/(agent/[\w./-]+\.py)", line (\d+), in (\w+)\n[ \t]+([^\n]{1,160})')
 
 
 class Validation:
@@ -29,7 +32,8 @@ class Validation:
             # The smoke test's limit is the worker timeout's too, when that is shorter.
             smoke = self.measure(f"iter-{slug(cand.label)}-smoke", wt, self.manifest.analysis_tasks[:1], 1, self.seed(record.generation),
                                  timeout=min(SMOKE_TIMEOUT, self.cfg.worker_timeout), record=record)
-            broken = smoke.candidate_error or next((s.error.splitlines()[0] for s in smoke.simulations if s.outcome == "failed" and s.error), None)
+            error = next((s.error for s in smoke.simulations if s.outcome == "failed" and s.error), "")
+            broken = smoke.candidate_error or (error.splitlines()[0] + raised_at(error) if error else None)
             if broken:
                 cand.status, cand.reason = "invalid", f"smoke test failed: {broken}"
         self.save(record)
@@ -72,3 +76,14 @@ class Validation:
         cand.branch, cand.commit = branch, self.lineage.commit_candidate(wt, branch, message)
         self.save(record)
         return wt
+
+
+def raised_at(error: str) -> str:
+    """Where in agent/ the candidate raised, from its traceback: " at agent/agent.py line 150 (generate_next_message):
+    context = ..."; "" without a frame of agent/. Told only "TypeError: can only concatenate list (not "str") to list",
+    the 1.5B proposed the same patch six times more."""
+    frames = FRAME.findall(error)
+    if not frames:
+        return ""
+    path, line, function, code = frames[-1]
+    return f" at {path} line {line} ({function}): {code.strip()}"
