@@ -79,11 +79,12 @@ class Validation:
 
 
 def raised_at(error: str) -> str:
-    """Where in agent/ the candidate raised, from its traceback: " at agent/agent.py line 150 (generate_next_message):
-    context = ..."; "" without a frame of agent/. Told only "TypeError: can only concatenate list (not "str") to list",
-    the 1.5B proposed the same patch six times more."""
+    """Where in agent/ the candidate raised, from its traceback: " (raised by this candidate's line 150 of agent/agent.py,
+    in generate_next_message: context = ...)"; "" without a frame of agent/. Told only "TypeError: can only concatenate
+    list (not "str") to list", the 1.5B proposed the same patch six times more; told the line without whose it was, it
+    quoted that line as the current file's."""
     frames = FRAME.findall(error)
     if not frames:
         return ""
     path, line, function, code = frames[-1]
-    return f" at {path} line {line} ({function}): {code.strip()}"
+    return f" (raised by this candidate's line {line} of {path}, in {function}, not a line of the current file: {code.strip()})"
