@@ -330,6 +330,7 @@ def test_a_lost_message_points_to_the_lines_that_can_lose_it_and_the_opening_off
     scratch, code, lines = _planted_scratch(tmp_path, "dropped_tool_results")
     guard = at(lines, "if not isinstance(message, (MultiToolMessage, ToolMessage))")
     assert code.places(Change(1, "result_dropped"))[0].writes == (guard, guard + 1)
+    assert _removal(code.places(Change(1, "result_dropped"))[0], scratch) == ""  # removed whole, the `if` takes every append with it
     # a policy that never reached the model: the line that builds what the model call sends, not the appends of tau2's messages
     scratch, code, lines = _planted_scratch(tmp_path, "lost_instruction")
     place = code.places(Change(1, "policy_missing"))[0]
@@ -369,6 +370,42 @@ def test_the_one_shot_digest_quotes_the_lines_that_can_lose_a_message_as_the_sta
     from evolver.evolution.harness_code import Place
     blank = next(n for n, line in enumerate(lines, 1) if not line.strip())
     assert _quote(scratch.parent / "agent" / "agent.py", Place("f", blank, blank, writes=(blank,))) == ""
+
+
+def test_the_one_shot_start_is_the_whole_removal_where_the_investigating_proposer_is_offered_one_and_it_applies(tmp_path):
+    """Given only the SEARCH lines to start from, the 1.5B wrote the faulty lines back corrected, wrongly, each time; where
+    remove_lines would be offered, the one-shot prompt carries the whole patch that takes them out, and it applies."""
+    from types import SimpleNamespace
+
+    from evolver.evolution.harness_changes import Change
+    from evolver.evolution.patch import apply_edits, parse_proposal
+    from evolver.evolution.proposers.agent import _removal
+    from evolver.evolution.proposers.oneshot import starting_patch
+
+    def start(scratch, place):
+        return starting_patch(SimpleNamespace(first_place=lambda: place, parent=scratch.parent, layer_to_switch_off=lambda: None))
+
+    scratch, code, lines = _planted_scratch(tmp_path, "state_reset")
+    place = code.places(Change(2, "history_dropped"))[0]
+    text = start(scratch, place)
+    assert _removal(place, scratch) and text.startswith(f"If line {place.writes[0]} of agent/agent.py (generate_next_message, "), text
+    assert "this patch removes it:\nFILE: agent/agent.py\n<<<<<<< SEARCH\n" in text and text.endswith(
+        "To correct it instead, keep that SEARCH and write after ======= the lines as they should be."), text
+    after = apply_edits(scratch.parent, parse_proposal(f"TITLE: t\nRATIONALE: r\n{text[text.index('FILE:'):]}").edits)["agent/agent.py"]
+    assert after.splitlines() == lines[:place.writes[0] - 1] + lines[place.writes[0]:], text
+    # an `if` that leaves tool results out: its test goes, the append it guards stays
+    scratch, code, lines = _planted_scratch(tmp_path, "dropped_tool_results")
+    place = code.places(Change(1, "result_dropped"))[0]
+    text = start(scratch, place)
+    assert f"this patch removes the test on line {place.writes[0]}, keeping the lines it guards:" in text, text
+    after = apply_edits(scratch.parent, parse_proposal(f"TITLE: t\nRATIONALE: r\n{text[text.index('FILE:'):]}").edits)["agent/agent.py"]
+    guard = place.writes[0]
+    assert after.splitlines() == lines[:guard - 1] + [lines[guard][4:]] + lines[guard + 1:], text
+    # where removing the lines would break the file (the slice also builds the prompt), only the beginning is quoted, as before
+    scratch, code, lines = _planted_scratch(tmp_path, "dropped_history")
+    place = code.places(Change(2, "history_dropped"))[0]
+    text = start(scratch, place)
+    assert not _removal(place, scratch) and "a patch that corrects or removes it begins:" in text and text.endswith("\n======="), text
 
 
 def test_the_budget_stops_a_meta_llm_that_never_submits(analysis, tmp_path, monkeypatch):

@@ -63,6 +63,13 @@ class Place:
     def does(self) -> str:
         return f"can leave messages out of {self.written}" if self.losing else f"change {self.written}"
 
+    def removable_run(self) -> Optional[tuple[int, int]]:
+        """(first, last) of the one run of lines a proposer is offered to take out, or None: only lines that change the
+        model's reply (without them its answer passes through as it was) or that can leave messages out of the prompt;
+        other lines that change the prompt also build it."""
+        run = self.writes if self.written == WRITTEN[REPLY][0] or self.losing else ()
+        return (run[0], run[-1]) if run and list(run) == list(range(run[0], run[-1] + 1)) else None
+
 
 class HarnessCode:
     """The line spans of agent.py's functions and HarnessAgent's members, and where a turn calls the model."""

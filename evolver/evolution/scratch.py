@@ -101,10 +101,14 @@ class Scratch:
         return self._apply(path, Edit(path=path, search=current, replace=text), done=f"applied to {path}: {span}.")
 
     def removable(self, path: str, start: int, end: int) -> bool:
-        """Whether remove_lines(path, start, end) would be applied as it stands (it parses, and nothing it removes is still used)."""
+        """Whether remove_lines(path, start, end) would be applied as it stands."""
         current = None if self._why_not(path) else self._text(path)
-        removed = without_lines(current, start, end, python=path.endswith(".py")) if current is not None else "unreadable"
-        return not isinstance(removed, str) and (not path.endswith(".py") or _still_used(current, removed[0]) is None)
+        return current is not None and removal(current, path, start, end) is not None
+
+    def guards(self, path: str, start: int, end: int) -> bool:
+        """Whether lines start-end are one `if` without `else` (scratch.unguarded)."""
+        current = None if self._why_not(path) else self._text(path)
+        return current is not None and path.endswith(".py") and unguarded(current, start, end) is not None
 
     def write(self, path: str, content: str) -> str:
         if not isinstance(content, str):
@@ -259,6 +263,37 @@ def without_lines(text: str, start, end, python: bool):
             return (f"without lines {start}-{end} the file does not parse ({exc.msg}, line {exc.lineno}); "
                     "remove whole statements: read_file shows where they start and end")
     return result, start, end
+
+
+def removal(text: str, path: str, start: int, end: int) -> Optional[str]:
+    """The text without lines start-end as remove_lines takes them out, or None when that would be refused: it does not
+    parse, or it removes what the file still uses."""
+    removed = without_lines(text, start, end, python=path.endswith(".py"))
+    if isinstance(removed, str) or (path.endswith(".py") and _still_used(text, removed[0]) is not None):
+        return None
+    return removed[0]
+
+
+def unguarded(text: str, start: int, end: int) -> Optional[str]:
+    """The text with the `if` (without `else`) that is lines start-end replaced by its body, dedented; None when those lines
+    are not such an `if`. When such lines leave messages out, its test is what does (harness_code): removed whole, it would
+    take the write it guards, and every message that write keeps, with it."""
+    try:
+        tree = parse_python(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    node = next((n for n in ast.walk(tree) if isinstance(n, ast.If) and (n.lineno, n.end_lineno) == (start, end) and not n.orelse), None)
+    if node is None or node.body[0].lineno == start:
+        return None
+    lines = text.splitlines(keepends=True)
+    shift = node.body[0].col_offset - node.col_offset
+    body = [line[shift:] if not line[:shift].strip() else line for line in lines[start:end]]
+    result = "".join(lines[:start - 1] + body + lines[end:])
+    try:
+        parse_python(result)
+    except SyntaxError:
+        return None
+    return result
 
 
 def _still_used(before: str, after: str) -> Optional[str]:

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Callable
 
 from evolver.data import RoleModel, RoleUsage, write_json_atomic
-from evolver.evolution.harness_changes import REPLY
-from evolver.evolution.harness_code import WRITTEN
 from evolver.evolution.patch import Proposal
 from evolver.evolution.proposers import Outcome, Request, meta_call
 from evolver.evolution.proposers.agent_tools import Toolbox, tool_schemas, written_call
@@ -242,13 +240,12 @@ class Session(Toolbox):
 
 def _removal(place, scratch: Scratch) -> str:
     """The edit that takes out the lines the view names, as a call a small model can copy: it copied the call to read
-    them every time, then copied them unchanged into every replace_in_file. Only for one run of lines that change the
-    model's reply (without them its answer passes through as it was) or that can leave messages out of the prompt, and
-    only where remove_lines would be applied: other lines that change the prompt also build it."""
-    run = place.writes if place is not None and (place.written == WRITTEN[REPLY][0] or place.losing) else ()
-    if not run or list(run) != list(range(run[0], run[-1] + 1)) or not scratch.removable(place.path, run[0], run[-1]):
+    them every time, then copied them unchanged into every replace_in_file. Only where remove_lines would be applied, and
+    not for an `if` that leaves messages out: removed whole, it takes every message its body writes with it."""
+    run = place.removable_run() if place is not None else None
+    if run is None or not scratch.removable(place.path, *run) or (place.losing and scratch.guards(place.path, *run)):
         return ""
-    return (f" If those lines are the fault, remove_lines path={place.path} start={run[0]} end={run[-1]} takes them out;"
+    return (f" If those lines are the fault, remove_lines path={place.path} start={run[0]} end={run[1]} takes them out;"
             " otherwise correct them with replace_in_file.")
 
 

@@ -22,6 +22,7 @@ from evolver.evolution.noop import UNCHANGED, agent_files, inert_edit_reason
 from evolver.evolution.patch import DIVIDER, REPLACE, SEARCH, ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
 from evolver.evolution.proposers import Outcome, Request, meta_call
 from evolver.evolution.proposers.agent_source import agent_texts, named_lines, versions
+from evolver.evolution.scratch import removal, unguarded
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
 ANSWER_TOKENS = 2500  # room kept for the meta-LLM's answer
@@ -55,19 +56,28 @@ class OneShot:
 
 
 def starting_patch(evidence: Evidence) -> str:
-    """What the digest's overview points to, as the patch that acts on it begins: the lines of the parent that make the
-    harness's most common change, quoted as a SEARCH block, and the whole patch that switches off the one layer making every
+    """What the digest's overview points to, as a patch: the one that takes out the lines of the parent that make the
+    harness's most common change when the investigating proposer would be offered that (Place.removable_run), else its
+    beginning, those lines quoted as a SEARCH block; and the whole patch that switches off the one layer making every
     change, when there is one; "" when there is neither. A model without tools cannot read lines it is only pointed to:
     the 1.5B's answers copied the guide's examples instead."""
     parts = []
     where = evidence.first_place()
-    quoted = _quote(evidence.parent / where.path, where) if where is not None and where.writes and evidence.parent else ""
-    if quoted:
-        at = f"{where.function}{', ' + where.part if where.part else ''}"
+    path = evidence.parent / where.path if where is not None and where.writes and evidence.parent else None
+    cut = _taking_out(path, where) if path else None
+    quoted = _quote(path, where) if path and not cut else ""
+    if cut or quoted:
         one = len(where.writes) == 1
-        parts.append(f"If {line_numbers(where.writes)} of {where.path} ({at}) {'is' if one else 'are'} the fault, a patch that corrects or "
-                     f"removes {'it' if one else 'them'} begins:"
-                     f"\nFILE: {where.path}\n{SEARCH}\n{quoted}\n{DIVIDER}")
+        them = "it" if one else "them"
+        head = (f"If {line_numbers(where.writes)} of {where.path} ({where.function}{', ' + where.part if where.part else ''}) "
+                f"{'is' if one else 'are'} the fault, ")
+        if cut:
+            does = f"removes the test on line {where.writes[0]}, keeping the lines it guards" if cut[2] else f"removes {them}"
+            parts.append(f"{head}this patch {does}:\nFILE: {where.path}\n{SEARCH}\n{cut[0]}\n{DIVIDER}\n"
+                         f"{cut[1] + chr(10) if cut[1] else ''}{REPLACE}\n"
+                         f"To correct {them} instead, keep that SEARCH and write after {DIVIDER} the lines as they should be.")
+        else:
+            parts.append(f"{head}a patch that corrects or removes {them} begins:\nFILE: {where.path}\n{SEARCH}\n{quoted}\n{DIVIDER}")
     switch = evidence.layer_to_switch_off()
     line = f"{switch} = true"
     toml = _text(evidence.parent / SWITCHES) if switch and evidence.parent else ""
@@ -75,6 +85,40 @@ def starting_patch(evidence: Evidence) -> str:
         parts.append(f"To try the agent without the {switch[:2].upper()} layer, which makes every change the harness made in these failures, "
                      f"the patch is:\nFILE: {SWITCHES}\n{SEARCH}\n{line}\n{DIVIDER}\n{switch} = false\n{REPLACE}")
     return "\n\n".join(parts)
+
+
+def _taking_out(path: Path, where) -> Optional[tuple[str, str, bool]]:
+    """(SEARCH, REPLACE, whether only an `if`'s test goes) of the patch that takes out the lines where.removable_run() names:
+    an `if` that leaves messages out loses its test and keeps its body (scratch.unguarded), other lines go as the
+    investigating proposer's remove_lines would take them; None when that would be refused. Given only the lines to start
+    from, the 1.5B wrote them back corrected, wrongly, every time (upper() became lower(), a cut of 10 characters one of 18)."""
+    run = where.removable_run()
+    before = _text(path) if run else ""
+    test_only = unguarded(before, *run) if before and where.losing else None
+    after = test_only or (removal(before, where.path, *run) if before else None)
+    hunk = _hunk(before, after) if after is not None else None
+    return (*hunk, test_only is not None) if hunk else None
+
+
+def _hunk(before: str, after: str) -> Optional[tuple[str, str]]:
+    """(SEARCH, REPLACE) that turns ``before`` into ``after`` where their lines differ, widened downwards until SEARCH occurs
+    once in ``before``; None when it cannot."""
+    old, new = before.splitlines(), after.splitlines()
+    top = 0
+    while top < min(len(old), len(new)) and old[top] == new[top]:
+        top += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - top and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    old_end, new_end = len(old) - tail, len(new) - tail
+    if top and new_end == top:  # an empty REPLACE would leave a blank line: the line above is kept in both
+        top -= 1
+    while old_end <= len(old):
+        search = "\n".join(old[top:old_end])
+        if search.strip() and before.count(search) == 1:
+            return search, "\n".join(new[top:new_end])
+        old_end, new_end = old_end + 1, new_end + 1
+    return None
 
 
 def _quote(path: Path, where) -> str:
