@@ -77,11 +77,11 @@ class FakeBackend:
         pass
 
 
-def run_loop(tmp_path, monkeypatch, proposals: str, backend: FakeBackend | None = None, **settings):
+def run_loop(tmp_path, monkeypatch, proposals: str, backend: FakeBackend | None = None, script: str = "policy_script", **settings):
     """A whole run, in-process; returns the loop (its run directory and state are on disk)."""
     from evolver.cli.scaffold import init_repo
 
-    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:policy_script")
+    monkeypatch.setenv("EVOLVER_SCRIPT", f"tests.scripts.loop_cases:{script}")
     monkeypatch.setenv("EVOLVER_TEST_PROPOSALS", proposals)
     repo = tmp_path / "target"
     init_repo(repo)
@@ -163,6 +163,13 @@ def test_the_stall_rule_stops_the_run(tmp_path, monkeypatch):
     # the second is the first again: refused inside the proposal, no simulation spent
     assert statuses(loop) == [("1", "rejected"), ("2", "no_patch")]
     assert loop.state.status == "finished" and "2 consecutive candidates were not kept" in loop.state.stop_reason
+
+
+def test_a_session_that_never_submits_is_told_by_its_turns_not_by_answers(tmp_path, monkeypatch):
+    """The investigating proposer has no one-shot answers: "no valid patch after 0 answer(s)" misled the README's first run."""
+    loop = run_loop(tmp_path, monkeypatch, "", script="busy_meta", iterations=1, proposer="agent", proposer_turns=2)
+    [cand] = loop.run.iteration(1).candidates
+    assert (cand.status, cand.reason) == ("no_patch", "no valid patch: no candidate submitted: used all 2 turns")
 
 
 def test_a_candidate_identical_to_a_sibling_is_refused_unmeasured(tmp_path, monkeypatch):

@@ -49,7 +49,8 @@ class Proposing:
         cand.responses, cand.errors, cand.findings = outcome.responses, outcome.errors, outcome.findings
         cand.investigation = outcome.stats
         if outcome.proposal is None:
-            cand.status, cand.reason = "no_patch", f"no valid patch after {len(outcome.responses)} answer(s): {outcome.errors[-1] if outcome.errors else 'empty'}"
+            answers = f" after {len(outcome.responses)} answer(s)" if outcome.responses else ""  # the one-shot proposer's; a session's are its turns
+            cand.status, cand.reason = "no_patch", f"no valid patch{answers}: {outcome.errors[-1] if outcome.errors else 'empty'}"
         else:
             p = outcome.proposal
             cand.title, cand.rationale = p.title, p.rationale
