@@ -45,6 +45,7 @@ def test_the_stall_rule_stops_after_n_iterations_that_kept_nothing(repo):
     assert _verdicts(repo, run_id) == ["invalid", "refused"]
     status = _status(repo, run_id)
     assert status["status"] == "finished" and "2 consecutive" in status["stop_reason"] and status["iterations_done"] == 2
+    assert f"best: evolver/{run_id}/best (the base: no candidate was kept, nothing to merge)" in proc.stdout and "git merge" not in proc.stdout
 
 
 def test_an_undecided_iteration_neither_counts_nor_resets_the_stall(repo):

@@ -109,6 +109,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_PAUSED
     for line in policy_lines(run.manifest(), state):
         out_console().print(line, highlight=False)
-    out_console().print(f"best: evolver/{run.run_id}/best ({'base' if state.incumbent == 0 else f'iteration {state.incumbent}'}); "
-                    f"adopt it with `git merge evolver/{run.run_id}/best`")
+    if state.incumbent == 0:
+        out_console().print(f"best: evolver/{run.run_id}/best (the base: no candidate was kept, nothing to merge)")
+    else:
+        out_console().print(f"best: evolver/{run.run_id}/best (iteration {state.incumbent}); adopt it with `git merge evolver/{run.run_id}/best`")
     return 0
