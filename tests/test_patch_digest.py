@@ -129,13 +129,26 @@ def test_a_patch_the_loop_would_not_measure_is_sent_back(template, monkeypatch):
     assert out.proposal is None and len(out.responses) == 2  # the attempts are bounded as for a format error
 
 
+def test_code_that_does_not_parse_is_sent_back_with_the_parsers_message_while_attempts_remain(template, monkeypatch):
+    """Offered a removal that keeps the line above it, the 1.5B wrote REPLACE empty three times: three invalid candidates,
+    three iterations spent, none caught as a repeat (an unparsed candidate has no tree to compare)."""
+    monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:unparsed_meta")
+    out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR)
+    assert out.proposal is not None and out.proposal.title == "Keep the user's exact title" and len(out.responses) == 2
+    assert len(out.errors) == 1 and out.errors[0].startswith("agent/agent.py does not parse: "), out.errors
+    # when no attempt remains, it is measured as it is: the loop judges it invalid with the same message
+    monkeypatch.setenv("EVOLVER_TEST_TOLD", "0")
+    out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR, max_attempts=2)
+    assert out.proposal is not None and out.proposal.title == "Drop the instruction" and len(out.responses) == 2
+
+
 def test_lines_given_back_unchanged_are_told_so(template):
     """Given the lines to start from, the 1.5B answered them back unchanged three times and was told only that agent/ was as it was."""
     from evolver.evolution.proposers.oneshot import _dry_run
 
     same = parse_proposal('TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = """\n=======\nAGENT_INSTRUCTION = """\n>>>>>>> REPLACE\n')
     assert _dry_run(template, same, frozenset(), []) == ([], "it leaves agent/ as it was: its lines after ======= are its SEARCH lines "
-                                                             "unchanged; write them as they should be, corrected or without what does harm")
+                                                             "unchanged; write them as they should be, corrected or without what does harm", "")
 
 
 def test_a_copy_of_a_guide_example_is_sent_back_while_attempts_remain(template, monkeypatch):

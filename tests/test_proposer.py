@@ -392,7 +392,7 @@ def test_the_one_shot_start_is_the_whole_removal_where_the_investigating_propose
     assert "this patch removes it:\nFILE: agent/agent.py\n<<<<<<< SEARCH\n" in text and text.endswith(
         "To correct it instead, keep that SEARCH and write after ======= the lines as they should be."), text
     after = apply_edits(scratch.parent, parse_proposal(f"TITLE: t\nRATIONALE: r\n{text[text.index('FILE:'):]}").edits)["agent/agent.py"]
-    assert after.splitlines() == lines[:place.writes[0] - 1] + lines[place.writes[0]:], text
+    assert after.splitlines() == lines[:place.writes[0] - 1] + [""] + lines[place.writes[0]:], text  # an empty REPLACE, as the 1.5B writes one
     # an `if` that leaves tool results out: its test goes, the append it guards stays
     scratch, code, lines = _planted_scratch(tmp_path, "dropped_tool_results")
     place = code.places(Change(1, "result_dropped"))[0]

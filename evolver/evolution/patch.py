@@ -282,6 +282,16 @@ def _write(root: Path, texts: dict[str, str]) -> None:
             raise PatchRejected(f"edit to '{rel}' refused: it cannot be written ({type(exc).__name__})") from None
 
 
+def syntax_error(texts: dict[str, str]) -> str:
+    """Why apply_edits would refuse these texts as code that does not parse, or ""."""
+    try:
+        for rel, text in texts.items():
+            _check_syntax(rel, text)
+    except PatchRejected as exc:
+        return str(exc)
+    return ""
+
+
 def _check_syntax(rel: str, text: str) -> None:
     if rel.endswith(".py"):
         try:

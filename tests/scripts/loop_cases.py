@@ -1,6 +1,7 @@
 """Scripted LLMs for the loop tests: an agent whose quality depends on its instruction text,
 and a meta-LLM that proposes, in turn, four patches chosen from the prompt's history section."""
 
+import os
 import re
 
 from evolver.scripted import Reply, mock_agent, mock_script
@@ -90,6 +91,16 @@ def misquoting_meta(name, messages, tools):
         return Reply(PROPOSALS[3])
     return Reply("TITLE: H4 on\nRATIONALE: r\nFILE: agent/harness.toml\n<<<<<<< SEARCH\nh4_trajectory_regulation = true\n=======\n"
                  "h4_trajectory_regulation = false\n>>>>>>> REPLACE\n")
+
+
+def unparsed_meta(name, messages, tools):
+    """The 1.5B's one-shot answer to a removal with a kept line: it leaves the kept line out, and the file no longer
+    parses; it writes the line once told so. EVOLVER_TEST_TOLD caps how many times it mends (default: always)."""
+    told = sum("does not parse" in str(m.get("content")) for m in messages if m.get("role") == "user")
+    if told and told <= int(os.environ.get("EVOLVER_TEST_TOLD", "9")):
+        return Reply(PROPOSALS[3])
+    return Reply('TITLE: Drop the instruction\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = """\n=======\n'
+                 '>>>>>>> REPLACE\n')
 
 
 def prose_meta(name, messages, tools):

@@ -1,6 +1,6 @@
 """The one-shot proposer: the meta-LLM reads the failure digest and the agent's files in one prompt (the files in
-part when the whole would not fit: agent_source) and answers with a patch; a malformed answer or a SEARCH that
-does not match is sent back (prompts/repair.md), and so is a patch the loop would refuse unmeasured: one that
+part when the whole would not fit: agent_source) and answers with a patch; a malformed answer, a SEARCH that
+does not match or code that does not parse is sent back (prompts/repair.md), and so is a patch the loop would refuse unmeasured: one that
 cannot change a simulation, or that makes agent/ the same as an earlier candidate's, and a copy of one of the
 guide's example patches (prompts/revise.md)."""
 
@@ -19,7 +19,7 @@ from evolver.evolution.digest import build_digest
 from evolver.evolution.evidence import EarlierCandidate, Evidence, same_as_earlier
 from evolver.evolution.harness_code import line_numbers
 from evolver.evolution.noop import UNCHANGED, agent_files, inert_edit_reason
-from evolver.evolution.patch import DIVIDER, REPLACE, SEARCH, ParseError, PatchRejected, Proposal, apply_edits, parse_proposal
+from evolver.evolution.patch import DIVIDER, REPLACE, SEARCH, ParseError, PatchRejected, Proposal, apply_edits, parse_proposal, syntax_error
 from evolver.evolution.proposers import Outcome, Request, meta_call
 from evolver.evolution.proposers.agent_source import agent_texts, named_lines, versions
 from evolver.evolution.scratch import removal, unguarded
@@ -102,7 +102,8 @@ def _taking_out(path: Path, where) -> Optional[tuple[str, str, bool]]:
 
 def _hunk(before: str, after: str) -> Optional[tuple[str, str]]:
     """(SEARCH, REPLACE) that turns ``before`` into ``after`` where their lines differ, widened downwards until SEARCH occurs
-    once in ``before``; None when it cannot."""
+    once in ``before``; None when it cannot. A removal is an empty REPLACE (a blank line stays): shown one that kept the
+    line above in both, the 1.5B wrote REPLACE empty and the file no longer parsed."""
     old, new = before.splitlines(), after.splitlines()
     top = 0
     while top < min(len(old), len(new)) and old[top] == new[top]:
@@ -111,8 +112,6 @@ def _hunk(before: str, after: str) -> Optional[tuple[str, str]]:
     while tail < min(len(old), len(new)) - top and old[-1 - tail] == new[-1 - tail]:
         tail += 1
     old_end, new_end = len(old) - tail, len(new) - tail
-    if top and new_end == top:  # an empty REPLACE would leave a blank line: the line above is kept in both
-        top -= 1
     while old_end <= len(old):
         search = "\n".join(old[top:old_end])
         if search.strip() and before.count(search) == 1:
@@ -205,8 +204,8 @@ def propose(
 ) -> Outcome:
     """Ask for a patch; a malformed answer, one whose SEARCH text does not match, or one the loop would refuse
     unmeasured (``earlier``: the run's candidates so far) is sent back with the error up to max_attempts times;
-    proposal None means no valid patch. A copy of one of the ``guide``'s example patches is sent back while
-    attempts remain, and measured when none do."""
+    proposal None means no valid patch. Code that does not parse and a copy of one of the ``guide``'s example patches
+    are sent back while attempts remain, and measured when none do."""
     outcome = Outcome(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
     conversation = list(messages)
     repair, revise = load_template(prompts_dir, "repair.md"), load_template(prompts_dir, "revise.md")
@@ -216,13 +215,18 @@ def propose(
         outcome.usage = outcome.usage.add(usage)
         try:
             proposal = parse_proposal(text)
-            findings, why = _dry_run(checkout, proposal, identifiers, earlier)
+            findings, why, broken = _dry_run(checkout, proposal, identifiers, earlier)
         except (ParseError, PatchRejected) as exc:
             outcome.errors.append(str(exc))
             if isinstance(exc, PatchRejected) and not exc.retryable:
                 outcome.proposal, outcome.refused = proposal, str(exc)  # a verdict on the patch, not a format slip
                 return outcome
             error = exc.hinted("SEARCH") if isinstance(exc, PatchRejected) else str(exc)
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=error)}]
+            continue
+        if not why and broken and attempt < max_attempts:  # sent back with the parser's message; judged invalid when no attempt remains
+            outcome.errors.append(broken)
+            error = f"{broken}. The lines after {DIVIDER} take the place of all the SEARCH lines: write every line that stays"
             conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=error)}]
             continue
         if not why and attempt < max_attempts and (example := copied_example(proposal, guide)):
@@ -252,24 +256,23 @@ def copied_example(proposal: Proposal, guide: str) -> str:
     return guide[title + len("TITLE:"):guide.find("\n", title)].strip() if title >= 0 else "an example"
 
 
-def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset, earlier: Sequence[EarlierCandidate]) -> tuple[list, Optional[str]]:
+def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset, earlier: Sequence[EarlierCandidate]) -> tuple[list, Optional[str], str]:
     """Apply the edits to a throwaway copy of agent/ to catch SEARCH mismatches early, and scan the result
-    (evolver.evaluation.scan): its findings (empty when it is clean), and why the loop would refuse it
-    unmeasured (None when it would not)."""
+    (evolver.evaluation.scan): its findings (empty when it is clean), why the loop would refuse it unmeasured
+    (None when it would not), and why its code does not parse ("" when it does)."""
     import shutil
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(checkout / "agent", Path(tmp) / "agent", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-        apply_edits(Path(tmp), proposal.edits, check_syntax=False)
-        # Code that does not parse is judged later, as an invalid candidate, with the parser's own message.
+        broken = syntax_error(apply_edits(Path(tmp), proposal.edits, check_syntax=False))
         findings = [f for f in scan_tree(Path(tmp), identifiers) if f.rule != "unreadable"]
         files = agent_files(Path(tmp))
         same = same_as_earlier(earlier, files)
         if same is not None:
-            return findings, f"it makes agent/ the same as {same.verdict()}"
+            return findings, f"it makes agent/ the same as {same.verdict()}", broken
         if files == agent_files(checkout):
             copied = all(e.search.strip() == e.replace.strip() for e in proposal.edits)  # the 1.5B, given the lines to start from
             return findings, f"it {UNCHANGED}" + (f": its lines after {DIVIDER} are its SEARCH lines unchanged; write them as they "
-                                                   "should be, corrected or without what does harm" if copied else "")
-        return findings, inert_edit_reason(checkout, Path(tmp))
+                                                   "should be, corrected or without what does harm" if copied else ""), broken
+        return findings, inert_edit_reason(checkout, Path(tmp)), broken
