@@ -213,7 +213,7 @@ CASES = [
     ("show-missing-iteration", ["show", "{run}", "99", "--repo", "{repo}"], "99", None),
     ("show-missing-candidate", ["show", "{run}", "1z", "--repo", "{repo}"], "iteration 1 has no candidate 1z", None),
     ("show-corrupt-iteration", ["show", "@iterations/001.json:nope", "1", "--repo", "{repo}"], "001.json is unreadable or corrupt", None),
-    ("show-turns-unknown-task", ["show", "{run}", "1", "--turns", "no_such_task", "--repo", "{repo}"], "is not one of run", None),
+    ("show-turns-unknown-task", ["show", "{run}", "1", "--turns", "no_such_task", "--repo", "{repo}"], "or holdout tasks (a task id, not a label such as T4); its analysis tasks: ", None),
     ("show-turns-missing-iteration", ["show", "{run}", "9", "--turns", "create_task_1", "--repo", "{repo}"], "has no iteration '9'", None),
     ("show-turns-missing-trial", ["show", "{run}", "base", "--turns", "create_task_1", "--trial", "4", "--repo", "{repo}"], "no trial 4", None),
     ("show-turns-trial-word", ["show", "{run}", "1", "--turns", "create_task_1", "--trial", "x", "--repo", "{repo}"], "invalid int value", None),

@@ -57,7 +57,9 @@ def find_simulation(run: RunDir, which: str, task: str, trial: int) -> Simulatio
         else:
             name = f"holdout-{(commit or '')[:12]}"
     else:
-        raise UsageError(f"task '{task}' is not one of run {run.run_id}'s analysis, gate or holdout tasks")
+        shown = ", ".join(manifest.analysis_tasks[:8]) + (", ..." if len(manifest.analysis_tasks) > 8 else "")
+        raise UsageError(f"task '{task}' is not one of run {run.run_id}'s analysis, gate or holdout tasks (a task id, not a label such "
+                         f"as T4); its analysis tasks: {shown}")
     evaluation = run.evaluation(name)
     found = {r.trial: r for r in evaluation.records() if r.task_id == task}
     if trial not in found:
