@@ -62,7 +62,7 @@ def main() -> None:
     backend.evaluate = timed_evaluate
     console = Console(stderr=True, quiet=True)
     loop = start_run(new_run(repo, cfg, "run-overhead", backend, allow_dirty=False, dry_run=False, console=console), cfg, backend, console)
-    propose = loop.proposer.propose
+    propose = loop.ctx.proposer.propose
 
     def timed_propose(request):
         start = time.perf_counter()
@@ -71,7 +71,7 @@ def main() -> None:
         finally:
             meta_seconds.append(time.perf_counter() - start)
 
-    loop.proposer = SimpleNamespace(propose=timed_propose)  # the loop asks its proposer only this
+    loop.ctx.proposer = SimpleNamespace(propose=timed_propose)  # the loop asks its proposer only this
     start = time.perf_counter()
     loop.measure_baseline()
     baseline_wall, baseline_sim = time.perf_counter() - start, sum(windows)

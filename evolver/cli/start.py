@@ -28,6 +28,7 @@ from evolver.evaluation.sandbox import require_sandbox
 from evolver.events import Events
 from evolver.evolution.gate.search import recorded_policy
 from evolver.evolution.loop import Loop
+from evolver.evolution.loop.context import RunContext
 from evolver.evolution.plan import forecast, meta_prompt_tokens, policy_of
 from evolver.evolution.proposers import make_proposer
 from evolver.llm import check_api_base, missing_key_line, prepare_environment, price_of
@@ -167,9 +168,7 @@ def start_run(new: NewRun, cfg: Config, backend: Backend, console: Console) -> L
     except Exception:
         new.run.discard()
         raise
-    loop = _loop(new.run, manifest, new.run.state(), cfg, Lineage(new.run.repo, new.run.run_id), console)
-    loop.backend, loop.local_api_base = backend, new.local_api_base
-    return loop
+    return _loop(new.run, manifest, new.run.state(), cfg, Lineage(new.run.repo, new.run.run_id), console, backend, new.local_api_base)
 
 
 def _choose_tasks(run: RunDir, cfg: Config, backend: Backend, console: Console, listing: Optional[TaskListing] = None,
@@ -254,12 +253,11 @@ def resume_run(run: RunDir, given: dict, console: Console, open_backend: Callabl
     if not manifest.tasks_chosen:
         manifest = _choose_tasks(run, cfg, backend, console)
     run.log("resumed", next_iteration=state.next_iteration)
-    loop = _loop(run, manifest, state, cfg, lineage, console)
-    loop.backend, loop.local_api_base = backend, local_api_base
-    return loop
+    return _loop(run, manifest, state, cfg, lineage, console, backend, local_api_base)
 
 
-def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console) -> Loop:
+def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console, backend: Backend,
+          local_api_base: Optional[str]) -> Loop:
     if cfg.meta_model == LOCAL and not (cfg.meta_api_base or cfg.api_base):
         # The meta prompt and its answer must fit one slot of the embedded server.
         cfg = dataclasses.replace(cfg, meta_context_tokens=min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096))
@@ -270,8 +268,9 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
     # mid-way. A run from before the policies (no `policy`) gated per decision with its recorded gate.
     policy = recorded_policy(manifest.policy, manifest.gate)
     proposer = make_proposer(cfg.proposer, command=cfg.proposer_command, command_env=tuple(cfg.proposer_env), command_read=tuple(cfg.proposer_read))
-    return Loop(run=run, manifest=manifest, state=state, cfg=cfg, policy=policy, lineage=lineage, proposer=proposer,
-                prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console, run, cfg), identifiers=identifiers)
+    return Loop(RunContext(run=run, manifest=manifest, state=state, cfg=cfg, policy=policy, lineage=lineage, proposer=proposer,
+                           prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console, run, cfg), identifiers=identifiers,
+                           backend=backend, local_api_base=local_api_base))
 
 
 def _view(console: Console, run: RunDir, cfg: Config) -> Events:

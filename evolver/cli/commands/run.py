@@ -98,10 +98,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             loop = start_run(made, cfg, backend, console)
         console.print(f"run {run.run_id}: {run.path}")
         with serving:
-            loop.drive(loop.local_api_base)
+            loop.drive()
         state = run.state()
-        if state.status == "finished" and loop.cfg.transfer_models:
-            _transfer_at_end(run, loop.cfg, loop.backend, console)
+        if state.status == "finished" and loop.ctx.cfg.transfer_models:
+            _transfer_at_end(run, loop.ctx.cfg, loop.ctx.backend, console)
     out_console().print(history_table(run.run_id, history_rows(run)))
     if run.transfers():
         out_console().print(transfer_table(transfer_rows(run.transfers())))

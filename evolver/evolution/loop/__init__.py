@@ -1,112 +1,113 @@
 """The evolution loop: one iteration = K candidates from the same parent, at most one kept.
 
     measure the baseline -> repeat: digest -> propose K (at once) -> validate -> commit
-    -> smoke -> staged gate over the K -> keep one or none -> (end) holdout and report
+    -> smoke -> staged gate over the K -> keep one or none -> (end) audit, holdout and report
 
-Every step writes its result to the run directory before the next starts, and
-every step first looks there for its own result, so a run killed at any point
-resumes where it stopped without redoing finished simulations or duplicating
-candidates.
+Every step writes its result to the run directory before the next starts, and every step first looks
+there for its own result, so a run killed at any point resumes where it stopped without redoing finished
+simulations or duplicating candidates.
 
-Loop is the orchestration: drive() runs the run, iterate() one iteration. Each part of them is a
-module of this package, whose class Loop takes in: incumbent (the baseline, the analysis results,
-the gate reference), proposing, validation (commit, refuse the inert, smoke test), gating,
-outcome (the iteration recorded), run_end (audit and holdout), stops (the stop conditions),
-measuring (every evaluation) and bookkeeping (the files saved, usage, the step shown).
+Loop is the orchestration: drive() runs the run, iterate() one iteration. It holds its steps, each a
+module of this package given the run's context (context.RunContext: the run, its state, settings,
+backend, lineage and events, and the measure / checkout / save / step operations): incumbent (the
+baseline, the analysis results, the gate reference), proposing, validation (commit, refuse the inert,
+smoke test), gating, outcome (the iteration recorded), run_end (audit and holdout) and stops.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import string
 import threading
-import time
-from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from evolver import events as ev
 from evolver import ratelimit
-from evolver.config import Config
 from evolver.errors import UsageError
-from evolver.evaluation.backends import Backend
-from evolver.evolution.gate import search
-from evolver.evolution.loop.bookkeeping import Bookkeeping, count
+from evolver.evolution.loop.context import RunContext, count
 from evolver.evolution.loop.gating import Gating
 from evolver.evolution.loop.incumbent import Incumbent
-from evolver.evolution.loop.measuring import Measuring
 from evolver.evolution.loop.outcome import Outcome
 from evolver.evolution.loop.proposing import Proposing
 from evolver.evolution.loop.run_end import RunEnd
 from evolver.evolution.loop.stops import StopConditions, StopRun
 from evolver.evolution.loop.validation import Validation
-from evolver.evolution.proposers import Proposer
 from evolver.llm import ConfigurationError, ProviderError
-from evolver.store.lineage import Lineage
-from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, Manifest, RunState
-from evolver.store.rundir import RunDir
+from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord
 
 RATE_LIMITS_EVERY = 2.0  # seconds between looks at the rate limiter while a run is driven
 
 
-@dataclasses.dataclass
-class Loop(Incumbent, Proposing, Validation, Gating, Outcome, RunEnd, StopConditions, Measuring, Bookkeeping):
-    run: RunDir
-    manifest: Manifest
-    state: RunState
-    cfg: Config
-    policy: search.Policy  # what the run's gate bounds: each decision, or the run through an audit (gate.search)
-    lineage: Lineage
-    prompts_dir: Path
-    guide: str
-    events: ev.Events
-    identifiers: frozenset = frozenset()  # the domain's task-data identifiers, for the static scan
-    proposer: Optional[Proposer] = None  # evolver.evolution.proposers, as the run's settings choose
-    backend: Optional[Backend] = None  # where simulations run; set by the command that drives the loop
-    local_api_base: Optional[str] = None  # the embedded model's server, when the command serves one: given to drive()
-    started: float = dataclasses.field(default_factory=time.monotonic)
-    saving: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # candidates' threads share the iteration file
+class Loop:
+    """A run, driven: its context and the steps that act on it."""
 
-    def drive(self, local_api_base: Optional[str] = None) -> None:
-        """Run until a stop condition; ``local_api_base`` is the embedded server the command started, if any."""
-        self.local_api_base = local_api_base
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.incumbent = Incumbent(ctx)
+        self.proposing = Proposing(ctx)
+        self.validation = Validation(ctx)
+        self.gating = Gating(ctx, self.incumbent)
+        self.outcome = Outcome(ctx)
+        self.run_end = RunEnd(ctx)
+        self.stops = StopConditions(ctx)
+
+    # What callers read of a run they drove (tests, benchmarks): its folder, state and git lineage.
+    @property
+    def run(self):
+        return self.ctx.run
+
+    @property
+    def state(self):
+        return self.ctx.state
+
+    @property
+    def manifest(self):
+        return self.ctx.manifest
+
+    @property
+    def lineage(self):
+        return self.ctx.lineage
+
+    def drive(self) -> None:
+        """Run until a stop condition."""
+        ctx = self.ctx
         watching = threading.Event()  # set when the run stops being driven
         threading.Thread(target=self.watch_rate_limits, args=(watching,), name="rate-limits", daemon=True).start()
         try:
             self.measure_baseline()
             try:
                 while True:
-                    self.check_stop()
-                    self.refresh_stale_reference()
-                    self.iterate(self.state.next_iteration)
+                    self.stops.check()
+                    self.incumbent.refresh_stale_reference()
+                    self.iterate(ctx.state.next_iteration)
             except StopRun:
-                self.audit()  # in the run's own try: a kill during it is an interruption like any other
+                self.run_end.audit()  # in the run's own try: a kill during it is an interruption like any other
                 raise
         except StopRun as stop:
-            self.state.stop_reason = str(stop)
-            self.state.status = "finished"
-            self.save_state()
-            self.run.log("stopped", reason=str(stop))
-            self.events.emit(ev.Ended("stopped", str(stop), self.run.run_id))
-            self.holdout()
+            ctx.state.stop_reason = str(stop)
+            ctx.state.status = "finished"
+            ctx.save_state()
+            ctx.run.log("stopped", reason=str(stop))
+            ctx.events.emit(ev.Ended("stopped", str(stop), ctx.run.run_id))
+            self.run_end.holdout()
         except ConfigurationError as exc:  # the meta-LLM refuses its settings: no retry or wait can fix it, said at once
-            self.state.status, self.state.stop_reason = "interrupted", str(exc)
-            self.save_state()
-            self.run.log("interrupted", reason=str(exc))
-            self.events.emit(ev.Ended("failed", str(exc), self.run.run_id))
-            raise UsageError(f"{exc}; the run stopped (resume it with `evolver run --resume {self.run.run_id}` once the setting is fixed)") from None
+            ctx.state.status, ctx.state.stop_reason = "interrupted", str(exc)
+            ctx.save_state()
+            ctx.run.log("interrupted", reason=str(exc))
+            ctx.events.emit(ev.Ended("failed", str(exc), ctx.run.run_id))
+            raise UsageError(f"{exc}; the run stopped (resume it with `evolver run --resume {ctx.run.run_id}` once the setting is fixed)") from None
         except ProviderError as exc:  # the meta-LLM stayed down through its retries: nothing is lost, resume later
-            self.state.status, self.state.stop_reason = "paused", f"the meta-LLM failed: {exc}"
-            self.save_state()
-            self.run.log("paused", reason=str(exc))
-            self.events.emit(ev.Ended("paused", str(exc), self.run.run_id))
+            ctx.state.status, ctx.state.stop_reason = "paused", f"the meta-LLM failed: {exc}"
+            ctx.save_state()
+            ctx.run.log("paused", reason=str(exc))
+            ctx.events.emit(ev.Ended("paused", str(exc), ctx.run.run_id))
         except KeyboardInterrupt:
-            self.state.status = "interrupted"
-            self.save_state()
-            self.run.log("interrupted")
-            self.events.emit(ev.Ended("interrupted", "", self.run.run_id))
+            ctx.state.status = "interrupted"
+            ctx.save_state()
+            ctx.run.log("interrupted")
+            ctx.events.emit(ev.Ended("interrupted", "", ctx.run.run_id))
             raise
         except BaseException as exc:  # the command reports it; the views only close
-            self.events.emit(ev.Ended("failed", str(exc), self.run.run_id))
+            ctx.events.emit(ev.Ended("failed", str(exc), ctx.run.run_id))
             raise
         finally:
             watching.set()
@@ -121,27 +122,31 @@ class Loop(Incumbent, Proposing, Validation, Gating, Outcome, RunEnd, StopCondit
             except OSError:
                 continue
             if lanes:
-                self.run.save_rate_limits(lanes)
-                self.events.emit(ev.RateLimits(lanes))
+                self.ctx.run.save_rate_limits(lanes)
+                self.ctx.events.emit(ev.RateLimits(lanes))
+
+    def measure_baseline(self) -> None:
+        self.incumbent.measure_baseline()
 
     def iterate(self, n: int) -> None:
-        record = self.run.iteration(n) or self.new_iteration(n)
-        self.save(record)
+        ctx = self.ctx
+        record = ctx.run.iteration(n) or self.new_iteration(n)
+        ctx.save(record)
         if record.status not in FINAL_STATUSES:
-            self.step(f"iteration {n}: proposing {count(record.candidates, 'candidate')}")
-            analysis = self.analysis_result()  # once, before the proposals are drawn at once: they share it
-            self.each(record, "proposing", lambda r, c: self.propose(r, c, analysis))
-            self.each(record, "evaluating", self.prepare)
-            self.gate_candidates(record)
-            self.conclude(record)
-        self.finish_iteration(record)
+            ctx.step(f"iteration {n}: proposing {count(record.candidates, 'candidate')}")
+            analysis = self.incumbent.analysis_result()  # once, before the proposals are drawn at once: they share it
+            self.each(record, "proposing", lambda r, c: self.proposing.propose(r, c, analysis))
+            self.each(record, "evaluating", self.validation.prepare)
+            self.gating.gate_candidates(record)
+            self.outcome.conclude(record)
+        self.outcome.finish_iteration(record)
 
     def new_iteration(self, n: int) -> IterationRecord:
-        k = self.cfg.candidates
+        s, k = self.ctx.state, self.ctx.cfg.candidates
         labels = [str(n)] if k == 1 else [f"{n}{letter}" for letter in string.ascii_lowercase[:k]]
-        return IterationRecord(iteration=n, parent=self.state.incumbent, parent_commit=self.state.incumbent_commit,
-                               generation=self.state.generation, candidates=[CandidateRecord(label=label) for label in labels])
+        return IterationRecord(iteration=n, parent=s.incumbent, parent_commit=s.incumbent_commit,
+                               generation=s.generation, candidates=[CandidateRecord(label=label) for label in labels])
 
     def each(self, record: IterationRecord, status: str, step: Callable[[IterationRecord, CandidateRecord], None]) -> None:
         """Run one step for every candidate at ``status``, all at once (each in its own worktree)."""
-        self.concurrently(lambda c: step(record, c), [c for c in record.candidates if c.status == status])
+        self.ctx.concurrently(lambda c: step(record, c), [c for c in record.candidates if c.status == status])

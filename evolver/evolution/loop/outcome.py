@@ -8,6 +8,7 @@ from typing import Optional
 
 from evolver import events as ev
 from evolver.data import RoleUsage, add_tallies
+from evolver.evolution.loop.context import RunContext
 from evolver.store.runstate import BestChange, IterationRecord, slug
 
 # How far a candidate got, best first: an iteration is as far as its furthest candidate.
@@ -15,7 +16,10 @@ PROGRESS = ("accepted", "rejected", "undecided", "invalid", "refused", "no_patch
 
 
 class Outcome:
-    """Loop's iteration outcomes (a part of evolver.evolution.loop.Loop, which holds the run, its state and settings)."""
+    """An iteration's outcome, recorded."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
 
     def conclude(self, record: IterationRecord) -> None:
         """The iteration's outcome: its kept candidate, or how far the furthest one got."""
@@ -23,45 +27,45 @@ class Outcome:
         record.kept = furthest.label if furthest.status == "accepted" else None
         record.status = furthest.status
         record.reason = furthest.reason if len(record.candidates) == 1 else f"{furthest.label}: {furthest.reason}"
-        self.save(record)
+        self.ctx.save(record)
 
     def finish_iteration(self, record: IterationRecord) -> None:
         """Record the outcome in git and state; idempotent, so a resume can repeat it."""
-        n = record.iteration
-        self.save(record)
+        ctx, n = self.ctx, record.iteration
+        ctx.save(record)
         for cand in record.candidates:
             if cand.commit:
                 note = (f"evolver {cand.status}: {cand.reason}\n"
                         f"iteration {n}, candidate {cand.label}, parent {'base' if record.parent == 0 else record.parent}, "
                         f"gate {_fmt(cand.gate_candidate)} vs incumbent {_fmt(record.gate_incumbent)}")
-                self.lineage.add_note(cand.commit, note)
+                ctx.lineage.add_note(cand.commit, note)
         winner = record.winner
-        if winner and self.state.incumbent != n and self.state.next_iteration == n:
-            self.state.incumbent, self.state.incumbent_commit = n, winner.commit
-            self.state.generation += 1
-            self.lineage.set_branch(self.lineage.best_branch, winner.commit)
-            self.state.best_history.append(best_change(n, winner.commit, winner.reason))
-        if self.state.next_iteration == n:
+        if winner and ctx.state.incumbent != n and ctx.state.next_iteration == n:
+            ctx.state.incumbent, ctx.state.incumbent_commit = n, winner.commit
+            ctx.state.generation += 1
+            ctx.lineage.set_branch(ctx.lineage.best_branch, winner.commit)
+            ctx.state.best_history.append(best_change(n, winner.commit, winner.reason))
+        if ctx.state.next_iteration == n:
             # One gate decision per iteration however many candidates: the gate bounds the chance
             # that any no-op among them is kept by alpha (docs/gate.md).
-            self.state.decisions += any(c.status in ("accepted", "rejected") for c in record.candidates)
+            ctx.state.decisions += any(c.status in ("accepted", "rejected") for c in record.candidates)
             # The stall rule (README): iterations in a row that kept nothing; an undecided one (too many
             # infrastructure errors to judge) neither counts nor breaks the streak.
             if record.status == "accepted":
-                self.state.consecutive_rejections = 0
+                ctx.state.consecutive_rejections = 0
             elif record.status != "undecided":
-                self.state.consecutive_rejections += 1
-            self.state.next_iteration = n + 1
+                ctx.state.consecutive_rejections += 1
+            ctx.state.next_iteration = n + 1
             for name, usage in record.usage.items():
-                self.state.usage[name] = self.state.usage.get(name, RoleUsage()).add(usage)
-            add_tallies(self.state.rate_limits, record.rate_limits)
-        if not self.run.logged("decided", iteration=n):  # before the state moves on, once: a kill never loses it
-            self.run.log("decided", iteration=n, status=record.status, kept=record.kept, reason=record.reason)
-        self.save_state()
-        self.lineage.remove_worktree(self.run.worktree(f"iter-{n:03d}-incumbent"))
+                ctx.state.usage[name] = ctx.state.usage.get(name, RoleUsage()).add(usage)
+            add_tallies(ctx.state.rate_limits, record.rate_limits)
+        if not ctx.run.logged("decided", iteration=n):  # before the state moves on, once: a kill never loses it
+            ctx.run.log("decided", iteration=n, status=record.status, kept=record.kept, reason=record.reason)
+        ctx.save_state()
+        ctx.lineage.remove_worktree(ctx.run.worktree(f"iter-{n:03d}-incumbent"))
         for cand in record.candidates:
-            self.lineage.remove_worktree(self.run.worktree(f"iter-{slug(cand.label)}"))
-            self.events.emit(ev.Decided(cand.label, cand.status, cand.title, cand.reason))
+            ctx.lineage.remove_worktree(ctx.run.worktree(f"iter-{slug(cand.label)}"))
+            ctx.events.emit(ev.Decided(cand.label, cand.status, cand.title, cand.reason))
 
 
 def best_change(iteration: int, commit: str, reason: str) -> BestChange:

@@ -11,6 +11,7 @@ from evolver import events as ev
 from evolver import ratelimit
 from evolver.data import EvalResult, RoleUsage
 from evolver.evolution.evidence import EarlierCandidate, Evidence, flipped
+from evolver.evolution.loop.context import RunContext
 from evolver.evolution.noop import agent_digest
 from evolver.evolution.plan import proposer_budget
 from evolver.evolution.proposers import Request
@@ -20,32 +21,36 @@ from evolver.store.rundir import measured
 
 
 class Proposing:
-    """Loop's proposing step (a part of evolver.evolution.loop.Loop, which holds the run, its state and settings)."""
+    """A candidate asked of the run's proposer."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
 
     def propose(self, record: IterationRecord, cand: CandidateRecord, analysis: EvalResult) -> None:
+        ctx = self.ctx
         name = slug(cand.label)
-        parent_tree = self.checkout(f"parent-{name}", record.parent_commit)
-        workdir = self.run.proposal_dir(name)
+        parent_tree = ctx.checkout(f"parent-{name}", record.parent_commit)
+        workdir = ctx.run.proposal_dir(name)
         session = self.set_aside_interrupted(record, workdir)
         tries = iter(range(1, 1_000_000))
 
         def try_agent(root: Path, tasks: list[str]) -> tuple[EvalResult, Path]:
             """The proposer's scratch agent on analysis tasks, paired with the analysis's first trial (same seed)."""
             name_ = f"propose-{name}-s{session}-try{next(tries)}"
-            return self.measure(name_, root, tasks, 1, self.seed(record.generation), record=record), self.run.evaluation(name_).path
+            return ctx.measure(name_, root, tasks, 1, ctx.seed(record.generation), record=record), ctx.run.evaluation(name_).path
 
         request = Request(
             label=cand.label, focus=(record.candidates.index(cand), len(record.candidates)), parent=parent_tree,
-            evidence=Evidence(analysis, self.run.evaluation(f"analysis-g{record.generation}").path, self.earlier_candidates(record),
-                              triage({name: records for name, records in measured(self.run.repo, self.run.run_id).items()
+            evidence=Evidence(analysis, ctx.run.evaluation(f"analysis-g{record.generation}").path, self.earlier_candidates(record),
+                              triage({name: records for name, records in measured(ctx.run.repo, ctx.run.run_id).items()
                                       if name.startswith("evals/analysis-")}), parent=parent_tree),
-            learnings=self.learnings(), guide=self.guide, identifiers=self.identifiers, meta=self.cfg.role("meta", self.local_api_base),
-            llm_retries=self.cfg.llm_retries, context_tokens=self.cfg.meta_context_tokens, budget=proposer_budget(self.cfg),
-            workdir=workdir, prompts_dir=self.prompts_dir, digest_chars=self.cfg.digest_chars, try_agent=try_agent,
-            progress=lambda turn, turns, doing: self.events.emit(ev.Proposing(cand.label, turn, turns, doing)),
+            learnings=self.learnings(), guide=ctx.guide, identifiers=ctx.identifiers, meta=ctx.cfg.role("meta", ctx.local_api_base),
+            llm_retries=ctx.cfg.llm_retries, context_tokens=ctx.cfg.meta_context_tokens, budget=proposer_budget(ctx.cfg),
+            workdir=workdir, prompts_dir=ctx.prompts_dir, digest_chars=ctx.cfg.digest_chars, try_agent=try_agent,
+            progress=lambda turn, turns, doing: ctx.events.emit(ev.Proposing(cand.label, turn, turns, doing)),
         )
         with ratelimit.tracking() as limits:  # the meta-LLM's calls, made in this thread
-            outcome = self.proposer.propose(request)
+            outcome = ctx.proposer.propose(request)
         cand.responses, cand.errors, cand.findings = outcome.responses, outcome.errors, outcome.findings
         cand.investigation = outcome.stats
         if outcome.proposal is None:
@@ -56,13 +61,14 @@ class Proposing:
             cand.title, cand.rationale = p.title, p.rationale
             cand.edits = [dataclasses.asdict(e) for e in p.edits]
             cand.status, cand.reason = ("refused", outcome.refused) if outcome.refused else ("evaluating", "")
-        self.add_usage(record, "meta", outcome.usage, limits)  # saves the candidate's outcome with the meta-LLM's charge
-        self.run.log("proposed", iteration=record.iteration, candidate=cand.label, status=cand.status, title=cand.title)
-        self.lineage.remove_worktree(parent_tree)
+        ctx.add_usage(record, "meta", outcome.usage, limits)  # saves the candidate's outcome with the meta-LLM's charge
+        ctx.run.log("proposed", iteration=record.iteration, candidate=cand.label, status=cand.status, title=cand.title)
+        ctx.lineage.remove_worktree(parent_tree)
 
     def set_aside_interrupted(self, record: IterationRecord, workdir: Path) -> int:
         """A proposal cut off by a kill is asked again, never half-applied: its transcript is kept beside
         the new one and what its meta-LLM used is charged now. Returns the new session's number."""
+        ctx = self.ctx
         done = sorted(workdir.glob("interrupted-*.json"))
         current = workdir / "transcript.json"
         if current.exists():
@@ -71,31 +77,33 @@ class Proposing:
             except (OSError, ValueError, TypeError):
                 spent = RoleUsage()
             current.rename(workdir / f"interrupted-{len(done) + 1}.json")
-            self.add_usage(record, "meta", spent)
+            ctx.add_usage(record, "meta", spent)
             done.append(current)
         return len(done) + 1
 
     def earlier_candidates(self, record: IterationRecord) -> list[EarlierCandidate]:
         """The run's candidates before this iteration, as a proposer may see them: diff, verdict, flipped gate tasks."""
-        labels = {task: f"G{i + 1}" for i, task in enumerate(self.manifest.gate_tasks)}
+        ctx = self.ctx
+        labels = {task: f"G{i + 1}" for i, task in enumerate(ctx.manifest.gate_tasks)}
         out = []
-        for r in self.run.iterations():
+        for r in ctx.run.iterations():
             if r.iteration >= record.iteration:
                 break
-            incumbent = self.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or self.latest_rewards(f"reference-g{r.generation}") or {}
+            incumbent = ctx.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or ctx.latest_rewards(f"reference-g{r.generation}") or {}
             for c in r.candidates:
-                table = self.latest_rewards(f"iter-{slug(c.label)}-gate") or {}
+                table = ctx.latest_rewards(f"iter-{slug(c.label)}-gate") or {}
                 out.append(EarlierCandidate(
                     label=c.label, title=c.title, status=c.status, reason=c.reason,
-                    diff=self.lineage.diff(r.parent_commit, c.commit) if c.commit else "",
+                    diff=ctx.lineage.diff(r.parent_commit, c.commit) if c.commit else "",
                     flips=tuple(f"{labels.get(task, '?')}: {was:.2f} -> {now:.2f}" for task, was, now in flipped(table, incumbent)),
                     gate_delta=None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent,
-                    agent=agent_digest(self.lineage.agent_files_at(c.commit)) if c.commit else ""))
+                    agent=agent_digest(ctx.lineage.agent_files_at(c.commit)) if c.commit else ""))
         return out
 
     def learnings(self) -> list[str]:
-        lines = [prior_learnings(self.run.prior_learnings_file)] if self.run.prior_learnings_file.exists() else []
-        for r in self.run.iterations():
+        ctx = self.ctx
+        lines = [prior_learnings(ctx.run.prior_learnings_file)] if ctx.run.prior_learnings_file.exists() else []
+        for r in ctx.run.iterations():
             if r.status not in FINAL_STATUSES:
                 continue
             for c in r.candidates:

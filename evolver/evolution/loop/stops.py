@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+from evolver.evolution.loop.context import RunContext
+
 
 class StopRun(Exception):
     """A stop condition was met; the reason is recorded in state.json."""
 
 
 class StopConditions:
-    """Loop's stop conditions: iterations, stall, budget, tokens, wall clock (a part of evolver.evolution.loop.Loop,
-    which holds the run, its state and settings)."""
+    """The run's stop conditions: iterations, stall, budget, tokens, wall clock."""
 
-    def check_stop(self) -> None:
-        s = self.state
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+
+    def check(self) -> None:
+        """Raise StopRun when a stop condition is met, before the next iteration starts."""
+        s, cfg = self.ctx.state, self.ctx.cfg
         if s.next_iteration > s.iterations_target:
             raise StopRun(f"completed {s.iterations_target} iteration(s)")
-        if self.cfg.stall and s.consecutive_rejections >= self.cfg.stall:
-            raise StopRun(f"{s.consecutive_rejections} consecutive candidates were not kept (stall limit {self.cfg.stall})")
+        if cfg.stall and s.consecutive_rejections >= cfg.stall:
+            raise StopRun(f"{s.consecutive_rejections} consecutive candidates were not kept (stall limit {cfg.stall})")
         cost = sum(u.cost for u in s.usage.values())
         tokens = sum(u.prompt_tokens + u.completion_tokens for u in s.usage.values())
-        if self.cfg.budget_usd and cost >= self.cfg.budget_usd:
-            raise StopRun(f"budget reached: ${cost:.2f} of ${self.cfg.budget_usd:.2f}")
-        if self.cfg.budget_tokens and tokens >= self.cfg.budget_tokens:
-            raise StopRun(f"token budget reached: {tokens:,} of {self.cfg.budget_tokens:,}")
-        if self.cfg.max_hours and self.elapsed() >= self.cfg.max_hours * 3600:
-            raise StopRun(f"wall-clock limit of {self.cfg.max_hours:g} h reached")
+        if cfg.budget_usd and cost >= cfg.budget_usd:
+            raise StopRun(f"budget reached: ${cost:.2f} of ${cfg.budget_usd:.2f}")
+        if cfg.budget_tokens and tokens >= cfg.budget_tokens:
+            raise StopRun(f"token budget reached: {tokens:,} of {cfg.budget_tokens:,}")
+        if cfg.max_hours and self.ctx.elapsed() >= cfg.max_hours * 3600:
+            raise StopRun(f"wall-clock limit of {cfg.max_hours:g} h reached")

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from evolver.evolution.loop.context import RunContext
 from evolver.evolution.noop import UNCHANGED, inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits
 from evolver.store.lineage import commit_message
@@ -18,63 +19,69 @@ FRAME = re.compile(r'File "[^"\n]*/(agent/[\w./-]+\.py)", line (\d+), in (\w+)\n
 
 
 class Validation:
-    """Loop's validation and smoke test (a part of evolver.evolution.loop.Loop, which holds the run, its state and settings)."""
+    """A candidate committed, refused when inert, and smoke-tested."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
 
     def prepare(self, record: IterationRecord, cand: CandidateRecord) -> None:
         """Commit the candidate, refuse it when it cannot behave differently, and smoke-test it."""
+        ctx = self.ctx
         wt = self.candidate_worktree(record, cand)
         if cand.status == "evaluating":
             inert = self.inert_reason(record, cand)
             if inert:
                 cand.status, cand.reason = "refused", inert
         if cand.status == "evaluating":
-            self.step(f"iteration {record.iteration}: smoke test")
+            ctx.step(f"iteration {record.iteration}: smoke test")
             # The smoke test's limit is the worker timeout's too, when that is shorter.
-            smoke = self.measure(f"iter-{slug(cand.label)}-smoke", wt, self.manifest.analysis_tasks[:1], 1, self.seed(record.generation),
-                                 timeout=min(SMOKE_TIMEOUT, self.cfg.worker_timeout), record=record)
+            smoke = ctx.measure(f"iter-{slug(cand.label)}-smoke", wt, ctx.manifest.analysis_tasks[:1], 1, ctx.seed(record.generation),
+                                 timeout=min(SMOKE_TIMEOUT, ctx.cfg.worker_timeout), record=record)
             error = next((s.error for s in smoke.simulations if s.outcome == "failed" and s.error), "")
             broken = smoke.candidate_error or (error.splitlines()[0] + raised_at(error) if error else None)
             if broken:
                 cand.status, cand.reason = "invalid", f"smoke test failed: {broken}"
-        self.save(record)
+        ctx.save(record)
 
     def inert_reason(self, record: IterationRecord, cand: CandidateRecord) -> Optional[str]:
         """Why the candidate cannot behave differently from what was already measured, if so: its
         agent/ equals its parent's or an earlier candidate's, or it edits only layers that are off."""
-        tree = self.lineage.agent_tree_of(cand.commit)
-        if tree == self.lineage.agent_tree_of(record.parent_commit):
+        ctx = self.ctx
+        tree = ctx.lineage.agent_tree_of(cand.commit)
+        if tree == ctx.lineage.agent_tree_of(record.parent_commit):
             return f"the patch {UNCHANGED}: nothing to measure"
         siblings = record.candidates[:record.candidates.index(cand)]
-        for earlier in [c for r in self.run.iterations() if r.iteration < record.iteration for c in r.candidates] + siblings:
-            if earlier.commit and self.lineage.agent_tree_of(earlier.commit) == tree:
+        for earlier in [c for r in ctx.run.iterations() if r.iteration < record.iteration for c in r.candidates] + siblings:
+            if earlier.commit and ctx.lineage.agent_tree_of(earlier.commit) == tree:
                 which = f"iteration {earlier.label}" if earlier.label.isdigit() else f"candidate {earlier.label}"
                 return f"its agent/ is identical to {which}'s ({earlier.status}): nothing new to measure"
-        parent = self.checkout(f"parent-{slug(cand.label)}", record.parent_commit)
+        parent = ctx.checkout(f"parent-{slug(cand.label)}", record.parent_commit)
         try:
-            return inert_edit_reason(parent, self.run.worktree(f"iter-{slug(cand.label)}"))
+            return inert_edit_reason(parent, ctx.run.worktree(f"iter-{slug(cand.label)}"))
         finally:
-            self.lineage.remove_worktree(parent)
+            ctx.lineage.remove_worktree(parent)
 
     def candidate_worktree(self, record: IterationRecord, cand: CandidateRecord) -> Path:
         """The candidate's worktree; its branch and commit are made once and reused on resume."""
+        ctx = self.ctx
         name = slug(cand.label)
-        branch = self.lineage.candidate_branch(name)
-        existing = self.lineage.commit_of(branch)
+        branch = ctx.lineage.candidate_branch(name)
+        existing = ctx.lineage.commit_of(branch)
         if existing:
             cand.branch, cand.commit = branch, existing
-            return self.checkout(f"iter-{name}", existing)
-        wt = self.checkout(f"iter-{name}", record.parent_commit)
+            return ctx.checkout(f"iter-{name}", existing)
+        wt = ctx.checkout(f"iter-{name}", record.parent_commit)
         try:
             apply_edits(wt, [Edit(**e) for e in cand.edits])
         except PatchRejected as exc:
             cand.status, cand.reason = "invalid", str(exc)
             return wt
         message = commit_message(cand.title, cand.rationale, {
-            "Evolver-Run": self.run.run_id, "Evolver-Iteration": str(record.iteration), "Evolver-Candidate": cand.label,
+            "Evolver-Run": ctx.run.run_id, "Evolver-Iteration": str(record.iteration), "Evolver-Candidate": cand.label,
             "Evolver-Parent": "base" if record.parent == 0 else str(record.parent),
         })
-        cand.branch, cand.commit = branch, self.lineage.commit_candidate(wt, branch, message)
-        self.save(record)
+        cand.branch, cand.commit = branch, ctx.lineage.commit_candidate(wt, branch, message)
+        ctx.save(record)
         return wt
 
 
