@@ -21,7 +21,7 @@ DOMAINS = ("airline", "retail", "telecom", "mock")
 # Where simulations can run; evolver.evaluation.backends.make_backend builds each (named here, below it).
 BACKENDS = ("local", "ray")
 # What a run's gate bounds; evolver.evolution.gate.search builds each (named here, below it).
-GATE_POLICIES = ("audited", "per-decision")
+GATE_POLICIES = ("population", "audited", "per-decision")
 
 
 @dataclass(frozen=True)
@@ -135,8 +135,8 @@ class Config:
                                       style="flag")
     # The loop (`evolver run`).
     iterations: int = setting(10, "iterations `evolver run` makes; with --resume, the new total", "runs", flags=("run",), bounds=(1, 10000))
-    candidates: int = setting(1, "candidates proposed from the same parent and evaluated at once per iteration; at most one is kept",
-                              "runs", flags=("run",), bounds=(1, 8))
+    candidates: int = setting(4, "candidates proposed from the same parent and evaluated at once per iteration (population: each may "
+                                 "join the pool; a lineage keeps at most one)", "runs", flags=("run",), bounds=(1, 8))
     log_interval: float = setting(60.0, "seconds between progress lines when a run's output goes to a file (phase changes always get one)",
                                   "runs", positive=True)
     analysis_split: str = setting("", "split whose failures the meta-LLM sees (default: train, or a seeded half)", "runs", flags=("run",))
@@ -166,7 +166,7 @@ class Config:
                                      "agent)", "proposer", flags=("run",), choices=("agent", "oneshot", "command"))
     proposer_turns: int = setting(16, "agent proposer: meta-LLM calls per proposal", "proposer", flags=("run",), bounds=(1, 500))
     proposer_tokens: int = setting(120_000, "agent proposer: meta-LLM tokens per proposal", "proposer", flags=("run",), bounds=(1000, None))
-    proposer_tries: int = setting(6, "agent proposer: simulations of its edited agent on analysis tasks per proposal (counted like any "
+    proposer_tries: int = setting(3, "agent proposer: simulations of its edited agent on analysis tasks per proposal (counted like any "
                                      "simulation)", "proposer", flags=("run",), bounds=(0, 1000))
     proposer_seconds: float = setting(300.0, "agent and command proposers: wall-clock limit per proposal, seconds", "proposer",
                                       flags=("run",), positive=True)
@@ -178,11 +178,12 @@ class Config:
                                       "by name); never your home or a folder holding it or the repository", "proposer", flags=("run",),
                                   metavar="DIRS")
     # The gate (docs/gate.md) and the run's policy around it (docs/search.md).
-    gate_policy: str = setting("audited", "audited: a lenient gate, then an audit of the best against the base that rolls the run back "
-                                          "unless the best is shown better (a run ends worse than it began at most gate_alpha of the time); "
-                                          "per-decision: every keep's false-accept rate at most gate_alpha", "gate", flags=("run",),
-                               choices=GATE_POLICIES)
-    gate_alpha: float = setting(0.05, "audited: the chance a run ends worse than it began; per-decision: each keep's false-accept "
+    gate_policy: str = setting("population", "population: a pool of candidates, each child screened on a few analysis tasks beside its "
+                                             "parent before any gate trial; audited: one lineage under a lenient gate; both end with an "
+                                             "audit of the best against the base that rolls the run back unless the best is shown better "
+                                             "(a run ends worse than it began at most gate_alpha of the time); per-decision: one lineage, "
+                                             "every keep's false-accept rate at most gate_alpha", "gate", flags=("run",), choices=GATE_POLICIES)
+    gate_alpha: float = setting(0.05, "population and audited: the chance a run ends worse than it began; per-decision: each keep's false-accept "
                                       "probability", "gate", flags=("run",), bounds=(0, 0.5))
     gate_min_effect: float = setting(0.0, "smallest mean gain worth keeping, reward units (0.05 = 5 points)", "gate", flags=("run",),
                                      bounds=(0, 0.99))

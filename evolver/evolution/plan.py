@@ -27,6 +27,11 @@ AUDIT_TRIALS = 1.5
 # The meta-LLM's side of a proposal, before any is measured: the investigating proposer is assumed to
 # use half its token budget; a one-shot answer is its prompt plus the answer, in about this split.
 META_SHARE, PROMPT_SHARE = 0.5, 0.9
+# The population search, expected: its parent runs this many minibatches an iteration (one it passes whole is drawn
+# again; at a pass rate of 0.6 about 1 in 5 is), and of its children this share passes the screen, and of those this
+# share the first part of the gate (benchmarks/search.py's large world: 0.31 and 0.66; barren and small: 0.23 and
+# 0.57). Assumptions for a real proposer, not measurements of one.
+DRAWS_EXPECTED, SCREEN_PASS, PART_PASS = 1.25, 0.3, 0.65
 
 
 def gate_config(cfg: Config):
@@ -68,6 +73,9 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
     from evolver.evolution.gate.search import audit_cost
 
     policy = policy_of(cfg)
+    if policy.population is not None:
+        return _population_simulations(cfg, policy, n_analysis, n_gate, n_holdout, iterations=iterations, baseline=baseline,
+                                       expected=gate_share is not None)
     gate = policy.gate
     longest = math.ceil(gate.stages[-1] * (MOST_STRETCH if policy.fresh_reference else 1))
     screen = 1 if policy.screen_bar is not None else gate.screen if cfg.candidates > 1 else 0  # trials per task of each candidate alone
@@ -87,12 +95,30 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
     return start + iterations * per_iteration + end
 
 
+def _population_simulations(cfg: Config, policy, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool,
+                            expected: bool) -> int:
+    """max_simulations under the population search: per iteration the parent's minibatches, and per child its
+    proposer's tries, its screen (the minibatch, no try assumed reused) and its gate trials (all of them at most;
+    expected, the shares that pass the screen and the first part); plus the baseline, the audit and the holdout."""
+    from evolver.evolution.gate.search import audit_cost
+
+    pop = policy.population
+    first, second = (len(part) for part in pop.parts([str(i) for i in range(n_gate)]))
+    gate = pop.gate_trials * ((first + PART_PASS * second) * SCREEN_PASS if expected else n_gate)
+    parent = pop.minibatch * (DRAWS_EXPECTED if expected else pop.draws)
+    per_iteration = parent + cfg.candidates * (proposer_budget(cfg).tries + pop.minibatch + gate)
+    start = n_analysis * cfg.analysis_trials + n_gate * policy.reference_trials if baseline else 0
+    audit = 2 * n_gate * AUDIT_TRIALS if expected else audit_cost(policy, n_gate)
+    return math.ceil(start + iterations * per_iteration + audit + 2 * n_holdout * cfg.holdout_trials)
+
+
 @dataclass(frozen=True)
 class Forecast:
     """What a run (or the rest of it) is expected to take, and the most it can take."""
 
     simulations: int
     simulations_most: int
+    proposals: int  # the meta model's proposals, at most (every iteration's candidates)
     # role -> (tokens expected, tokens at most, dollars expected, dollars at most); dollars None: no known price
     roles: dict[str, tuple[int, int, Optional[float], Optional[float]]]
 
@@ -143,7 +169,7 @@ def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, itera
         return tokens * (PROMPT_SHARE * meta_price[0] + (1 - PROMPT_SHARE) * meta_price[1])
 
     roles["meta"] = (proposals * per_expected, proposals * per_most, dollars(proposals * per_expected), dollars(proposals * per_most))
-    return Forecast(simulations=expected, simulations_most=most, roles=roles)
+    return Forecast(simulations=expected, simulations_most=most, proposals=proposals, roles=roles)
 
 
 def meta_prompt_tokens(guide: str, repo, digest_chars: int) -> int:

@@ -164,6 +164,14 @@ class RunDir:
         folder = self.path / "iterations"
         return [read_record(IterationRecord, p) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
+    def best_label(self, state: Optional[RunState] = None) -> str:
+        """The candidate the run's best is ("" the base); a run from before the pool recorded only its iteration."""
+        state = state or self.state()
+        if state.best_label is not None:
+            return state.best_label
+        record = self.iteration(state.incumbent) if state.incumbent else None
+        return (record.kept or "") if record else ""
+
     def save_iteration(self, record: IterationRecord) -> None:
         self.iteration_file(record.iteration).parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.iteration_file(record.iteration), record)

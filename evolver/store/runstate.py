@@ -25,8 +25,8 @@ FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "und
 
 
 MANIFEST_SCHEMA = 5
-STATE_SCHEMA = 3
-ITERATION_SCHEMA = 2
+STATE_SCHEMA = 4
+ITERATION_SCHEMA = 3
 
 
 def _manifest_v1_to_v2(data: dict) -> dict:
@@ -75,10 +75,22 @@ def _state_v2_to_v3(data: dict) -> dict:
     return {"audits": [], **data}
 
 
+def _state_v3_to_v4(data: dict) -> dict:
+    """v3 predates the population search: a v3 run kept one lineage, had no pool, and named its best by iteration
+    only (best_label None: the kept candidate of that iteration, RunState.best)."""
+    return {"pool": [], "best_label": None, **data}
+
+
+def _iteration_v2_to_v3(data: dict) -> dict:
+    """v2 predates the population search: its candidates came from the iteration's parent by number, with no
+    screen on analysis tasks and no record of the proposer's tries."""
+    return dict(data)
+
+
 # Named steps from each older schema to the next; a run is opened through all it needs.
 MANIFEST_MIGRATIONS = {1: _manifest_v1_to_v2, 2: _manifest_v2_to_v3, 3: _manifest_v3_to_v4, 4: _manifest_v4_to_v5}
-STATE_MIGRATIONS = {1: _state_v1_to_v2, 2: _state_v2_to_v3}
-ITERATION_MIGRATIONS = {1: _iteration_v1_to_v2}
+STATE_MIGRATIONS = {1: _state_v1_to_v2, 2: _state_v2_to_v3, 3: _state_v3_to_v4}
+ITERATION_MIGRATIONS = {1: _iteration_v1_to_v2, 2: _iteration_v2_to_v3}
 
 
 class Manifest(Versioned):
@@ -111,8 +123,20 @@ class Manifest(Versioned):
 class BestChange(BaseModel):
     iteration: int
     commit: str
+    label: Optional[str] = None  # the candidate ("base" for the base); None in a run from before the pool: the iteration's kept one
     reason: str
     at: float
+
+
+class PoolMember(BaseModel):
+    """A member of a population run's pool (gate_policy "population"): a child that passed its screen and the first
+    part of the gate (the base is a member too, never recorded); its gate trials are its evaluations iter-NNN-gate
+    and iter-NNN-gate2 (the base's: reference-g0)."""
+
+    label: str  # the candidate's label ("3", "3b"); "base" for the base
+    commit: str
+    parent: str  # the member it came from; "" for the base
+    iteration: int  # 0 for the base
 
 
 class RunState(Versioned):
@@ -124,8 +148,11 @@ class RunState(Versioned):
     stop_reason: Optional[str] = None
     iterations_target: int
     next_iteration: int = 1
-    incumbent: int = 0  # iteration number of the incumbent; 0 is the base
+    incumbent: int = 0  # iteration number of the incumbent (the run's best); 0 is the base
     incumbent_commit: str
+    # The candidate the run's best is ("" the base); None in a run from before the pool: the kept one of `incumbent`.
+    best_label: Optional[str] = ""
+    pool: list[PoolMember] = Field(default_factory=list)  # a population run's members, in the order they joined
     generation: int = 0  # bumps when the incumbent changes: fresh reference trials, fresh seeds
     consecutive_rejections: int = 0
     decisions: int = 0  # candidates that reached the gate's final word
@@ -159,6 +186,11 @@ class CandidateRecord(BaseModel):
     investigation: dict = Field(default_factory=dict)  # what the proposer did: turns, tools, edits, tries, transcript (proposers.Outcome.stats)
     verdicts: list[dict] = Field(default_factory=list)
     gate_candidate: Optional[float] = None
+    # The proposer's tries: {"evaluation", "agent" (the digest of the agent/ it ran), "tasks"}; a population run's
+    # screen reuses those of the very agent it submitted.
+    tries: list[dict] = Field(default_factory=list)
+    screen: dict = Field(default_factory=dict)  # population: its screen beside its parent (gate.population.ScreenVerdict)
+    gate_part: dict = Field(default_factory=dict)  # population: the first part of the gate against its parent's trials
 
 
 class IterationRecord(Versioned):
@@ -170,6 +202,9 @@ class IterationRecord(Versioned):
     parent: int
     parent_commit: str
     generation: int
+    parent_label: str = ""  # population: the pool member the candidates come from ("base", "3b"); "" in a lineage run
+    minibatch: list[str] = Field(default_factory=list)  # population: the analysis tasks of its parent's screen
+    evidence: str = ""  # population: the evaluation its proposers read (its parent on the minibatch); lineage: analysis-g<generation>
     status: IterationStatus = "proposing"  # the furthest any candidate got; "accepted" when one was kept
     reason: str = ""
     candidates: list[CandidateRecord] = Field(default_factory=list)
@@ -194,6 +229,11 @@ def slug(label: str) -> str:
     """A candidate's label as file and branch names use it: "3" -> "003", "3b" -> "003b"."""
     digits = label.rstrip(string.ascii_lowercase)
     return f"{int(digits):03d}{label[len(digits):]}"
+
+
+def named(label: str) -> str:
+    """A candidate as a sentence names it: "the base", "iteration 3" (its iteration's one candidate), "candidate 3b"."""
+    return "the base" if label in ("", "base") else f"iteration {label}" if label.isdigit() else f"candidate {label}"
 
 
 def charge(holder: RunState | IterationRecord, name: str, simulations: Iterable[SimRecord]) -> None:

@@ -1,18 +1,21 @@
 """The run's gate policy: what a run measures, keeps and rolls back, judged for the run it ends with (docs/search.md).
 
-Two policies, named by the ``gate_policy`` setting:
+Three policies, named by the ``gate_policy`` setting:
 
-    audited       (the default) a lenient staged gate per iteration, which spends little on most
-                  candidates and keeps on modest evidence; no fresh reference per kept candidate; and
-                  at the end an audit of the run's best against its base, side by side on fresh
-                  trials, that rolls the run back to its base unless the best is shown better. The
-                  audit bounds the chance that a run ends worse than it began by its alpha, whatever
-                  the proposals were.
-    per-decision  the gate of docs/gate.md: each keep's false-accept rate bounded by alpha, the
-                  incumbent's reference measured afresh for every new incumbent, no audit.
+    population    (the default) a pool of candidates: each iteration's parent is drawn from the pool's per-task
+                  Pareto front, its children are screened on a few analysis tasks beside it, and only those that
+                  pass run the gate tasks and join the pool (gate.population); at the end the pool's pick is
+                  audited against the base, as the audited policy's best is.
+    audited       one lineage: a lenient staged gate per iteration, which spends little on most candidates and
+                  keeps on modest evidence; no fresh reference per kept candidate; and at the end an audit of the
+                  run's best against its base, side by side on fresh trials, that rolls the run back to its base
+                  unless the best is shown better. The audit bounds the chance that a run ends worse than it
+                  began by its alpha, whatever the proposals were.
+    per-decision  one lineage under the gate of docs/gate.md: each keep's false-accept rate bounded by alpha,
+                  the incumbent's reference measured afresh for every new incumbent, no audit.
 
 Pure: a Policy is plain data recorded in the run's manifest; iteration_gate() and judge_iteration()
-say how an iteration's candidates are judged (evolver's decide_set, through evaluate_set), and
+say how a lineage iteration's candidates are judged (evolver's decide_set, through evaluate_set), and
 evaluate_audit() drives the audit's looks (evolver's staged one-sided comparison) through the
 caller's measuring function, so a killed run replays to the same decisions, and
 benchmarks/search.py drives the very code the loop runs.
@@ -26,6 +29,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from evolver.config import GATE_POLICIES
 from evolver.evolution.gate.compare import CompareConfig, Comparison, decide_compare
 from evolver.evolution.gate.permutation import RewardTable, concurrent_blocks
+from evolver.evolution.gate.population import PopulationConfig
 from evolver.evolution.gate.policy import GateConfig, SetVerdict, Stage, Verdict, evaluate_set, first_trials, look
 from evolver.evolution.gate.power import sized
 
@@ -54,10 +58,10 @@ class Policy:
     fresh_reference: bool  # each new incumbent gets a reference of its own (per-decision), or none (audited)
     audit: Optional[CompareConfig]  # the end-of-run audit of the best against the base; None: no audit
     screen_bar: Optional[float] = None  # z a candidate's lone trials must reach against the incumbent's history; None: no such screen
+    population: Optional[PopulationConfig] = None  # the population search's settings; None: one lineage
 
     def to_json(self) -> dict:
         return asdict(self)
-
 
 
 def make_policy(name: str, gate: GateConfig) -> Policy:
@@ -65,13 +69,20 @@ def make_policy(name: str, gate: GateConfig) -> Policy:
 
     per-decision takes them as they are; audited judges each iteration at its lenient alpha (and its
     lenient stages, unless others are configured) and audits at the configured alpha: the bound on
-    ending worse than the run began."""
+    ending worse than the run began. population runs no gate per iteration (its pool is judged by
+    gate.population) and audits as audited does; its gate is the audit's looks, which the run's noise
+    floor describes."""
+    audit = CompareConfig(alpha=gate.alpha, sided="better", max_trials=AUDIT_TRIALS, settle=0)
+    if name == "population":
+        config = PopulationConfig()
+        looks = tuple(range(1, AUDIT_TRIALS + 1))
+        described = replace(gate, stages=looks, futility=tuple(0.0 for _ in looks[1:]))
+        return Policy(name=name, gate=described, reference_trials=config.gate_trials, fresh_reference=False, audit=audit, population=config)
     if name == "per-decision":
         return Policy(name=name, gate=gate, reference_trials=gate.stages[-1], fresh_reference=True, audit=None)
     if name == "audited":
         tuned = gate.stages == GateConfig().stages  # the configured stages are the default: the lenient ones replace them
         lenient = replace(gate, alpha=LENIENT_ALPHA, **(dict(stages=LENIENT_STAGES, futility=LENIENT_FUTILITY) if tuned else {}))
-        audit = CompareConfig(alpha=gate.alpha, sided="better", max_trials=AUDIT_TRIALS, settle=0)
         return Policy(name=name, gate=lenient, reference_trials=BASELINE_TRIALS, fresh_reference=False, audit=audit, screen_bar=SCREEN_BAR)
     raise ValueError(f"unknown gate policy {name!r}; one of {', '.join(GATE_POLICIES)}")
 
@@ -84,9 +95,10 @@ def recorded_policy(policy: Mapping, gate: Mapping) -> Policy:
     audit = policy.get("audit")
     if audit is not None and "stages" in audit:  # recorded before compare's exact test: its looks, judged by that test now
         audit = {"alpha": audit["alpha"], "sided": audit["sided"], "max_trials": audit["stages"][-1], "settle": 0}
+    population = policy.get("population")
     return Policy(name=policy["name"], gate=GateConfig(**_tupled(policy["gate"])), reference_trials=policy["reference_trials"],
                   fresh_reference=policy["fresh_reference"], audit=None if audit is None else CompareConfig(**audit),
-                  screen_bar=policy.get("screen_bar"))
+                  screen_bar=policy.get("screen_bar"), population=None if population is None else PopulationConfig(**population))
 
 
 def _tupled(data: Mapping) -> dict:

@@ -1,38 +1,38 @@
-"""The evolution loop: one iteration = K candidates from the same parent, at most one kept.
+"""The evolution loop: the baseline, then iterations until a stop condition, then the audit and the holdout.
 
-    measure the baseline -> repeat: digest -> propose K (at once) -> validate -> commit
-    -> smoke -> staged gate over the K -> keep one or none -> (end) audit, holdout and report
+    measure the baseline -> repeat: an iteration of the run's search -> (end) audit, holdout and report
 
-Every step writes its result to the run directory before the next starts, and every step first looks
-there for its own result, so a run killed at any point resumes where it stopped without redoing finished
-simulations or duplicating candidates.
+Two searches, as the run's gate policy says (gate.search): one lineage (audited, per-decision: K candidates from
+the incumbent, the gate beside it, at most one kept) or a population (a pool of candidates, each iteration's parent
+drawn from it, children screened before any gate trial). Every step writes its result to the run directory before
+the next starts, and every step first looks there for its own result, so a run killed at any point resumes where it
+stopped without redoing finished simulations or duplicating candidates.
 
-Loop is the orchestration: drive() runs the run, iterate() one iteration. It holds its steps, each a
-module of this package given the run's context (context.RunContext: the run, its state, settings,
-backend, lineage and events, and the measure / checkout / save / step operations): incumbent (the
-baseline, the analysis results, the gate reference), proposing, validation (commit, refuse the inert,
-smoke test), gating, outcome (the iteration recorded), run_end (audit and holdout) and stops.
+Loop is the orchestration: drive() runs the run, iterate() one iteration. It holds its steps, each a module of this
+package given the run's context (context.RunContext: the run, its state, settings, backend, lineage and events, and
+the measure / checkout / save / step operations): incumbent (the baseline, the analysis results, the gate
+reference), proposing, validation (commit, refuse the inert, smoke test), gating, outcome (the iteration recorded),
+run_end (audit and holdout) and stops; lineage and population are the two searches made of them.
 """
 
 from __future__ import annotations
 
-import string
 import threading
-from typing import Callable
 
 from evolver import events as ev
 from evolver import ratelimit
 from evolver.errors import UsageError
-from evolver.evolution.loop.context import RunContext, count
-from evolver.evolution.loop.gating import Gating
+from evolver.evolution.loop.context import RunContext
 from evolver.evolution.loop.incumbent import Incumbent
+from evolver.evolution.loop.lineage import LineageSearch
 from evolver.evolution.loop.outcome import Outcome
+from evolver.evolution.loop.population import PopulationSearch
 from evolver.evolution.loop.proposing import Proposing
 from evolver.evolution.loop.run_end import RunEnd
 from evolver.evolution.loop.stops import StopConditions, StopRun
 from evolver.evolution.loop.validation import Validation
 from evolver.llm import ConfigurationError, ProviderError
-from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord
+from evolver.store.runstate import FINAL_STATUSES
 
 RATE_LIMITS_EVERY = 2.0  # seconds between looks at the rate limiter while a run is driven
 
@@ -43,10 +43,9 @@ class Loop:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self.incumbent = Incumbent(ctx)
-        self.proposing = Proposing(ctx)
-        self.validation = Validation(ctx)
-        self.gating = Gating(ctx, self.incumbent)
-        self.outcome = Outcome(ctx)
+        proposing, validation, outcome = Proposing(ctx), Validation(ctx), Outcome(ctx)
+        search = PopulationSearch if ctx.policy.population is not None else LineageSearch
+        self.search = search(ctx, self.incumbent, proposing, validation, outcome)
         self.run_end = RunEnd(ctx)
         self.stops = StopConditions(ctx)
 
@@ -77,7 +76,6 @@ class Loop:
             try:
                 while True:
                     self.stops.check()
-                    self.incumbent.refresh_stale_reference()
                     self.iterate(ctx.state.next_iteration)
             except StopRun:
                 self.run_end.audit()  # in the run's own try: a kill during it is an interruption like any other
@@ -126,27 +124,12 @@ class Loop:
                 self.ctx.events.emit(ev.RateLimits(lanes))
 
     def measure_baseline(self) -> None:
-        self.incumbent.measure_baseline()
+        self.search.baseline()
 
     def iterate(self, n: int) -> None:
         ctx = self.ctx
-        record = ctx.run.iteration(n) or self.new_iteration(n)
+        record = ctx.run.iteration(n) or self.search.new_iteration(n)
         ctx.save(record)
         if record.status not in FINAL_STATUSES:
-            ctx.step(f"iteration {n}: proposing {count(record.candidates, 'candidate')}")
-            analysis = self.incumbent.analysis_result()  # once, before the proposals are drawn at once: they share it
-            self.each(record, "proposing", lambda r, c: self.proposing.propose(r, c, analysis))
-            self.each(record, "evaluating", self.validation.prepare)
-            self.gating.gate_candidates(record)
-            self.outcome.conclude(record)
-        self.outcome.finish_iteration(record)
-
-    def new_iteration(self, n: int) -> IterationRecord:
-        s, k = self.ctx.state, self.ctx.cfg.candidates
-        labels = [str(n)] if k == 1 else [f"{n}{letter}" for letter in string.ascii_lowercase[:k]]
-        return IterationRecord(iteration=n, parent=s.incumbent, parent_commit=s.incumbent_commit,
-                               generation=s.generation, candidates=[CandidateRecord(label=label) for label in labels])
-
-    def each(self, record: IterationRecord, status: str, step: Callable[[IterationRecord, CandidateRecord], None]) -> None:
-        """Run one step for every candidate at ``status``, all at once (each in its own worktree)."""
-        self.ctx.concurrently(lambda c: step(record, c), [c for c in record.candidates if c.status == status])
+            self.search.run(record)
+        self.search.finish(record)

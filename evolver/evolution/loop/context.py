@@ -25,7 +25,7 @@ from evolver.evolution.gate import search
 from evolver.evolution.proposers import Proposer
 from evolver.store.lineage import Lineage
 from evolver.store.rundir import RunDir
-from evolver.store.runstate import IterationRecord, Manifest, RunState, charge
+from evolver.store.runstate import CandidateRecord, IterationRecord, Manifest, RunState, charge, slug
 
 
 @dataclasses.dataclass
@@ -97,6 +97,10 @@ class RunContext:
                 self.backend.cancel()
                 raise
 
+    def each(self, record: IterationRecord, status: str, step: Callable[[IterationRecord, CandidateRecord], None]) -> None:
+        """Run one step for every candidate at ``status``, all at once (each in its own worktree)."""
+        self.concurrently(lambda c: step(record, c), [c for c in record.candidates if c.status == status])
+
     # -- the run's files and what it says ---------------------------------------------------------
     def add_usage(self, record: IterationRecord, role: str, usage: RoleUsage, limits: Optional[dict] = None) -> None:
         with self.saving:
@@ -127,6 +131,15 @@ class RunContext:
     def save_state(self) -> None:
         snapshot = self.state.model_copy(update={"elapsed": self.elapsed(), "updated_at": time.time()})
         self.run.save_state(snapshot)
+
+
+def member_trials(latest: Callable[[str], Optional[dict]], label: str) -> dict:
+    """A candidate's gate trials, by task (a population child's first and second part together; the base's reference).
+    ``latest`` reads an evaluation's rewards by task, None before it has any."""
+    if label in ("", "base"):
+        return latest("reference-g0") or {}
+    name = f"iter-{slug(label)}"
+    return {**(latest(f"{name}-gate") or {}), **(latest(f"{name}-gate2") or {})}
 
 
 def count(items: list, noun: str) -> str:

@@ -27,10 +27,12 @@ class Incumbent:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
 
-    def measure_baseline(self) -> None:
+    def measure_baseline(self, base: bool = False) -> None:
+        """The incumbent's analysis and reference (``base``: the base's, whatever the run's best is now), the noise floor
+        and the estimate of the rest; measured once, read from disk on every resume."""
         ctx = self.ctx
         ctx.step("measuring the baseline")
-        analysis = self.analysis_result()
+        analysis = self.analysis_result(base)
         reference = self.reference_table()
         ctx.events.emit(ev.Baseline(analysis.summary.avg_reward, mean_reward(reference)))
         if mean_reward(reference) == 1.0:
@@ -72,14 +74,14 @@ class Incumbent:
             ctx.run.log("reference_stale", generation=ctx.state.generation)
             ctx.save_state()
 
-    def analysis_result(self) -> EvalResult:
-        """The incumbent's results on the analysis set (the only results the digest sees)."""
+    def analysis_result(self, base: bool = False) -> EvalResult:
+        """The incumbent's results on the analysis set (the only results the digest sees); ``base``: the base's."""
         ctx = self.ctx
-        g = ctx.state.generation
-        wt = ctx.checkout(f"incumbent-g{g}", ctx.state.incumbent_commit)
+        g, commit = (0, ctx.manifest.base_commit) if base else (ctx.state.generation, ctx.state.incumbent_commit)
+        wt = ctx.checkout(f"incumbent-g{g}", commit)
         result = ctx.measure(f"analysis-g{g}", wt, ctx.manifest.analysis_tasks, ctx.cfg.analysis_trials, ctx.seed(g))
         ctx.lineage.remove_worktree(wt)
-        kept = ctx.run.iteration(ctx.state.incumbent) if ctx.state.incumbent else None
+        kept = ctx.run.iteration(ctx.state.incumbent) if ctx.state.incumbent and not base else None
         if kept and kept.analysis is None:  # the history shows a kept candidate's analysis score
             kept.analysis = result.summary.avg_reward
             ctx.run.save_iteration(kept)

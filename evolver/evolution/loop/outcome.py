@@ -35,16 +35,19 @@ class Outcome:
         ctx.save(record)
         for cand in record.candidates:
             if cand.commit:
-                note = (f"evolver {cand.status}: {cand.reason}\n"
-                        f"iteration {n}, candidate {cand.label}, parent {'base' if record.parent == 0 else record.parent}, "
-                        f"gate {_fmt(cand.gate_candidate)} vs incumbent {_fmt(record.gate_incumbent)}")
+                parent = record.parent_label or ("base" if record.parent == 0 else record.parent)
+                beside = "its parent" if record.parent_label else "incumbent"  # a pool child is judged against its parent's trials
+                status = "joined the pool" if record.parent_label and cand.status == "accepted" else cand.status
+                note = (f"evolver {status}: {cand.reason}\n"
+                        f"iteration {n}, candidate {cand.label}, parent {parent}, "
+                        f"gate {_fmt(cand.gate_candidate)} vs {beside} {_fmt(record.gate_incumbent)}")
                 ctx.lineage.add_note(cand.commit, note)
         winner = record.winner
         if winner and ctx.state.incumbent != n and ctx.state.next_iteration == n:
-            ctx.state.incumbent, ctx.state.incumbent_commit = n, winner.commit
+            ctx.state.incumbent, ctx.state.incumbent_commit, ctx.state.best_label = n, winner.commit, winner.label
             ctx.state.generation += 1
             ctx.lineage.set_branch(ctx.lineage.best_branch, winner.commit)
-            ctx.state.best_history.append(best_change(n, winner.commit, winner.reason))
+            ctx.state.best_history.append(best_change(n, winner.commit, winner.reason, winner.label))
         if ctx.state.next_iteration == n:
             # One gate decision per iteration however many candidates: the gate bounds the chance
             # that any no-op among them is kept by alpha (docs/gate.md).
@@ -68,9 +71,9 @@ class Outcome:
             ctx.events.emit(ev.Decided(cand.label, cand.status, cand.title, cand.reason))
 
 
-def best_change(iteration: int, commit: str, reason: str) -> BestChange:
-    """A change of the run's best, as state.json's best_history records it."""
-    return BestChange(iteration=iteration, commit=commit, reason=reason, at=time.time())
+def best_change(iteration: int, commit: str, reason: str, label: str = "") -> BestChange:
+    """A change of the run's best to ``label`` ("" the base), as state.json's best_history records it."""
+    return BestChange(iteration=iteration, label=label or "base", commit=commit, reason=reason, at=time.time())
 
 
 def _fmt(x: Optional[float]) -> str:

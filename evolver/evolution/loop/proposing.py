@@ -11,8 +11,8 @@ from evolver import events as ev
 from evolver import ratelimit
 from evolver.data import EvalResult, RoleUsage
 from evolver.evolution.evidence import EarlierCandidate, Evidence, flipped
-from evolver.evolution.loop.context import RunContext
-from evolver.evolution.noop import agent_digest
+from evolver.evolution.loop.context import RunContext, member_trials
+from evolver.evolution.noop import agent_digest, agent_files
 from evolver.evolution.plan import proposer_budget
 from evolver.evolution.proposers import Request
 from evolver.evolution.triage import triage
@@ -26,7 +26,8 @@ class Proposing:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
 
-    def propose(self, record: IterationRecord, cand: CandidateRecord, analysis: EvalResult) -> None:
+    def propose(self, record: IterationRecord, cand: CandidateRecord, analysis: EvalResult, analysis_name: str) -> None:
+        """Ask the proposer for ``cand`` with ``analysis`` (the evaluation ``analysis_name``) as the evidence it reads."""
         ctx = self.ctx
         name = slug(cand.label)
         parent_tree = ctx.checkout(f"parent-{name}", record.parent_commit)
@@ -35,13 +36,17 @@ class Proposing:
         tries = iter(range(1, 1_000_000))
 
         def try_agent(root: Path, tasks: list[str]) -> tuple[EvalResult, Path]:
-            """The proposer's scratch agent on analysis tasks, paired with the analysis's first trial (same seed)."""
+            """The proposer's scratch agent on analysis tasks, paired with the analysis's first trial (same seed); which
+            agent it ran is recorded (its digest, taken here, on the trusted side), so a screen can reuse the try."""
             name_ = f"propose-{name}-s{session}-try{next(tries)}"
+            tried = {"evaluation": name_, "agent": agent_digest(agent_files(root)), "tasks": list(tasks)}
+            with ctx.saving:
+                cand.tries.append(tried)
             return ctx.measure(name_, root, tasks, 1, ctx.seed(record.generation), record=record), ctx.run.evaluation(name_).path
 
         request = Request(
             label=cand.label, focus=(record.candidates.index(cand), len(record.candidates)), parent=parent_tree,
-            evidence=Evidence(analysis, ctx.run.evaluation(f"analysis-g{record.generation}").path, self.earlier_candidates(record),
+            evidence=Evidence(analysis, ctx.run.evaluation(analysis_name).path, self.earlier_candidates(record),
                               triage({name: records for name, records in measured(ctx.run.repo, ctx.run.run_id).items()
                                       if name.startswith("evals/analysis-")}), parent=parent_tree),
             learnings=self.learnings(), guide=ctx.guide, identifiers=ctx.identifiers, meta=ctx.cfg.role("meta", ctx.local_api_base),
@@ -89,9 +94,11 @@ class Proposing:
         for r in ctx.run.iterations():
             if r.iteration >= record.iteration:
                 break
-            incumbent = ctx.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or ctx.latest_rewards(f"reference-g{r.generation}") or {}
+            # What each candidate was judged against: its pool parent's trials, or the incumbent beside it, else its reference.
+            incumbent = (member_trials(ctx.latest_rewards, r.parent_label) if r.parent_label else
+                         ctx.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or ctx.latest_rewards(f"reference-g{r.generation}") or {})
             for c in r.candidates:
-                table = ctx.latest_rewards(f"iter-{slug(c.label)}-gate") or {}
+                table = member_trials(ctx.latest_rewards, c.label)
                 out.append(EarlierCandidate(
                     label=c.label, title=c.title, status=c.status, reason=c.reason,
                     diff=ctx.lineage.diff(r.parent_commit, c.commit) if c.commit else "",

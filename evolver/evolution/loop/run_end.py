@@ -11,6 +11,7 @@ from evolver.evaluation.metrics import rewards_by_task
 from evolver.evolution.gate import search
 from evolver.evolution.loop.context import RunContext, mostly_infra
 from evolver.evolution.loop.outcome import best_change
+from evolver.store.runstate import named, slug
 
 
 class RunEnd:
@@ -27,25 +28,26 @@ class RunEnd:
         best = ctx.state.incumbent_commit
         if ctx.policy.audit is None or ctx.state.incumbent == 0 or any(a["best_commit"] == best for a in ctx.state.audits):
             return
-        ctx.step(f"audit: iteration {ctx.state.incumbent}'s best against the base")
-        arms = [(f"audit-{ctx.state.incumbent:03d}-{side}", ctx.checkout(f"audit-{side}", commit))
+        label = ctx.run.best_label(ctx.state) or str(ctx.state.incumbent)
+        ctx.step(f"audit: {label}, the run's best, against the base")
+        arms = [(f"audit-{slug(label)}-{side}", ctx.checkout(f"audit-{side}", commit))
                 for side, commit in (("base", ctx.manifest.base_commit), ("best", best))]
 
         def run(look: search.AuditLook) -> Optional[tuple[dict, dict]]:
             results = ctx.concurrently(lambda arm: ctx.measure(arm[0], arm[1], ctx.manifest.gate_tasks, look.trials,
-                                                                 ctx.seed(ctx.state.generation) + 11), arms)
+                                                               ctx.seed(ctx.state.generation) + 11), arms)
             return None if any(map(mostly_infra, results)) else (rewards_by_task(results[0].simulations), rewards_by_task(results[1].simulations))
 
         looks = search.evaluate_audit(ctx.policy, run)
         holds = search.audit_holds(looks)
         decided = looks and looks[-1].decision != "continue"
         reason = looks[-1].reason if decided else "Undecided: most of the audit's simulations hit infrastructure errors, and nothing unshown is kept."
-        ctx.state.audits.append({"best": ctx.state.incumbent, "best_commit": best, "holds": holds, "reason": reason,
-                                  "looks": [dataclasses.asdict(c) for c in looks]})
+        ctx.state.audits.append({"best": ctx.state.incumbent, "label": label, "best_commit": best, "holds": holds, "reason": reason,
+                                 "looks": [dataclasses.asdict(c) for c in looks]})
         if not holds:
             base = ctx.manifest.base_commit
-            ctx.state.best_history.append(best_change(0, base, f"audit: iteration {ctx.state.incumbent} not shown better than the base: {reason}"))
-            ctx.state.incumbent, ctx.state.incumbent_commit = 0, base
+            ctx.state.best_history.append(best_change(0, base, f"audit: {named(label)} not shown better than the base: {reason}"))
+            ctx.state.incumbent, ctx.state.incumbent_commit, ctx.state.best_label = 0, base, ""
             ctx.state.generation += 1
             ctx.lineage.set_branch(ctx.lineage.best_branch, base)
         ctx.run.log("audited", best=ctx.state.audits[-1]["best"], holds=holds, reason=reason)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from evolver.data import EvalResult
 from evolver.evolution.loop.context import RunContext
 from evolver.evolution.noop import UNCHANGED, inert_edit_reason
 from evolver.evolution.patch import Edit, PatchRejected, apply_edits
@@ -24,23 +25,22 @@ class Validation:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
 
-    def prepare(self, record: IterationRecord, cand: CandidateRecord) -> None:
-        """Commit the candidate, refuse it when it cannot behave differently, and smoke-test it."""
+    def prepare(self, record: IterationRecord, cand: CandidateRecord, smoke: bool = True) -> None:
+        """Commit the candidate, refuse it when it cannot behave differently, and (``smoke``) smoke-test it."""
         ctx = self.ctx
         wt = self.candidate_worktree(record, cand)
         if cand.status == "evaluating":
             inert = self.inert_reason(record, cand)
             if inert:
                 cand.status, cand.reason = "refused", inert
-        if cand.status == "evaluating":
+        if cand.status == "evaluating" and smoke:
             ctx.step(f"iteration {record.iteration}: smoke test")
             # The smoke test's limit is the worker timeout's too, when that is shorter.
-            smoke = ctx.measure(f"iter-{slug(cand.label)}-smoke", wt, ctx.manifest.analysis_tasks[:1], 1, ctx.seed(record.generation),
-                                 timeout=min(SMOKE_TIMEOUT, ctx.cfg.worker_timeout), record=record)
-            error = next((s.error for s in smoke.simulations if s.outcome == "failed" and s.error), "")
-            broken = smoke.candidate_error or (error.splitlines()[0] + raised_at(error) if error else None)
-            if broken:
-                cand.status, cand.reason = "invalid", f"smoke test failed: {broken}"
+            result = ctx.measure(f"iter-{slug(cand.label)}-smoke", wt, ctx.manifest.analysis_tasks[:1], 1, ctx.seed(record.generation),
+                                 timeout=smoke_timeout(ctx), record=record)
+            why = broken(result)
+            if why:
+                cand.status, cand.reason = "invalid", f"smoke test failed: {why}"
         ctx.save(record)
 
     def inert_reason(self, record: IterationRecord, cand: CandidateRecord) -> Optional[str]:
@@ -78,11 +78,21 @@ class Validation:
             return wt
         message = commit_message(cand.title, cand.rationale, {
             "Evolver-Run": ctx.run.run_id, "Evolver-Iteration": str(record.iteration), "Evolver-Candidate": cand.label,
-            "Evolver-Parent": "base" if record.parent == 0 else str(record.parent),
+            "Evolver-Parent": record.parent_label or ("base" if record.parent == 0 else str(record.parent)),
         })
         cand.branch, cand.commit = branch, ctx.lineage.commit_candidate(wt, branch, message)
         ctx.save(record)
         return wt
+
+
+def smoke_timeout(ctx: RunContext) -> float:
+    return min(SMOKE_TIMEOUT, ctx.cfg.worker_timeout)
+
+
+def broken(result: EvalResult) -> Optional[str]:
+    """Why the candidate that ran ``result`` cannot run at all (it failed to import, or raised), if so."""
+    error = next((s.error for s in result.simulations if s.outcome == "failed" and s.error), "")
+    return result.candidate_error or (error.splitlines()[0] + raised_at(error) if error else None)
 
 
 def raised_at(error: str) -> str:
