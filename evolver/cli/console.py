@@ -256,7 +256,8 @@ def forecast_lines(fc, seconds: float, concurrency: int, budget_usd: float, budg
     then per role tokens and dollars (unknown where a model has no known price), then the budgets."""
     hours = (fc.simulations * seconds / 3600, fc.simulations_most * seconds / 3600)
     lines = [f"{title}: about {fc.simulations:,} simulations expected, at most {fc.simulations_most:,}; "
-             f"at {seconds:.2f} s of wall clock each ({concurrency} at once), about {hours[0]:.1f} h, up to {hours[1]:.1f} h"]
+             f"at {seconds:.2f} s of wall clock each ({concurrency} at once), about {hours[0]:.1f} h, up to {hours[1]:.1f} h; "
+             f"{fc.proposals:,} proposal(s) at most"]
     if not priced:
         lines.append("tokens and dollars of the simulations: measured on the baseline once it has run, or now with --pilot N")
     for role, (tokens, most, usd, usd_most) in fc.roles.items():
@@ -325,7 +326,7 @@ def history_table(run_id: str, rows: list[dict]) -> Table:
     for col in ("cand", "branch", "parent", "title", "analysis", "gate (inc -> cand)", "delta", "verdict", "reason", "cost"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        colour = {"accepted": "green", "rejected": "red"}.get(r["verdict"], "yellow")
+        colour = {"accepted": "green", "joined": "green", "rejected": "red"}.get(r["verdict"], "yellow")
         delta = "-" if r["gate_delta"] is None else f"{r['gate_delta']:+.3f}"
         table.add_row(
             f"{r['candidate']}{' *' if r['is_best'] else ''}", r["branch"] or "-", str(r["parent"]), r["title"] or "-",
@@ -339,13 +340,17 @@ def history_table(run_id: str, rows: list[dict]) -> Table:
 def show_candidate(console: Console, info: dict) -> None:
     """One candidate, or each candidate of an iteration that had several."""
     if "candidates" in info:
-        console.print(f"[bold]iteration {info['iteration']}[/bold]: {len(info['candidates'])} candidates, "
-                      f"kept {info['kept'] or 'none'}  [{info['status']}]\n")
+        joined = [c["label"] for c in info["candidates"] if c.get("joined")]
+        outcome = f"joined the pool: {', '.join(joined) or 'none'}" if info.get("parent_label") else f"kept {info['kept'] or 'none'}"
+        console.print(f"[bold]iteration {info['iteration']}[/bold]: {len(info['candidates'])} candidates from {info.get('parent_label') or 'the incumbent'}, "
+                      f"{outcome}  [{info['status']}]\n")
         for cand in info["candidates"]:
             show_candidate(console, cand)
             console.print()
         return
-    console.print(f"[bold]candidate {info['label']}[/bold]: {info['title'] or '(no patch)'}  [{info['status']}]")
+    standing = " (joined the pool)" if info.get("joined") else ""
+    standing += ", the run's best" if info.get("best") else ""
+    console.print(f"[bold]candidate {info['label']}[/bold]: {info['title'] or '(no patch)'}  [{info['status']}]{standing}")
     console.print(f"branch {info['branch'] or '-'}  commit {info['commit'] or '-'}  parent {'base' if info['parent'] == 0 else info['parent']}")
     console.print(f"verdict: {info['reason']}")
     if info.get("evidence"):

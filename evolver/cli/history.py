@@ -13,15 +13,27 @@ from evolver.data import RoleUsage, add_tallies, cost_text
 from evolver.errors import UsageError
 from evolver.evaluation.metrics import infra_by_role, mean_reward, rewards_by_task
 from evolver.evolution.evidence import flipped
+from evolver.evolution.loop.context import member_trials
 from evolver.evolution.plan import max_simulations
 from evolver.store.lineage import Lineage
 from evolver.store.rundir import RunDir, list_runs
-from evolver.store.runstate import BestChange, slug
+from evolver.store.runstate import BestChange, named
+
+
+def parent_of(record):
+    """Where an iteration's candidates came from: a pool member's label ("base", "3b"), or a lineage's iteration number."""
+    return record.parent_label or ("base" if record.parent == 0 else record.parent)
+
+
+def gate_table(run: RunDir, label: str) -> Optional[dict]:
+    """A candidate's gate trials (a population child's two parts together; the base's reference), None before any."""
+    return member_trials(lambda name: latest_rewards(run, name), label) or None
 
 
 def history_rows(run: RunDir) -> list[dict]:
     """One row per candidate; an iteration's cost (all its candidates and roles) on its first row."""
     state = run.state()
+    best = run.best_label(state)
     rows = []
     for r in run.iterations():
         for i, c in enumerate(r.candidates):
@@ -29,19 +41,20 @@ def history_rows(run: RunDir) -> list[dict]:
                 "iteration": r.iteration,
                 "candidate": c.label,
                 "branch": c.branch,
-                "parent": "base" if r.parent == 0 else r.parent,
+                "parent": parent_of(r),
                 "title": c.title,
                 "analysis": r.analysis if r.kept == c.label else None,
                 "gate_incumbent": r.gate_incumbent,
                 "gate_candidate": c.gate_candidate,
                 "gate_delta": None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent,
-                "verdict": c.status,
+                "verdict": "joined" if r.parent_label and c.status == "accepted" else c.status,
                 "reason": c.reason,
+                "screen": c.screen or None,
                 "cost": cost_text(r.usage.values()) if i == 0 else None,
                 "usage": {k: v.model_dump() for k, v in r.usage.items()} if i == 0 else None,
                 "cached": {k: v.cached_text() for k, v in r.usage.items() if v.cached_tokens} if i == 0 else None,
                 "tokens": sum(u.tokens for u in r.usage.values()) if i == 0 else None,
-                "is_best": r.iteration == state.incumbent and r.kept == c.label,
+                "is_best": bool(best) and c.label == best,
             })
     return rows
 
@@ -72,13 +85,14 @@ def status(run: RunDir) -> dict:
         "iterations_done": state.next_iteration - 1,
         "iterations_target": state.iterations_target,
         "candidates_per_iteration": cfg.candidates,
-        "best": {"iteration": state.incumbent, "commit": state.incumbent_commit, "branch": f"evolver/{run.run_id}/best",
-                 "gate": best_gate_score(run, state)},
+        "best": {"iteration": state.incumbent, "label": run.best_label(state) or "base", "commit": state.incumbent_commit,
+                 "branch": f"evolver/{run.run_id}/best", "gate": best_gate_score(run, state)},
         "consecutive_rejections": state.consecutive_rejections,
         "decisions": state.decisions,
         "expected_false_keeps": state.decisions * manifest.gate["alpha"],
         "gate_policy": manifest.policy.get("name", "per-decision"),
         "policy": policy_lines(manifest, state),
+        "pool": [{"label": "base", "parent": "", "iteration": 0}, *(m.model_dump() for m in state.pool)] if manifest.policy.get("population") else [],
         "audits": state.audits,
         "usage": {k: v.model_dump() for k, v in usage.items()},
         "cost": sum(u.cost for u in usage.values()),
@@ -100,18 +114,37 @@ def status(run: RunDir) -> dict:
 
 def policy_lines(manifest, state) -> list[str]:
     """What the run's gate policy promised and did (docs/search.md): per-decision, its decisions and expected
-    false keeps; audited, its lenient decisions, the bound on ending worse, and each audit's outcome."""
+    false keeps; audited, its lenient decisions; population, its pool; both of those, the bound on ending worse
+    and each audit's outcome."""
     alpha, decisions = manifest.gate["alpha"], state.decisions
-    if not manifest.policy or manifest.policy["name"] == "per-decision":
+    policy = manifest.policy
+    if not policy or policy["name"] == "per-decision":
         return [f"{decisions} gate decision(s) at a false-accept rate of {alpha:g} each: expected false keeps {decisions * alpha:.2f}"]
-    lines = [f"audited policy: {decisions} gate decision(s) at a lenient alpha of {alpha:g}; the end-of-run audit of the best against "
-             f"the base lets a run end worse than it began at most {manifest.policy['audit']['alpha']:g} of the time"]
+    bound = f"the end-of-run audit of the best against the base lets a run end worse than it began at most {policy['audit']['alpha']:g} of the time"
+    if policy.get("population"):
+        members = ", ".join(f"{m.label} (from {m.parent})" for m in state.pool) or "none yet"
+        lines = [f"population policy: the pool is the base and {len(state.pool)} member(s): {members}; {bound}"]
+    else:
+        lines = [f"audited policy: {decisions} gate decision(s) at a lenient alpha of {alpha:g}; {bound}"]
     for audit in state.audits:
         looks = audit["looks"][-1] if audit["looks"] else None
         evidence = f" after {looks['n_b_sims'] + looks['n_a_sims']} simulation(s)" if looks else ""
         outcome = "the best stands" if audit["holds"] else "rolled back to the base"
-        lines.append(f"audit of iteration {audit['best']}{evidence}: {outcome}. {audit['reason']}")
+        lines.append(f"audit of {audit_name(audit)}{evidence}: {outcome}. {audit['reason']}")
     return lines
+
+
+def judged(audit: dict, record, cand) -> bool:
+    """Whether ``audit`` judged ``cand``: by its label, or (before audits recorded labels) as its iteration's kept one."""
+    if audit.get("label"):
+        return audit["label"] == cand.label
+    return record.kept == cand.label and audit["best"] == record.iteration
+
+
+def audit_name(audit: dict) -> str:
+    """The candidate an audit judged (by its label; a run from before audits recorded labels, by its iteration)."""
+    return named(audit.get("label") or str(audit["best"]))
+
 
 
 def rate_limits(run: RunDir, state, running: bool) -> dict:
@@ -141,10 +174,12 @@ def runs(repo) -> list[dict]:
 
 
 def best_gate_score(run: RunDir, state) -> Optional[float]:
-    """The incumbent's gate score: its winning candidate's, or the baseline's reference."""
-    record = run.iteration(state.incumbent) if state.incumbent else None
-    if record and record.winner:
-        return record.winner.gate_candidate
+    """The best's gate score: its candidate's, or the baseline's reference."""
+    label = run.best_label(state)
+    record = run.iteration(state.incumbent) if label else None
+    cand = next((c for c in record.candidates if c.label == label), None) if record else None
+    if cand is not None:
+        return cand.gate_candidate
     return mean_reward(latest_rewards(run, "reference-g0"))
 
 
@@ -190,35 +225,52 @@ def show(run: RunDir, which: str) -> dict:
 def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
     diff = lineage.diff(record.parent_commit, cand.commit) if cand.commit else ""
     flips: list[dict] = []
-    candidate = latest_rewards(run, f"iter-{slug(cand.label)}-gate")
-    # What the gate compared with: the incumbent measured beside the candidate, else its reference.
-    incumbent = latest_rewards(run, f"iter-{record.iteration:03d}-incumbent") or latest_rewards(run, f"reference-g{record.generation}")
+    candidate = gate_table(run, cand.label)
+    # What the gate compared with: its parent's gate trials (a pool member), or the incumbent measured beside it, else its reference.
+    incumbent = (gate_table(run, record.parent_label) if record.parent_label else
+                 latest_rewards(run, f"iter-{record.iteration:03d}-incumbent") or latest_rewards(run, f"reference-g{record.generation}"))
     if candidate and incumbent:
         flips = [{"task": task, "incumbent": was, "candidate": now} for task, was, now in flipped(candidate, incumbent)]
-    return {**cand.model_dump(exclude={"responses"}), "iteration": record.iteration, "parent": record.parent,
-            "gate_incumbent": record.gate_incumbent, "kept": record.kept == cand.label, "evidence": _evidence(run, record, cand),
-            "diff": diff, "flips": flips, "note": lineage.note(cand.commit) if cand.commit else ""}
+    best = run.best_label()
+    return {**cand.model_dump(exclude={"responses"}), "iteration": record.iteration, "parent": parent_of(record),
+            "gate_incumbent": record.gate_incumbent, "kept": record.kept == cand.label, "joined": bool(record.parent_label) and cand.status == "accepted",
+            "best": bool(best) and best == cand.label, "evidence": _evidence(run, record, cand), "diff": diff, "flips": flips,
+            "note": lineage.note(cand.commit) if cand.commit else ""}
 
 
 def _evidence(run: RunDir, record, cand) -> str:
     """What the candidate's verdict stood on, and what the run's audit made of it, if it audited this one."""
-    if not cand.verdicts:
+    if cand.screen:
+        screen = cand.screen
+        text = (f"screen: {screen['child']:g} against its parent's {screen['parent']:g} over {screen['tasks']} analysis task(s) "
+                f"({screen.get('reused', 0)} of them from its proposer's tries)")
+        if cand.gate_part:
+            text += f"; gate, first part: {cand.gate_part['child']:.3f} against its parent's {cand.gate_part['parent']:.3f} over {cand.gate_part['tasks']} task(s)"
+    elif cand.verdicts:
+        beside = record.gate_stages[-1]["n_incumbent_sims"] if record.gate_stages else 0
+        text = f"{cand.verdicts[-1]['n_candidate_sims']} simulation(s) of its own, {beside} of the incumbent beside it"
+    else:
         return ""
-    beside = record.gate_stages[-1]["n_incumbent_sims"] if record.gate_stages else 0
-    text = f"{cand.verdicts[-1]['n_candidate_sims']} simulation(s) of its own, {beside} of the incumbent beside it"
-    for audit in run.state().audits if record.kept == cand.label else ():
-        if audit["best"] == record.iteration:
+    for audit in run.state().audits:
+        if judged(audit, record, cand):
             text += f"; the run's audit against the base: {'it stands' if audit['holds'] else 'rolled back to the base'}. {audit['reason']}"
     return text
 
 
 def rollback(run: RunDir, to: str, reason: str) -> BestChange:
-    """Move `best` (and the incumbent of a resumed run) back to an earlier kept candidate or the base."""
+    """Move `best` (and the incumbent of a resumed run) back to an earlier kept candidate (a pool member, in a
+    population run) or the base."""
     with run.lock():
         state = run.state()
         manifest = run.manifest()
         if to == "base":
-            iteration, commit = 0, manifest.base_commit
+            iteration, commit, label = 0, manifest.base_commit, ""
+        elif state.pool or manifest.policy.get("population"):
+            member = next((m for m in state.pool if m.label == to), None)
+            if member is None:
+                raise UsageError(f"'{to}' is not a member of run {run.run_id}'s pool; members: {', '.join(m.label for m in state.pool) or 'none'} "
+                                 "(or 'base')")
+            iteration, commit, label = member.iteration, member.commit, member.label
         else:
             try:
                 iteration = int(to)
@@ -228,13 +280,13 @@ def rollback(run: RunDir, to: str, reason: str) -> BestChange:
             if record is None or record.winner is None:
                 kept = [str(r.iteration) for r in run.iterations() if r.winner]
                 raise UsageError(f"iteration {to} is not a kept candidate of run {run.run_id}; kept: {', '.join(kept) or 'none'} (or 'base')")
-            commit = record.winner.commit
+            commit, label = record.winner.commit, record.winner.label
         lineage = Lineage(run.repo, run.run_id)
         lineage.set_branch(lineage.best_branch, commit)
-        change = BestChange(iteration=iteration, commit=commit, reason=f"rollback: {reason}", at=time.time())
+        change = BestChange(iteration=iteration, label=label or "base", commit=commit, reason=f"rollback: {reason}", at=time.time())
         state.best_history.append(change)
-        state.incumbent, state.incumbent_commit = iteration, commit
+        state.incumbent, state.incumbent_commit, state.best_label = iteration, commit, label
         state.generation += 1  # a resumed run measures the restored incumbent afresh
         run.save_state(state)
-        run.log("rollback", to=iteration, commit=commit, reason=reason)
+        run.log("rollback", to=label or "base", commit=commit, reason=reason)
         return change

@@ -46,7 +46,9 @@ def find_simulation(run: RunDir, which: str, task: str, trial: int) -> Simulatio
     record = None if base else _iteration(run, which)
     candidate = None if base else next((c for c in record.candidates if c.label == which), None)
     if task in manifest.analysis_tasks:
-        name, commit = f"analysis-g{0 if base else record.generation}", manifest.base_commit if base else record.parent_commit
+        # What the iteration's proposers read: its incumbent's analysis, or (population) its parent on a minibatch.
+        name = "analysis-g0" if base else record.evidence or f"analysis-g{record.generation}"
+        commit = manifest.base_commit if base else record.parent_commit
     elif task in manifest.gate_tasks or task in manifest.holdout_tasks:
         if not base and candidate is None:
             labels = ", ".join(c.label for c in record.candidates)
@@ -54,6 +56,8 @@ def find_simulation(run: RunDir, which: str, task: str, trial: int) -> Simulatio
         commit = manifest.base_commit if base else candidate.commit
         if task in manifest.gate_tasks:
             name = "reference-g0" if base else f"iter-{slug(candidate.label)}-gate"
+            if not base and any(r.task_id == task for r in run.evaluation(f"{name}2").records()):
+                name += "2"  # a population child's second part of the gate
         else:
             name = f"holdout-{(commit or '')[:12]}"
     else:
@@ -122,13 +126,14 @@ def failed_analysis(run: RunDir) -> list[dict]:
     """Every failed simulation of the run's analysis evaluations (what its proposers read), each with what the harness
     changed in it and the command that shows it turn by turn."""
     manifest, rows = run.manifest(), []
-    first = {}  # generation -> the first iteration whose proposer read its analysis
+    first = {}  # what a proposer read -> the first iteration whose proposers read it, and the agent it measured
     for record in run.iterations():
-        first.setdefault(record.generation, (str(record.iteration), record.parent_commit))
+        first.setdefault(record.evidence or f"analysis-g{record.generation}", (str(record.iteration), record.parent_commit))
+    first.setdefault("analysis-g0", ("base", manifest.base_commit))
     lineage = Lineage(run.repo, run.run_id)
-    for generation in sorted(set(first) | {0}):
-        which, commit = first.get(generation, ("base", manifest.base_commit))
-        evaluation = run.evaluation(f"analysis-g{generation}")
+    for name, (which, commit) in sorted(first.items()):
+        generation = int(name[len("analysis-g"):]) if name.startswith("analysis-g") else int(which)
+        evaluation = run.evaluation(name)
         result = evaluation.latest_result()
         if result is None:
             continue

@@ -73,14 +73,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from evolver.cli.history import rollback
+    from evolver.store.runstate import named
     from evolver.store.rundir import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     change = rollback(run, args.to, args.reason)
-    target = "the base" if change.iteration == 0 else f"iteration {change.iteration}"
+    target = named(change.label)
     print(f"evolver/{run.run_id}/best now points at {target} ({change.commit[:10]}); recorded in {run.log_file}")
-    for audit in (a for a in run.state().audits if a["best"] == change.iteration):  # what the audited policy made of it
-        print(f"note: the run's audit of iteration {change.iteration} {'held' if audit['holds'] else 'rolled it back'}: {audit['reason']}")
+    for audit in (a for a in run.state().audits if a["best_commit"] == change.commit):  # what the run's audit made of it
+        print(f"note: the run's audit of {named(change.label)} {'held' if audit['holds'] else 'rolled it back'}: {audit['reason']}")
     return 0
 
 

@@ -66,6 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.local.backend import cap_concurrency
     from evolver.store.rundir import find_run
+    from evolver.store.runstate import named
 
     console = Console(stderr=True, soft_wrap=True)
     repo = Path(args.path).resolve()
@@ -112,5 +113,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if state.incumbent == 0:
         out_console().print(f"best: evolver/{run.run_id}/best (the base: no candidate was kept, nothing to merge)")
     else:
-        out_console().print(f"best: evolver/{run.run_id}/best (iteration {state.incumbent}); adopt it with `git merge evolver/{run.run_id}/best`")
+        out_console().print(f"best: evolver/{run.run_id}/best ({named(run.best_label(state) or str(state.incumbent))}); "
+                            f"adopt it with `git merge evolver/{run.run_id}/best`")
     return 0

@@ -8,13 +8,12 @@ from typing import Optional
 
 from evolver import __version__
 from evolver.cli.compare import transfer_rows
-from evolver.cli.history import history_rows, latest_rewards, policy_lines, show, status
+from evolver.cli.history import gate_table, history_rows, judged, latest_rewards, parent_of, policy_lines, show, status
 from evolver.cli.turns import failed_analysis
 from evolver.data import RoleUsage, cached_text
 from evolver.evaluation.metrics import mean_reward
 from evolver.evolution.triage import triage
 from evolver.store.rundir import RunDir, measured
-from evolver.store.runstate import slug
 
 ROLE_ORDER = ("agent", "user", "judge", "meta")
 OUTSIDE_ITERATIONS = "baseline, references, holdout"  # what the run measured outside any iteration's own candidates
@@ -61,12 +60,12 @@ class CostRow:
 class Candidate:
     label: str  # "3", or "3a", "3b" in an iteration of several
     iteration: int
-    parent: str  # the label of the kept candidate it was built on, or "base"
+    parent: str  # the label of the candidate it was built on (the kept one, or a pool member), or "base"
     title: str
     rationale: str
-    status: str  # accepted, rejected, undecided, invalid, refused, no_patch
+    status: str  # accepted (joined the pool, in a population run), rejected, undecided, invalid, refused, no_patch
     reason: str
-    kept: bool
+    kept: bool  # on the path from the base to the run's best (a lineage's kept candidates)
     best: bool  # the run's best now (after any rollback)
     branch: Optional[str]
     commit: Optional[str]
@@ -81,6 +80,14 @@ class Candidate:
     flips: list[dict]  # gate tasks whose pass rate changed against the incumbent: task, incumbent, candidate
     findings: list[str]  # the static scan's
     investigation: dict = field(default_factory=dict)  # what its proposer did (proposers.Outcome.stats), with the transcript's path
+    joined: bool = False  # a member of a population run's pool
+    screen: dict = field(default_factory=dict)  # a population child's screen beside its parent (gate.population.ScreenVerdict)
+    audit: str = ""  # what the run's audit made of it, if it judged this one
+
+    @property
+    def verdict(self) -> str:
+        """As the report says it: kept (on the best's path), joined (the pool), or its status."""
+        return "kept" if self.kept else "joined" if self.joined else self.status.replace("_", " ")
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,7 @@ class RunFacts:
     baseline_gate: Optional[float]
     baseline_analysis: Optional[float]
     candidates: list[Candidate]
-    best_label: str  # "base" or a kept candidate's label
+    best_label: str  # "base" or a candidate's label
     best_commit: str
     best_moves: list[dict]  # iteration, label, reason, at: every time `best` moved, rollbacks included
     costs: list[CostRow]
@@ -131,6 +138,7 @@ class RunFacts:
     rate_limits: list[tuple[Optional[int], dict]] = field(default_factory=list)
     # The failed simulations of the analysis evaluations (what the proposers read): what the harness changed, the command to see it.
     failed_analysis: list[dict] = field(default_factory=list)
+    population: bool = False  # a population run: its pool is the base and the candidates that joined
     generated: float = field(default_factory=time.time)
     evolver_version: str = __version__
 
@@ -143,7 +151,10 @@ class RunFacts:
         return next((c for c in self.candidates if c.label == self.best_label), None)
 
     def best_remeasured(self) -> Optional[float]:
-        """The best's gate score measured afresh as the next iteration's reference: free of the luck that selected it."""
+        """The best's gate score measured afresh as the next iteration's reference: free of the luck that selected it (a pool's
+        children are judged against their parent's own trials, so a population run measures it again only in its audit)."""
+        if self.population:
+            return None
         return next((c.gate_incumbent for c in self.candidates if c.parent == self.best_label and c.gate_incumbent is not None), None)
 
     def total_costs(self) -> dict[str, Cost]:
@@ -169,6 +180,12 @@ def collect(run: RunDir) -> RunFacts:
     def label_of(iteration: int) -> str:
         return "base" if iteration == 0 else kept.get(iteration) or str(iteration)
 
+    best_label = run.best_label(state) or "base"
+    parents = {c.label: str(parent_of(r)) for r in records for c in r.candidates}
+    on_path, at = set(), best_label  # a population run's best and its ancestors, back to the base
+    while at in parents and at not in on_path:
+        on_path.add(at)
+        at = parents[at]
     rows = {row["candidate"]: row for row in history_rows(run)}
     candidates = []
     for record in records:
@@ -179,14 +196,19 @@ def collect(run: RunDir) -> RunFacts:
                 # Stopped before the final test (early, or screened out among several, where the effect is
                 # the gap to the best candidate): the gain shown is against the incumbent's gate score.
                 last = {**last, "effect": cand.gate_candidate - record.gate_incumbent}
+            if not last and cand.gate_candidate is not None and record.gate_incumbent is not None:  # a pool child: against its parent
+                last = {"effect": cand.gate_candidate - record.gate_incumbent}
+            audit = next((a for a in state.audits if judged(a, record, cand)), None)
             candidates.append(Candidate(
-                label=cand.label, iteration=record.iteration, parent=label_of(record.parent), title=cand.title,
-                rationale=cand.rationale, status=cand.status, reason=cand.reason, kept=record.kept == cand.label,
+                label=cand.label, iteration=record.iteration, parent=str(parent_of(record)) if record.parent_label else label_of(record.parent),
+                title=cand.title, rationale=cand.rationale, status=cand.status, reason=cand.reason,
+                kept=record.kept == cand.label if not record.parent_label else cand.label in on_path,
                 best=rows[cand.label]["is_best"], branch=cand.branch, commit=cand.commit,
                 gate_incumbent=record.gate_incumbent, gate_candidate=cand.gate_candidate,
                 effect=last.get("effect"), ci_low=last.get("ci_low"), p_value=last.get("p_value"), looks=len(cand.verdicts),
                 analysis=rows[cand.label]["analysis"], diff=info["diff"], flips=info["flips"], findings=list(cand.findings),
-                investigation=dict(cand.investigation),
+                investigation=dict(cand.investigation), joined=info["joined"], screen=dict(cand.screen),
+                audit="" if audit is None else f"{'stands' if audit['holds'] else 'rolled back to the base'}: {audit['reason']}",
             ))
     scores = run.holdout()
     holdout = None
@@ -203,13 +225,13 @@ def collect(run: RunDir) -> RunFacts:
         task_counts={"analysis": len(manifest.analysis_tasks), "gate": len(manifest.gate_tasks), "holdout": len(manifest.holdout_tasks)},
         iterations_done=state.next_iteration - 1, iterations_target=state.iterations_target,
         baseline_gate=mean_reward(latest_rewards(run, "reference-g0")), baseline_analysis=mean_reward(latest_rewards(run, "analysis-g0")),
-        candidates=candidates, best_label=label_of(state.incumbent), best_commit=state.incumbent_commit,
-        best_moves=[{"iteration": b.iteration, "label": label_of(b.iteration), "reason": b.reason, "at": b.at} for b in state.best_history],
+        candidates=candidates, best_label=best_label, best_commit=state.incumbent_commit,
+        best_moves=[{"iteration": b.iteration, "label": b.label or label_of(b.iteration), "reason": b.reason, "at": b.at} for b in state.best_history],
         costs=_costs(records, state), grid=_grid(run, manifest.gate_tasks, candidates), holdout=holdout,
         decisions=state.decisions, alpha=float(manifest.gate.get("alpha", 0.05)), policy=policy_lines(manifest, state),
         transfers=transfer_rows(run.transfers()),
         triage=[{"task": t.task, "flags": t.flags, "why": t.why} for t in triage(measured(run.repo, run.run_id)) if t.flags],
-        rate_limits=_rate_limits(records, state), failed_analysis=failed_analysis(run),
+        rate_limits=_rate_limits(records, state), failed_analysis=failed_analysis(run), population=bool(manifest.policy.get("population")),
     )
 
 
@@ -245,7 +267,7 @@ def _costs(records, state) -> list[CostRow]:
 def _grid(run: RunDir, tasks: list[str], candidates: list[Candidate]) -> TaskGrid:
     columns = [("base", latest_rewards(run, "reference-g0") or {}, {})]
     for cand in candidates:
-        table = latest_rewards(run, f"iter-{slug(cand.label)}-gate") if cand.gate_candidate is not None else None
+        table = gate_table(run, cand.label) if cand.gate_candidate is not None else None
         if table:
             columns.append((cand.label, table, {f["task"]: 1 if f["candidate"] > f["incumbent"] else -1 for f in cand.flips}))
     return TaskGrid(

@@ -20,12 +20,12 @@ def summary(f: RunFacts) -> str:
         lines.append(f"Holdout ({h['tasks']} sealed task(s) x {h['trials']} trial(s), never used for a decision): "
                      f"base {_score(h['base'])} → best {_score(h['best'])}.")
     chain = " → ".join(["base"] + [f"{c.label} {c.title} ({_points(c.effect)})" for c in f.candidates if c.kept])
-    lines += ["", f"Kept lineage: {chain}.", "",
+    path = "The best's path from the base" if f.population else "Kept lineage"
+    lines += ["", f"{path}: {chain}.", "",
               "| candidate | title | gate (incumbent → candidate) | gain | verdict |", "|---|---|---|---|---|"]
     for c in f.candidates:
         title = (c.title or "(no patch)").replace("|", "\\|")
-        verdict = "kept" if c.kept else c.status.replace("_", " ")
-        lines.append(f"| {c.label}{' ★' if c.best else ''} | {title} | {_score(c.gate_incumbent)} → {_score(c.gate_candidate)} | {_points(c.effect)} | {verdict} |")
+        lines.append(f"| {c.label}{' ★' if c.best else ''} | {title} | {_score(c.gate_incumbent)} → {_score(c.gate_candidate)} | {_points(c.effect)} | {c.verdict} |")
     costs = ", ".join(f"{role} {cost.text()} ({cost.tokens:,} tokens{', ' + cost.cached_text() if cost.cached_tokens else ''})"
                       for role, cost in f.total_costs().items())
     lines += [

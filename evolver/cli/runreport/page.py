@@ -138,7 +138,32 @@ def _lineage_list(f: RunFacts) -> str:
                      f"<code>{escape(c.branch or '')}</code>{' <b>= best</b>' if c.best else ''}</li>")
     moves = "".join(f"<li>{_when(m['at'])}: best → {escape(m['label'])} ({escape(m['reason'])})</li>" for m in f.best_moves)
     moved = f'<details><summary>every move of best ({len(f.best_moves)})</summary><ul>{moves}</ul></details>' if f.best_moves else ""
-    return f'<p class="note">The kept lineage, oldest first (<code>git log {escape(f.best_branch)}</code> tells the same):</p><ol class="lineage" id="lineage-list">{"".join(items)}</ol>{moved}'
+    what = "The best's path from the base" if f.population else "The kept lineage"
+    return (f'<p class="note">{what}, oldest first (<code>git log {escape(f.best_branch)}</code> tells the same):</p>'
+            f'<ol class="lineage" id="lineage-list">{"".join(items)}</ol>{moved}{_pool_tree(f)}')
+
+
+def _pool_tree(f: RunFacts) -> str:
+    """A population run's pool as the tree it is: each member under its parent, with its screen, its gate score and
+    what the audit made of it."""
+    if not f.population:
+        return ""
+    children: dict[str, list[Candidate]] = {}
+    for c in f.candidates:
+        if c.joined:
+            children.setdefault(c.parent, []).append(c)
+
+    def branch(label: str) -> str:
+        items = []
+        for c in children.get(label, []):
+            screen = f", screen {c.screen['child']:g} against {c.screen['parent']:g}" if c.screen else ""
+            audit = f"; audit: {c.audit}" if c.audit else ""
+            items.append(f'<li><b>{escape(c.label)}</b>{" ★" if c.best else ""} {escape(c.title)}: gate {_score(c.gate_candidate)}'
+                         f'{escape(screen)}{escape(audit)}{branch(c.label)}</li>')
+        return f"<ul>{''.join(items)}</ul>" if items else ""
+
+    return (f'<p class="note">The pool, each member under its parent (base: gate {_score(f.baseline_gate)}{" ★" if f.best_label == "base" else ""}):</p>'
+            f'<div id="pool-tree">{branch("base") or "<p class=note>no child joined the pool</p>"}</div>')
 
 
 def _cost_table(f: RunFacts) -> str:
@@ -163,7 +188,7 @@ def _candidates_table(f: RunFacts) -> str:
     for c in f.candidates:
         rows.append(
             f'<tr class="candidate" id="candidate-{escape(c.label)}"><td><b>{escape(c.label)}</b>{" ★" if c.best else ""}</td><td>{escape(c.parent)}</td>'
-            f"<td>{escape(c.title or '(no patch)')}</td><td class=\"{escape(c.status)}\">{escape(_verdict(c))}</td>"
+            f"<td>{escape(c.title or '(no patch)')}</td><td class=\"{escape(c.status)}\">{escape(c.verdict)}</td>"
             f'<td class="num">{_score(c.gate_incumbent)} → {_score(c.gate_candidate)}</td><td class="num">{_gain(c)}</td>'
             f'<td class="num">{_p(c.p_value)}</td><td class="num">{c.looks}</td><td>{escape(c.reason)}</td></tr>'
             f'<tr class="detail"><td></td><td colspan="8">{_candidate_detail(c)}</td></tr>'
@@ -261,10 +286,6 @@ def _diff_html(diff: str) -> str:
         css = "hunk" if line.startswith("@@") else "add" if line.startswith("+") and not line.startswith("+++") else "del" if line.startswith("-") and not line.startswith("---") else ""
         out.append(f'<span class="{css}">{escape(line)}</span>' if css else escape(line))
     return "\n".join(out)
-
-
-def _verdict(c: Candidate) -> str:
-    return "kept" if c.kept else c.status.replace("_", " ")
 
 
 def _gain(c: Candidate) -> str:
