@@ -30,6 +30,9 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED_MODELS = ["--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge", "--meta-model", "scripted/meta"]
+# The one-lineage story most run tests tell: the audited policy, one candidate an iteration. The default search, the
+# population, has tests of its own (tests/test_population.py).
+LINEAGE = ["--gate-policy", "audited", "--candidates", "1"]
 
 
 @pytest.fixture(autouse=True, scope="session")

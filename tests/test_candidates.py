@@ -26,7 +26,7 @@ from tests.test_loop import make_target, run_id_of
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:candidates_script"}
 # The one-shot proposer: its verdicts unfiltered. Two gate stages, not the audited policy's default three: the kill
 # below still lands between the screen and the last stage, and each stage costs 40 simulations of each arm.
-ARGS = ["--iterations", "1", "--candidates", "3", "--gate-stages", "1,2", "--concurrency", "8", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]
+ARGS = ["--iterations", "1", "--candidates", "3", "--gate-policy", "audited", "--gate-stages", "1,2", "--concurrency", "8", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]
 
 
 def summary(repo: Path, run_id: str) -> dict:

@@ -12,7 +12,7 @@ import pytest
 
 from evolver.evolution.gate.compare import CompareConfig, decide_compare, next_tasks, run_compare
 from evolver.evolution.gate.sequential import plan, windows
-from tests.conftest import SCRIPTED_MODELS, git, run_cli
+from tests.conftest import SCRIPTED_MODELS, git, run_cli, LINEAGE
 from tests.scripts.loop_cases import EXACT
 from tests.test_loop import make_target
 
@@ -164,7 +164,7 @@ def kept_run(tmp_path_factory):
     repo = make_target(tmp_path_factory.mktemp("transfer") / "target")
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
     # the per-decision gate: no screen and no end-of-run audit (the audited policy is the loop tests'; here only the kept rule counts)
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--gate-policy", "per-decision", "--no-holdout", "--concurrency", "8",
+    proc = run_cli(["run", str(repo), "--iterations", "1", "--candidates", "1", "--gate-stages", "1", "--gate-policy", "per-decision", "--no-holdout", "--concurrency", "8",
                     *SCRIPTED_MODELS, "--transfer-models", "scripted/contrary"], env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "transfers" in proc.stdout and "hurts" in proc.stdout  # --transfer-models ran at the end
@@ -242,7 +242,7 @@ def test_the_dry_run_forecast_is_within_a_quarter_of_what_the_run_spends(tmp_pat
     repo = make_target(tmp_path / "target")
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:fix_first_script", "EVOLVER_SCRIPTED_PRICE": "0.002"}
     args = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", "--proposer", "oneshot", "--budget-usd", "100",
-            *SCRIPTED_MODELS]
+            *LINEAGE, *SCRIPTED_MODELS]
     dry = run_cli(["run", str(repo), "--dry-run", "--pilot", "4", *args], env=env, timeout=600)
     assert dry.returncode == 0, dry.stderr[-2000:]
     expected = float(re.search(r"the expected run fits \(expected \$([0-9.]+)", dry.stderr).group(1))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evolver.config_load import load_config
-from tests.conftest import ROOT, git, run_cli
+from tests.conftest import ROOT, git, run_cli, LINEAGE
 
 FIXTURE = ROOT / "tests" / "fixtures" / "auto_harness"  # an auto-harness checkout: agent/, experiment_config.yaml, workspace/
 SCRIPTED = ["--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge"]
@@ -117,7 +117,7 @@ def test_a_short_run_evolves_the_auto_harness_agent(tmp_path):
     """`evolver run` on the converted checkout: the baseline, a candidate that passes the scan with the fixture's
     environment reads and model fallback in it, and the gate; the learnings brought along reach the proposer."""
     repo, _ = converted(tmp_path)
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--domain", "mock", "--analysis-split", "",
+    proc = run_cli(["run", str(repo), "--iterations", "1", *LINEAGE, "--gate-stages", "1", "--no-holdout", "--domain", "mock", "--analysis-split", "",
                     "--gate-split", "", *SCRIPTED, "--agent-model", "scripted/wrong", "--meta-model", "scripted/meta", "--proposer", "oneshot"],
                    env={"EVOLVER_SCRIPT": "tests.scripts.loop_cases:learned_fix_script"}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evolver.evaluation import zygote_client
-from tests.conftest import SCRIPTED_MODELS, eval_json, run_cli
+from tests.conftest import SCRIPTED_MODELS, eval_json, run_cli, LINEAGE
 
 ONE_TASK = ("--task-ids", "create_task_1")
 
@@ -200,7 +200,7 @@ def test_a_run_is_handed_to_the_warm_daemon_and_a_kill_of_its_command_ends_it_re
     assert run_cli(["tasks", "mock", "--split", "base"]).returncode == 0  # tasks imports tau2: handed over too, and no worker forked
     assert _daemons()[0]["served"] == daemon["served"] + 1
     repo = tiny_target(tmp_path / "tiny")
-    args = ["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]
+    args = ["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--proposer", "oneshot", *LINEAGE, *SCRIPTED_MODELS]
     env = {**os.environ, "EVOLVER_SCRIPT": "tests.scripts.loop_cases:script", "EVOLVER_SCRIPTED_LATENCY": "0.5"}
     command = subprocess.Popen([sys.executable, "-m", "evolver", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

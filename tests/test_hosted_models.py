@@ -34,7 +34,7 @@ FAULT = next(f for f in FAULTS if f.name == "early_stop")
 SMALL_GATE = ["--exclude-tasks", ",".join(f"gen_{n:02d}" for n in [*range(4, 8), *range(13, 48)])]
 SCRIPTED = ["--agent-model", "scripted/bench", "--user-model", "scripted/user", "--judge-model", "scripted/judge"]
 # the per-decision gate: no screen and no end-of-run audit, which the meta model, what these runs are about, never reaches
-RUN = ["--iterations", "1", "--gate-stages", "1", "--gate-policy", "per-decision", "--no-holdout", "--concurrency", "8", *SMALL_GATE, *SCRIPTED]
+RUN = ["--iterations", "1", "--candidates", "1", "--gate-stages", "1", "--gate-policy", "per-decision", "--no-holdout", "--concurrency", "8", *SMALL_GATE, *SCRIPTED]
 META_ROLES = {"gpt-5": "meta", "o3": "meta", "claude-sonnet-4-5": "meta"}
 
 

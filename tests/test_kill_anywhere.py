@@ -3,8 +3,9 @@ reaches: the same candidates, verdicts, charges and best tree. Through the comma
 the `evolver run` process group, then `evolver run --resume`.
 
 A tiny grid (tests/scripts/tiny_domain.py: 3 analysis and 6 gate tasks) and scripted LLMs: one iteration
-of two candidates, a worse patch and the fix. The uninterrupted run goes on in the background while one
-run is killed at each moment in turn, each kill landing in a later step than the last.
+of the default search, the population, with two candidates, a worse patch and the fix: the worse one is
+screened out, the fix runs the gate's two parts, joins the pool and is audited. The uninterrupted run goes on
+in the background while one run is killed at each moment in turn, each kill landing in a later step than the last.
 """
 
 from __future__ import annotations
@@ -51,8 +52,11 @@ MOMENTS = [
     ("its folder appeared", _exists("run-*")),
     ("it chose its tasks", _exists("run-*/scan-identifiers.json")),  # (a new run lists them before its folder appears)
     ("it measures the baseline", _evaluation("analysis-g0", 1)),
-    ("it proposes", _exists("run-*/iterations/001.json")),  # git adds the worktrees
-    ("it gates the candidates", _evaluation("iter-001b-gate", 3)),
+    ("its parent runs a minibatch", _evaluation("analysis-001-d0", 1)),  # git adds the parent's worktree
+    ("it proposes", _exists("run-*/proposals/001b")),
+    ("it screens the candidates", _evaluation("iter-001b-screen", 1)),
+    ("it gates the fix", _evaluation("iter-001b-gate2", 1)),
+    ("it audits the pool's best", _evaluation("audit-001b-best", 1)),
 ]
 
 
@@ -98,11 +102,12 @@ def test_a_run_killed_at_any_moment_resumes_to_where_an_uninterrupted_one_ends(t
     assert reference.wait(timeout=600) == 0, reference.stderr.read()[-3000:]
     [reference_run] = _run_folders(reference_repo)
     want, got = final_state(reference_repo, reference_run.name), final_state(repo, run.name)
-    assert [(title, verdict) for title, verdict, _, _ in want["candidates"]] == [("worse", "rejected"), ("exact", "accepted")]
+    assert [(title, verdict) for title, verdict, _, _ in want["candidates"]] == [("worse", "rejected"), ("exact", "joined")]
     assert got["candidates"] == want["candidates"] and got["branches"] == want["branches"]
     assert got["trees"] == want["trees"] and got["trees"]["best"] == got["trees"]["iter-001b"]
     assert got["usage"] == want["usage"] and got["decided"] == want["decided"] == [1]  # each simulation charged once
-    for name in ("iter-001a-gate", "iter-001b-gate"):  # and none that had finished ran again
+    for name in ("analysis-001-d0", "iter-001a-screen", "iter-001b-screen", "iter-001b-gate", "iter-001b-gate2", "audit-001b-best"):
+        # and none that had finished ran again
         keys = _simulations(run / "evals" / name)
         assert len(keys) == len(set(keys)) and sorted(keys) == sorted(_simulations(reference_run / "evals" / name)), name
 

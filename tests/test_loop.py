@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCRIPTED_MODELS, git, run_cli
+from tests.conftest import SCRIPTED_MODELS, git, run_cli, LINEAGE
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
 # The one-shot proposer: its verdicts reach the loop unfiltered (the investigating one would make the
 # meta-LLM fix a syntax error or a path outside agent/ before they ever became candidates).
-RUN_ARGS = ["--iterations", "4", "--concurrency", "8", "--holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]
+RUN_ARGS = ["--iterations", "4", "--concurrency", "8", "--holdout", "--proposer", "oneshot", *LINEAGE, *SCRIPTED_MODELS]
 EXPECTED = [("Break the state class", "invalid"), ("Edit the optimizer", "refused"), ("Transfer everyone", "rejected"), ("Keep the user's exact title", "accepted")]
 
 
@@ -308,14 +308,14 @@ def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embed
     repo = make_target(tmp_path / "target")
     models = dict(zip(SCRIPTED_MODELS[::2], SCRIPTED_MODELS[1::2]))
     models[f"--{local_role}-model"] = "local"
-    args = ["run", str(repo), "--dry-run", "--iterations", "4", "--concurrency", "8", "--holdout", *[x for kv in models.items() for x in kv]]
+    args = ["run", str(repo), "--dry-run", "--iterations", "4", "--concurrency", "8", "--holdout", *LINEAGE, *[x for kv in models.items() for x in kv]]
     proc = run_cli(args, env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert ("concurrency 8 -> 1" in proc.stderr) is capped
-    expected = "at 30.00 s of wall clock each (1 at once), about 9.3 h, up to 15.9 h" if capped else \
+    expected = "at 30.00 s of wall clock each (1 at once), about 9.2 h, up to 15.8 h" if capped else \
         "at 3.75 s of wall clock each (8 at once), about 1.2 h, up to 2.0 h"
-    # the bounds of the dry run above plus the investigating proposer's 6 try simulations per iteration
-    assert f"about {1_092 + 4 * 6:,} simulations expected, at most {1_883 + 4 * 6:,}; {expected}" in proc.stderr
+    # the bounds of the dry run above plus the investigating proposer's 3 try simulations per iteration
+    assert f"about {1_092 + 4 * 3:,} simulations expected, at most {1_883 + 4 * 3:,}; {expected}; 4 proposal(s) at most" in proc.stderr
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
 
 

@@ -88,8 +88,10 @@ def run_loop(tmp_path, monkeypatch, proposals: str, backend: FakeBackend | None 
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    # A lineage unless the test says otherwise (the population search has tests/test_population.py).
     cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge",
-                             "meta_model": "scripted/meta", "domain": "fake", "holdout": "off", "gate_stages": ["1", "2"], **settings},
+                             "meta_model": "scripted/meta", "domain": "fake", "holdout": "off", "gate_stages": ["1", "2"],
+                             "gate_policy": "audited", "candidates": 1, **settings},
                       environ={})
     backend = backend or FakeBackend()
     loop = start_run(new_run(repo, cfg, "run-policy", backend, allow_dirty=False, dry_run=False, console=Console(quiet=True)), cfg, backend,

@@ -74,8 +74,8 @@ def test_an_old_run_is_shown_and_resumed_to_the_end(old_run):
     assert {name: after[name] for name in before} == before
     assert {"iter-004-smoke", "iter-004-gate", "iter-004-incumbent"} <= set(after)
     # What this evolver wrote carries the schema; what it left alone stays as the old one wrote it.
-    assert json.loads((run / "state.json").read_text())["schema"] == 3
+    assert json.loads((run / "state.json").read_text())["schema"] == 4
     assert status["gate_policy"] == "per-decision" and status["audits"] == []  # it resumed with the policy it ran with
-    assert json.loads((run / "iterations" / "004.json").read_text())["schema"] == 2
+    assert json.loads((run / "iterations" / "004.json").read_text())["schema"] == 3
     assert json.loads((run / "iterations" / "003.json").read_text()) == written["iterations/003.json"]
     assert json.loads((run / "run.json").read_text()) == written["run.json"]

@@ -21,14 +21,14 @@ from evolver.evolution.evidence import Evidence
 from evolver.evolution.proposers import Budget, Request
 from evolver.evolution.proposers.agent import Session
 from evolver.evolution.proposers.agent_tools import check_arguments
-from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, git, init_repo, run_cli
+from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, git, init_repo, run_cli, LINEAGE
 from tests.test_loop import make_target
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
 # The proposers' runs: one iteration, one gate stage, and a small gate: evolver_gen's first 5 odd-numbered test tasks,
 # every one of which the careless agent fails and the fix passes (the gate's size is tests/test_loop.py's subject, not these).
 SMALL_GATE = ["--exclude-tasks", ",".join(f"gen_{n:02d}" for n in range(8, 48) if n % 2 == 0 or n > 17)]
-SMALL_RUN = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *SMALL_GATE]
+SMALL_RUN = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", *LINEAGE, *SMALL_GATE]
 
 
 @pytest.fixture(scope="module")

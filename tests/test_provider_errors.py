@@ -306,7 +306,7 @@ def test_run_through_an_openai_compatible_server(repo, monkeypatch):
     with FakeOpenAI() as fake:
         # The careless agent fails some tasks, so there is something to improve (a perfect baseline ends the run at once).
         # (per-decision: the audited default's screen and end-of-run audit would only reach the same server with more of the same)
-        proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--gate-policy", "per-decision",
+        proc = run_cli(["run", str(repo), "--iterations", "1", "--candidates", "1", "--gate-stages", "1", "--no-holdout", "--gate-policy", "per-decision",
                         *MODELS, "--agent-model", "openai/wrong",
                         "--meta-model", "openai/meta", "--api-base", fake.api_base,
                         "--meta-reasoning-effort", "low", "--meta-arg", "max_tokens=4321", "--agent-arg", "max_tokens=222"], timeout=600)

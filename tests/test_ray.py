@@ -34,7 +34,7 @@ from evolver.evaluation.backends import Cancelled
 from evolver.evaluation.backends.ray import RayBackend, plan, worker_environment
 from evolver.evaluation.backends.ray_node import pack_agent, unpack_agent
 from evolver.store.evaldir import EvalDir
-from tests.conftest import SCRIPTED_MODELS, git, run_cli
+from tests.conftest import SCRIPTED_MODELS, git, run_cli, LINEAGE
 from tests.scripts.ray_cases import KEY, VALUE
 from tests.test_eval import _inject_into_turn
 from tests.test_loop import tiny_target
@@ -43,7 +43,7 @@ EVAL_ARGS = ["--json", *SCRIPTED_MODELS, "--trials", "2", "--concurrency", "4", 
 KEY_ENV = {"EVOLVER_SCRIPT": "tests.scripts.ray_cases:needs_key", KEY: VALUE}
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
 # The one-shot proposer, as in tests/test_loop.py: the scripted verdicts of broken patches reach the loop unfiltered.
-RUN_ARGS = ["--iterations", "4", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", "--proposer", "oneshot", *SCRIPTED_MODELS]
+RUN_ARGS = ["--iterations", "4", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", "--proposer", "oneshot", *LINEAGE, *SCRIPTED_MODELS]
 # The candidate refuses to work if its process can see a key: the sandbox gives it an empty environment.
 NO_KEYS_IN_THE_AGENT = ("import os\n"
                         "if [k for k in os.environ if k.endswith('_API_KEY')]:\n"

@@ -187,7 +187,7 @@ def test_a_cost_without_a_price_is_unknown_never_zero():
 def tracked_run(tmp_path_factory):
     repo = make_target(tmp_path_factory.mktemp("tracked") / "target")
     env = {"EVOLVER_SCRIPT": SCRIPT, "EVOLVER_TEST_PLAN": "worse,exact"}
-    proc = run_cli(["run", str(repo), "--iterations", "2", "--gate-policy", "per-decision", "--gate-stages", "1,2", "--no-holdout", "--track", "mlflow",
+    proc = run_cli(["run", str(repo), "--iterations", "2", "--candidates", "1", "--gate-policy", "per-decision", "--gate-stages", "1,2", "--no-holdout", "--track", "mlflow",
                     "--concurrency", "8", *SCRIPTED_MODELS], env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return repo, run_id_of(repo), proc

@@ -138,10 +138,14 @@ def test_the_run_level_benchmark_runs_quick_and_prints_every_cell():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line and not line.startswith(("world", "#"))]
-    strategies = {" ".join(r[1:-9]) for r in rows}
-    assert {"per-decision K=1", "audited K=1", "auto-harness", "gepa-like"} <= strategies
-    assert len(rows) == 4 * len(strategies) * 2  # every world, strategy and budget
+    strategies = {" ".join(r[1:-11]) for r in rows}
+    own = {"evolver defaults", "auto-harness stall 5"}  # each with its own stop rule, no budget
+    assert {"per-decision K=1", "audited K=1", "population K=4", "auto-harness", "gepa-like"} | own <= strategies
+    assert len(rows) == 6 * ((len(strategies) - len(own)) * 2 + len(own))  # every world, strategy and budget
+    assert {r[-11] for r in rows if " ".join(r[1:-11]) in own} == {"own"}
     assert all(0 <= float(r[-3]) <= 1 for r in rows)  # the share of runs that ended worse
+    # a proposal priced by the dry-run estimator (gpt-4.1) against a retail simulation (gpt-4.1-mini), its tries charged
+    assert "# a proposal costs 3.00 simulations; each of evolver's charges 3 try simulations" in proc.stdout
 
 
 def test_the_benchmark_refuses_an_unknown_world_in_one_line():

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from evolver.data import RoleUsage, SimRecord, cost_text
 from evolver.store.evaldir import SimsTally
-from tests.conftest import SCRIPTED_MODELS, run_cli
+from tests.conftest import SCRIPTED_MODELS, run_cli, LINEAGE
 from tests.test_loop import make_target
 
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:policy_script", "EVOLVER_TEST_PROPOSALS": "exact"}
-QUICK = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "4", *SCRIPTED_MODELS]
+QUICK = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "4", *LINEAGE, *SCRIPTED_MODELS]
 
 
 def test_cost_per_role_says_unknown_for_unpriced_tokens_never_zero():

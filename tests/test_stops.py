@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCRIPTED_MODELS, git, run_cli
+from tests.conftest import SCRIPTED_MODELS, git, run_cli, LINEAGE
 from tests.test_loop import make_target, tiny_target
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
-QUICK = ["--gate-stages", "1", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]  # the loop_cases patches reach the loop as they are
+QUICK = ["--gate-stages", "1", "--no-holdout", "--proposer", "oneshot", *LINEAGE, *SCRIPTED_MODELS]  # the loop_cases patches reach the loop as they are
 
 
 @pytest.fixture

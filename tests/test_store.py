@@ -145,23 +145,26 @@ def test_records_written_before_they_carried_a_schema_are_version_1_and_migrated
     old = _old_run_files("state.json", "iterations/003.json", "run.json")
     state, iteration = old["state.json"], old["iterations/003.json"]
     assert "schema" not in state and "schema" not in iteration and "schema" not in old["run.json"]
-    assert runstate.STATE_MIGRATIONS == {1: runstate._state_v1_to_v2, 2: runstate._state_v2_to_v3}
-    assert runstate.ITERATION_MIGRATIONS == {1: runstate._iteration_v1_to_v2}
+    assert runstate.STATE_MIGRATIONS == {1: runstate._state_v1_to_v2, 2: runstate._state_v2_to_v3, 3: runstate._state_v3_to_v4}
+    assert runstate.ITERATION_MIGRATIONS == {1: runstate._iteration_v1_to_v2, 2: runstate._iteration_v2_to_v3}
     assert runstate._state_v1_to_v2(state) == state and runstate._iteration_v1_to_v2(iteration) == iteration  # nothing to change
     # Read through the steps, and written back: what the older evolver wrote, plus the version.
     again = json.loads(RunState.model_validate(state).model_dump_json())
     assert again.pop("rate_limits") == {}  # a field added since, empty: an older evolver ignores it
     assert again.pop("audits") == []  # v2 -> v3: no audit
+    assert again.pop("pool") == [] and again.pop("best_label") is None  # v3 -> v4: no pool; its best named by iteration only
     for usage in again["usage"].values():  # fields added since, none: nothing was read from a prompt cache then
         assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens")) == (0, 0)
-    assert again == {"schema": 3, **state}
+    assert again == {"schema": 4, **state}
     again = json.loads(IterationRecord.model_validate(iteration).model_dump_json())
     candidates = again.pop("candidates")
     assert again.pop("rate_limits") == {}
     for usage in again["usage"].values():
         assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens")) == (0, 0)
-    assert again == {"schema": 2, **{k: v for k, v in iteration.items() if k != "candidates"}}
-    assert candidates == [{**c, "investigation": {}} for c in iteration["candidates"]]  # the field added since, empty
+    assert (again.pop("parent_label"), again.pop("minibatch"), again.pop("evidence")) == ("", [], "")  # v2 -> v3: a lineage's
+    assert again == {"schema": 3, **{k: v for k, v in iteration.items() if k != "candidates"}}
+    added = {"investigation": {}, "tries": [], "screen": {}, "gate_part": {}}  # the fields added since, empty
+    assert candidates == [{**c, **added} for c in iteration["candidates"]]
     manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own steps, v1 -> ... -> v5
     assert manifest.schema_version == 5 and manifest.config["proposer"] == "oneshot" and "local_api_base" not in manifest.config
     assert manifest.config["agent_args"] == {} and manifest.config["learnings_file"] == ""  # v2 -> v3: no per-role argument
@@ -176,9 +179,9 @@ def test_new_records_say_their_schema_first(tmp_path):
     run.save_iteration(IterationRecord(iteration=1, parent=0, parent_commit="c", generation=0, candidates=[CandidateRecord(label="1")]))
     state = json.loads((run.path / "state.json").read_text())
     iteration = json.loads(run.iteration_file(1).read_text())
-    assert list(state)[0] == "schema" and state["schema"] == runstate.STATE_SCHEMA == 3
-    assert list(iteration)[0] == "schema" and iteration["schema"] == runstate.ITERATION_SCHEMA == 2
-    assert run.state().schema_version == 3 and run.iterations()[0].schema_version == 2
+    assert list(state)[0] == "schema" and state["schema"] == runstate.STATE_SCHEMA == 4
+    assert list(iteration)[0] == "schema" and iteration["schema"] == runstate.ITERATION_SCHEMA == 3
+    assert run.state().schema_version == 4 and run.iterations()[0].schema_version == 3
 
 
 @pytest.mark.parametrize("name, what", [("state.json", "state.json"), ("iterations/001.json", "the iteration record")])

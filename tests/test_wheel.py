@@ -73,7 +73,7 @@ def test_the_wheel_installs_and_runs_a_scripted_evolution(tmp_path):
     git(target, "add", "-A")
     git(target, "commit", "-qm", "init")
     # (per-decision: the audited default's screen and end-of-run audit read nothing more from the wheel)
-    proc = subprocess.run([evolver, "run", str(target), "--iterations", "1", "--gate-stages", "1", "--gate-policy", "per-decision",
+    proc = subprocess.run([evolver, "run", str(target), "--iterations", "1", "--candidates", "1", "--gate-stages", "1", "--gate-policy", "per-decision",
                            "--agent-model", "scripted/wrong",
                            "--user-model", "scripted/user", "--judge-model", "scripted/judge", "--meta-model", "scripted/meta"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)

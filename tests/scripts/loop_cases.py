@@ -8,6 +8,8 @@ from evolver.scripted import Reply, mock_agent, mock_script
 
 EXACT = "Use the exact title the user gives."
 TRANSFER = "Always transfer the user to a human agent."
+# Partial rules: each keeps two of the titles the agent garbles exact (of the tiny domain's, one analysis task and one gate task).
+PARTIAL = {"some": ("Keep titles ending in 1 or 3 exact.", (1, 3)), "other": ("Keep titles ending in 1 or 5 exact.", (1, 5))}
 
 
 def agent(messages):
@@ -16,8 +18,9 @@ def agent(messages):
         return Reply(tool_calls=[("transfer_to_human_agents", {"summary": "transfer"})]) if messages[-1].get("role") == "user" else Reply("You are being transferred.")
     request = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
     number = re.search(r"(\d+)'", request)
-    # Without the rule, the agent garbles every title that ends in an odd number.
-    careless = EXACT not in system and number is not None and int(number.group(1)) % 2 == 1
+    # Without the rule, the agent garbles every title that ends in an odd number (but those a partial rule names).
+    kept = {n for rule, numbers in PARTIAL.values() if rule in system for n in numbers}
+    careless = EXACT not in system and number is not None and int(number.group(1)) % 2 == 1 and int(number.group(1)) not in kept
     return mock_agent(messages, careless=careless)
 
 
@@ -146,7 +149,8 @@ def distinct_candidates_script(name, messages, tools):
 
 
 THOROUGH = "Be thorough: check every detail before you act."
-PATCHES = {"exact": EXACT, "thorough": THOROUGH, "worse": TRANSFER, "note1": "Note 1: be courteous.", "note2": "Note 2: be brief."}
+PATCHES = {"exact": EXACT, "thorough": THOROUGH, "worse": TRANSFER, "note1": "Note 1: be courteous.", "note2": "Note 2: be brief.",
+           **{name: rule for name, (rule, _) in PARTIAL.items()}}
 
 
 def policy_script(name, messages, tools):
