@@ -313,7 +313,7 @@ def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embed
     assert proc.returncode == 0, proc.stderr
     assert ("concurrency 8 -> 1" in proc.stderr) is capped
     expected = "at 30.00 s of wall clock each (1 at once), about 9.2 h, up to 15.8 h" if capped else \
-        "at 3.75 s of wall clock each (8 at once), about 1.2 h, up to 2.0 h"
+        "at 3.75 s of wall clock each (8 at once), about 1.1 h, up to 2.0 h"
     # the bounds of the dry run above plus the investigating proposer's 3 try simulations per iteration
     assert f"about {1_092 + 4 * 3:,} simulations expected, at most {1_883 + 4 * 3:,}; {expected}; 4 proposal(s) at most" in proc.stderr
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing

@@ -76,7 +76,7 @@ def test_output_to_a_file_has_a_line_at_every_phase_and_at_least_every_interval(
     texts = [text for _, text in arrivals]
     # (the default policy screens the candidate before its one configured stage: two stages in all)
     for phase in ("measuring the baseline", "iteration 1: proposing 1 candidate", "iteration 1: smoke test", "iteration 1: gate stage 1/2",
-                  "iteration 1: gate stage 2/2", "audit: iteration 1's best against the base"):
+                  "iteration 1: gate stage 2/2", "audit: iteration 1, the run's best, against the base"):
         assert any(phase in t for t in texts), phase
     started = next(i for i, t in enumerate(texts) if "measuring the baseline" in t)
     times = [at for at, _ in arrivals[started:]]

@@ -154,7 +154,7 @@ def test_tasks_lists_ids_quietly():
 
 
 def test_gate_flags_on_a_run_are_recorded_and_used(repo):
-    proc = run_cli(["run", str(repo), "--iterations", "3", "--gate-policy", "per-decision", "--gate-stages", "1,2", "--gate-alpha", "0.1",
+    proc = run_cli(["run", str(repo), "--iterations", "3", "--candidates", "1", "--gate-policy", "per-decision", "--gate-stages", "1,2", "--gate-alpha", "0.1",
                     "--gate-min-effect", "0.05", "--no-holdout", *SCRIPTED_MODELS], env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = repo / "runs" / _run_id(repo)

@@ -29,7 +29,7 @@ class RunEnd:
         if ctx.policy.audit is None or ctx.state.incumbent == 0 or any(a["best_commit"] == best for a in ctx.state.audits):
             return
         label = ctx.run.best_label(ctx.state) or str(ctx.state.incumbent)
-        ctx.step(f"audit: {label}, the run's best, against the base")
+        ctx.step(f"audit: {named(label)}, the run's best, against the base")
         arms = [(f"audit-{slug(label)}-{side}", ctx.checkout(f"audit-{side}", commit))
                 for side, commit in (("base", ctx.manifest.base_commit), ("best", best))]
 
