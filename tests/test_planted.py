@@ -76,7 +76,8 @@ def test_a_fix_outscores_a_revert_and_a_fit_and_each_is_counted_as_what_it_is(tm
     commits["cut [:250]"] = commit("cut", faulty["rewritten_call"].replace("v[:10]", "v[:250]"))
 
     scores = {name: rewards(repo, runtime, ref) for name, ref in commits.items()}
-    assert {name: (round(s["test"], 3), round(s["holdout"], 3)) for name, s in scores.items()} == SCORES
+    measured = {name: (round(s["test"], 3), round(s["holdout"], 3)) for name, s in scores.items()}
+    assert measured == SCORES, {name: f"{got}, not {SCORES[name]}" for name, got in measured.items() if got != SCORES[name]}
     for name, (fault, counted, removed) in COUNTED.items():
         assert taken_out(repo, commits[fault], commits[name]) == removed, name
         assert label(scores[name], scores[fault], scores["template"], removed) == counted, name
