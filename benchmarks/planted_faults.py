@@ -181,7 +181,7 @@ def evolve(fault, proposer: str, meta: list[str], args, honest: dict[str, float]
     started, run_id, best = time.monotonic(), None, {}
     for n in range(1, args.iterations + 1):
         if run_id is None:
-            proc = evolver(runtime, "run", str(repo), "--iterations", "1", "--gate-policy", "audited", "--gate-stages", args.gate_stages,
+            proc = evolver(runtime, "run", str(repo), "--iterations", "1", "--gate-policy", "audited", "--candidates", "1", "--gate-stages", args.gate_stages,
                            "--no-holdout", "--stall", "0", "--concurrency", "8", "--proposer", proposer, *SCRIPTED, *meta)
         else:
             proc = evolver(runtime, "run", str(repo), "--resume", run_id, "--iterations", str(n))
