@@ -16,12 +16,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Optional
 
 from evolver.data import USER_ADAPTER, RoleModel
+from evolver.kinds import BACKENDS, CHOSEN_BY, GATE_POLICIES, PROPOSERS, choices_text
 
 DOMAINS = ("airline", "retail", "telecom", "mock")
-# Where simulations can run; evolver.evaluation.backends.make_backend builds each (named here, below it).
-BACKENDS = ("local", "ray")
-# What a run's gate bounds; evolver.evolution.gate.search builds each (named here, below it).
-GATE_POLICIES = ("population", "audited", "per-decision")
 
 
 @dataclass(frozen=True)
@@ -122,7 +119,7 @@ class Config:
     plugins: list = setting([], "modules the worker imports first, e.g. to register your own tau2 domain", "evaluation")
     # Where simulations run (evolver.evaluation.backends): this machine, or Ray (with no address, a
     # local Ray instance evolver starts and stops; "auto" joins a running one).
-    backend: str = setting("local", "where simulations run: local (this machine) or ray", "evaluation", flags=BOTH, choices=BACKENDS)
+    backend: str = setting("local", f"where simulations run: {choices_text(BACKENDS)}", "evaluation", flags=BOTH, choices=tuple(BACKENDS))
     ray_address: str = setting("", "the Ray cluster to join with backend = ray: an address, or auto for a running one; empty: start a local "
                                    "Ray instance", "evaluation", flags=BOTH, metavar="ADDRESS")
     # The candidate's agent process (evolver.evaluation.sandbox): past either limit the simulation fails.
@@ -161,9 +158,8 @@ class Config:
                                 bounds=(500, None))
     meta_context_tokens: int = setting(32000, "the meta model's context window, tokens", "proposer", bounds=(4096, None))
     # The proposer (evolver.evolution.proposers, docs/proposer.md).
-    proposer: str = setting("agent", "how candidates are proposed: agent (the meta model reads trajectories and code, edits a copy and "
-                                     "tries it, with tools), oneshot (one answer to the failure digest) or command (an external coding "
-                                     "agent)", "proposer", flags=("run",), choices=("agent", "oneshot", "command"))
+    proposer: str = setting("agent", f"how candidates are proposed: {choices_text(PROPOSERS)}", "proposer", flags=("run",),
+                            choices=tuple(PROPOSERS))
     proposer_turns: int = setting(16, "agent proposer: meta-LLM calls per proposal", "proposer", flags=("run",), bounds=(1, 500))
     proposer_tokens: int = setting(120_000, "agent proposer: meta-LLM tokens per proposal", "proposer", flags=("run",), bounds=(1000, None))
     proposer_tries: int = setting(3, "agent proposer: simulations of its edited agent on analysis tasks per proposal (counted like any "
@@ -178,11 +174,8 @@ class Config:
                                       "by name); never your home or a folder holding it or the repository", "proposer", flags=("run",),
                                   metavar="DIRS")
     # The gate (docs/gate.md) and the run's policy around it (docs/search.md).
-    gate_policy: str = setting("population", "population: a pool of candidates, each child screened on a few analysis tasks beside its "
-                                             "parent before any gate trial; audited: one lineage under a lenient gate; both end with an "
-                                             "audit of the best against the base that rolls the run back unless the best is shown better "
-                                             "(a run ends worse than it began at most gate_alpha of the time); per-decision: one lineage, "
-                                             "every keep's false-accept rate at most gate_alpha", "gate", flags=("run",), choices=GATE_POLICIES)
+    gate_policy: str = setting("population", f"what the run's gate bounds: {choices_text(GATE_POLICIES)}; an audit lets a run end worse "
+                                             "than it began at most gate_alpha of the time", "gate", flags=("run",), choices=tuple(GATE_POLICIES))
     gate_alpha: float = setting(0.05, "population and audited: the chance a run ends worse than it began; per-decision: each keep's false-accept "
                                       "probability", "gate", flags=("run",), bounds=(0, 0.5))
     gate_min_effect: float = setting(0.0, "smallest mean gain worth keeping, reward units (0.05 = 5 points)", "gate", flags=("run",),
@@ -248,6 +241,19 @@ def with_default_models(cfg: Config, environ: Optional[dict] = None, roles: tupl
     roles = ", ".join(k.removesuffix("_model") for k in unset)
     return filled, (f"no model configured and no OPENAI_API_KEY: using the embedded local model ({cfg.local_size} size) for {roles}; "
                     "it is for trying the loop, real gains need a capable model (--agent-model/--user-model/--meta-model)")
+
+
+def unread(cfg: Config) -> list[str]:
+    """A line for each setting given a value of its own that the chosen kind does not read (--gate-stages with the
+    population search, say): it changes nothing, and a user should know."""
+    defaults, lines = Config(), []
+    for chooser, kinds in CHOSEN_BY.items():
+        chosen = kinds[getattr(cfg, chooser)]
+        for name in sorted({s for k in kinds.values() for s in k.settings} - set(chosen.settings)):
+            if getattr(cfg, name) != getattr(defaults, name):
+                readers = ", ".join(k.name for k in kinds.values() if name in k.settings)
+                lines.append(f"note: {flag_of(name)} is read by the {readers} {chooser.replace('_', ' ')}, not by {chosen.name}: it changes nothing here")
+    return lines
 
 
 def spec(name: str) -> Spec:

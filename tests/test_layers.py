@@ -33,7 +33,7 @@ RANK = {"shared": 0, "local": 1, "store": 1, "evaluation": 2, "evolution": 3, "c
 # The bottom layer, all of it: a new top-level module is a new shared module, so add it here on purpose. A package
 # here (evolver.ratelimit) is shared with every module in it.
 SHARED = {"evolver", "evolver.config", "evolver.data", "evolver.errors", "evolver.events", "evolver.llm", "evolver.memo", "evolver.models",
-          "evolver.ratelimit", "evolver.scripted", "evolver.toolcalls",
+          "evolver.ratelimit", "evolver.scripted", "evolver.toolcalls", "evolver.kinds",
           "evolver.config_load", "evolver.config_requests", "evolver.config_tables"}
 ENTRY = "evolver.__main__"
 

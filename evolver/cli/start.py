@@ -18,7 +18,7 @@ from rich.console import Console
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
 from evolver.cli.preflight import RUN_ROLES, preflighted, say
-from evolver.config import LOCAL, SPECS, Config, flag_of
+from evolver.config import LOCAL, SPECS, Config, flag_of, unread
 from evolver.config_load import checked
 from evolver.config_requests import listing_request
 from evolver.errors import UsageError
@@ -125,6 +125,8 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
             raise UsageError("agent/ has uncommitted changes; commit them, or pass --allow-dirty to run from HEAD without them")
         console.print("[yellow]note:[/yellow] agent/ has uncommitted changes; this run starts from HEAD and does not include them")
     policy = policy_of(cfg)
+    for line in unread(cfg):
+        console.print(line, highlight=False)
     tracking.require(cfg.track)
     if cfg.proposer == "command":
         if not cfg.proposer_command.strip():

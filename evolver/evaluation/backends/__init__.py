@@ -54,17 +54,8 @@ class Backend(Protocol):
 
 
 def make_backend(name: str, ray_address: str = "", rate_limits: Optional[dict] = None) -> Backend:
-    """The backend of one command. It holds the command's rate limiter (evolver.ratelimit), configured with
-    ``rate_limits``: this process's own calls (the meta-LLM) and every worker's wait their turn in it."""
-    from evolver import ratelimit
-    from evolver.ratelimit.lanes import Limiter
+    """The backend of one command (evolver.kinds.BACKENDS). It holds the command's rate limiter (evolver.ratelimit),
+    configured with ``rate_limits``: this process's own calls (the meta-LLM) and every worker's wait their turn in it."""
+    from evolver.kinds import BACKENDS
 
-    if name == "ray":
-        from evolver.evaluation.backends.ray import RayBackend
-
-        return RayBackend(ray_address, rate_limits)
-    from evolver.evaluation.backends.local import LocalBackend
-
-    limiter = Limiter(rate_limits)
-    ratelimit.install(limiter)
-    return LocalBackend(limiter=limiter)
+    return BACKENDS[name].load(__name__)(ray_address=ray_address, rate_limits=rate_limits)

@@ -234,3 +234,13 @@ def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_
         on_progress(*tally.progress(len(task_ids) * req.trials))
     return eval_result(req, run_id, evaluation, task_ids, isolation=status.get("isolation") or {},
                        candidate_error=candidate_error, note=note, duration=time.monotonic() - started)
+
+
+def open_local(*, ray_address: str = "", rate_limits: Optional[dict] = None) -> LocalBackend:
+    """The local backend (evolver.kinds.BACKENDS), its rate limiter installed for this process's own calls too."""
+    from evolver import ratelimit
+    from evolver.ratelimit.lanes import Limiter
+
+    limiter = Limiter(rate_limits)
+    ratelimit.install(limiter)
+    return LocalBackend(limiter=limiter)

@@ -414,3 +414,8 @@ class _Evaluation:
         self._progress()
         return eval_result(req, run_id, self.evaluation, self.tasks, isolation=self._isolation(),
                            candidate_error=candidate_error, note=note, duration=duration)
+
+
+def open_ray(*, ray_address: str = "", rate_limits: Optional[dict] = None) -> RayBackend:
+    """The Ray backend (evolver.kinds.BACKENDS): the cluster at ``ray_address``, or a local Ray instance it starts."""
+    return RayBackend(ray_address, rate_limits)

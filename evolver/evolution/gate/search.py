@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Mapping, Optional, Sequence
 
-from evolver.config import GATE_POLICIES
+from evolver.kinds import GATE_POLICIES
 from evolver.evolution.gate.compare import CompareConfig, Comparison, decide_compare
 from evolver.evolution.gate.permutation import RewardTable, concurrent_blocks
 from evolver.evolution.gate.population import PopulationConfig
@@ -65,33 +65,47 @@ class Policy:
 
 
 def make_policy(name: str, gate: GateConfig) -> Policy:
-    """The named policy around the run's gate settings (``gate``: alpha, min_effect and stages as configured).
+    """The named policy (evolver.kinds.GATE_POLICIES) around the run's gate settings (``gate``: alpha, min_effect and
+    stages as configured)."""
+    if name not in GATE_POLICIES:
+        raise ValueError(f"unknown gate policy {name!r}; one of {', '.join(GATE_POLICIES)}")
+    return GATE_POLICIES[name].load(__package__)(gate)
 
-    per-decision takes them as they are; audited judges each iteration at its lenient alpha (and its
-    lenient stages, unless others are configured) and audits at the configured alpha: the bound on
-    ending worse than the run began. population runs no gate per iteration (its pool is judged by
-    gate.population) and audits as audited does; its gate is the audit's looks, which the run's noise
-    floor describes."""
-    audit = CompareConfig(alpha=gate.alpha, sided="better", max_trials=AUDIT_TRIALS, settle=0)
-    if name == "population":
-        config = PopulationConfig()
-        looks = tuple(range(1, AUDIT_TRIALS + 1))
-        described = replace(gate, stages=looks, futility=tuple(0.0 for _ in looks[1:]))
-        return Policy(name=name, gate=described, reference_trials=config.gate_trials, fresh_reference=False, audit=audit, population=config)
-    if name == "per-decision":
-        return Policy(name=name, gate=gate, reference_trials=gate.stages[-1], fresh_reference=True, audit=None)
-    if name == "audited":
-        tuned = gate.stages == GateConfig().stages  # the configured stages are the default: the lenient ones replace them
-        lenient = replace(gate, alpha=LENIENT_ALPHA, **(dict(stages=LENIENT_STAGES, futility=LENIENT_FUTILITY) if tuned else {}))
-        return Policy(name=name, gate=lenient, reference_trials=BASELINE_TRIALS, fresh_reference=False, audit=audit, screen_bar=SCREEN_BAR)
-    raise ValueError(f"unknown gate policy {name!r}; one of {', '.join(GATE_POLICIES)}")
+
+def _audit(gate: GateConfig) -> CompareConfig:
+    """The end-of-run audit: the best against the base, one-sided, at the configured alpha (the bound on ending worse)."""
+    return CompareConfig(alpha=gate.alpha, sided="better", max_trials=AUDIT_TRIALS, settle=0)
+
+
+def population_policy(gate: GateConfig) -> Policy:
+    """No gate per iteration (its pool is judged by gate.population); audited at the configured alpha. Its gate is the
+    audit's looks, which the run's noise floor describes."""
+    config = PopulationConfig()
+    looks = tuple(range(1, AUDIT_TRIALS + 1))
+    described = replace(gate, stages=looks, futility=tuple(0.0 for _ in looks[1:]))
+    return Policy(name="population", gate=described, reference_trials=config.gate_trials, fresh_reference=False, audit=_audit(gate),
+                  population=config)
+
+
+def audited_policy(gate: GateConfig) -> Policy:
+    """Each iteration judged at the lenient alpha (and the lenient stages, unless others are configured); audited at the
+    configured alpha."""
+    tuned = gate.stages == GateConfig().stages  # the configured stages are the default: the lenient ones replace them
+    lenient = replace(gate, alpha=LENIENT_ALPHA, **(dict(stages=LENIENT_STAGES, futility=LENIENT_FUTILITY) if tuned else {}))
+    return Policy(name="audited", gate=lenient, reference_trials=BASELINE_TRIALS, fresh_reference=False, audit=_audit(gate),
+                  screen_bar=SCREEN_BAR)
+
+
+def per_decision_policy(gate: GateConfig) -> Policy:
+    """The gate as configured, a fresh reference for every new incumbent, no audit."""
+    return Policy(name="per-decision", gate=gate, reference_trials=gate.stages[-1], fresh_reference=True, audit=None)
 
 
 def recorded_policy(policy: Mapping, gate: Mapping) -> Policy:
     """The policy a run recorded in its manifest (Policy.to_json()); a run from before the policies recorded
     none and gated per decision with its recorded ``gate``."""
     if not policy:
-        return make_policy("per-decision", GateConfig(**_tupled(gate)))
+        return per_decision_policy(GateConfig(**_tupled(gate)))
     audit = policy.get("audit")
     if audit is not None and "stages" in audit:  # recorded before compare's exact test: its looks, judged by that test now
         audit = {"alpha": audit["alpha"], "sided": audit["sided"], "max_trials": audit["stages"][-1], "settle": 0}
