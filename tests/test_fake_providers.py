@@ -281,11 +281,15 @@ def test_anthropic_answers_litellms_requests_and_tool_calls_round_trip(anthropic
      "A maximum of 4 blocks with cache_control may be provided. Found 5."),
     ({"thinking": {"type": "enabled", "budget_tokens": 512}}, {}, 400, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
     ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 1024}, {}, 400, "`max_tokens` must be greater than `thinking.budget_tokens`."),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2000, "top_p": 0.9}, {}, 400,
+     "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2000, "top_k": 40}, {}, 400,
+     "`top_k` must be unset when thinking is enabled."),
     ({"messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": [{"type": "thinking", "thinking": "I made this up.", "signature": "c2ln"}, {"type": "text", "text": "Hello."}]},
                    {"role": "user", "content": ASK}]}, {}, 400, "messages.1.content.0: Invalid `signature` in `thinking` block"),
     ({}, {}, 404, "Not Found"),
 ], ids=["no-key", "bad-version", "seed", "no-max-tokens", "temperature-1.5", "temperature-and-top-p", "unknown-model", "system-in-messages",
-        "stray-tool-result", "unanswered-tool-use", "five-cache-marks", "small-budget", "budget-over-max-tokens", "invented-thinking", "v1-v1"])
+        "stray-tool-result", "unanswered-tool-use", "five-cache-marks", "small-budget", "budget-over-max-tokens", "thinking-top-p", "thinking-top-k", "invented-thinking", "v1-v1"])
 def test_anthropic_refuses_what_the_messages_api_refuses(anthropic, body, headers, status, message):
     got, answer = anthropic_post(anthropic, body, headers, path="/v1/v1/messages" if message == "Not Found" else "/v1/messages")
     assert got == status and answer["type"] == "error" and answer["error"]["message"].startswith(message), answer
@@ -299,6 +303,9 @@ def test_anthropic_takes_what_the_messages_api_takes(anthropic):
     assert status == 200 and answer["stop_reason"] == "tool_use" and answer["content"][-1]["type"] == "tool_use"
     status, answer = anthropic_post(anthropic, {"max_tokens": 3, "messages": [{"role": "user", "content": "Thanks!"}]})
     assert status == 200 and answer["stop_reason"] == "max_tokens" and answer["usage"]["output_tokens"] == 3
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    assert anthropic_post(anthropic, {"thinking": thinking, "max_tokens": 2000, "top_p": 0.95})[0] == 200  # top_p from 0.95 while it thinks
+    assert anthropic_post(anthropic, {"top_k": 40, "top_p": 0.5})[0] == 200  # and anything, top_k too, while it does not
 
 
 def test_anthropic_refuses_through_litellm_what_it_passes_on(anthropic, litellm):
@@ -308,6 +315,8 @@ def test_anthropic_refuses_through_litellm_what_it_passes_on(anthropic, litellm)
              ({"extra_body": {"seed": 7}}, "extra_body: Extra inputs are not permitted"),  # litellm sends extra_body as a key of the body
              ({"tools": TOOLS, "tool_choice": "required", "reasoning_effort": "low"}, "Thinking may not be enabled when tool_choice forces tool use."),
              ({"reasoning_effort": "low", "temperature": 0.4}, "`temperature` may only be set to 1 when thinking is enabled."),
+             ({"reasoning_effort": "low", "top_p": 0.5}, "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled"),
+             ({"reasoning_effort": "low", "top_k": 40}, "`top_k` must be unset when thinking is enabled."),
              ({"reasoning_effort": "high", "max_tokens": 1500}, "`max_tokens` must be greater than `thinking.budget_tokens`.")]  # high: a 4,096 budget
     for kw, message in cases:
         with pytest.raises(litellm.BadRequestError, match=re.escape(message)):
