@@ -193,7 +193,7 @@ def test_every_role_with_a_plain_and_a_reasoning_model_through_eval_and_compare(
              ["preflight agent: openai/gpt-5-mini", "preflight user: openai/gpt-4.1-mini", "preflight judge: openai/o3"]),
             (anthropic, ["--agent-model", "anthropic/claude-sonnet-4-5", "--agent-reasoning-effort", "low", "--user-model", "anthropic/claude-haiku-4-5",
                          "--judge-model", "anthropic/claude-haiku-4-5"],
-             ["preflight agent: anthropic/claude-sonnet-4-5", "preflight user, judge: anthropic/claude-haiku-4-5"]),
+             ["preflight agent: anthropic/claude-sonnet-4-5", "preflight user: anthropic/claude-haiku-4-5", "preflight judge: anthropic/claude-haiku-4-5"]),
         ]
         for fake, models, checked in runs:
             proc = run_cli(["eval", str(repo), "--json", *tasks, *models, "--api-base", fake.api_base], env=KEYS)
