@@ -11,11 +11,12 @@ import os
 import re
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Callable
 
 from evolver.data import RoleModel, RoleUsage
-from evolver.errors import UsageError
+from evolver.errors import ProviderUnavailable, UsageError
 
 
 class ProviderError(RuntimeError):
@@ -342,12 +343,20 @@ def missing_key_line(name: str, role: RoleModel) -> str | None:
             "(any OpenAI-compatible server works with --api-base)")
 
 
-def check_api_base(url: str) -> None:
-    """Fail fast, in one line, when an OpenAI-compatible server is not there."""
+def check_api_base(url: str, roles: list[str], flag: str) -> None:
+    """Fail fast, in one line naming ``roles`` and the ``flag`` that set ``url``, when their server is not there. An
+    address that is no URL is bad input (exit 2); one nothing answers at is a provider that did not answer the
+    command's first request (exit 3, as the preflight says of a hosted one): nothing was spent, and it can be
+    started and the command run again."""
+    whose = f"the {' and '.join(roles)} " + ("models'" if len(roles) > 1 else "model's")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"{whose} API base {url!r} is not an http(s) URL; fix {flag}")
     try:
         urllib.request.urlopen(url.rstrip("/") + "/models", timeout=5)
     except urllib.error.HTTPError:
         return  # it answered: reachable (it may want a key for /models)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise UsageError(f"cannot reach the API base {url} ({reason}); start the server or fix --api-base") from None
+        raise ProviderUnavailable(f"{whose} API base {url} does not answer ({reason}); nothing was spent: start its server and try "
+                                  f"again, or fix {flag}") from None

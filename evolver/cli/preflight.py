@@ -73,6 +73,21 @@ def checks(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -
     return list(out.values())
 
 
+def check_servers(cfg: Config, roles: tuple[str, ...]) -> None:
+    """Each server configured for ``roles`` answers at all (evolver.llm.check_api_base), said with the roles it serves
+    and the flag that set it, before the command asks anything else of it."""
+    from evolver.llm import check_api_base
+
+    servers: dict[tuple[str, str], list[str]] = {}
+    for name in roles:
+        own = "user" if name == "judge" else name  # the judge is served where the user simulator is
+        base = cfg.role(name).api_base
+        if base:
+            servers.setdefault((base, f"--{own}-api-base" if getattr(cfg, f"{own}_api_base") else "--api-base"), []).append(name)
+    for (base, flag), names in servers.items():
+        check_api_base(base, names, flag)
+
+
 def preflight(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -> list[str]:
     """Check ``roles`` (see the module's docstring): the line per role to print once the command has no more
     input to refuse (bad input gets one line, this one's included); raises UsageError (a refusal: one line)

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
-from evolver.cli.preflight import RUN_ROLES, preflighted, say
+from evolver.cli.preflight import RUN_ROLES, check_servers, preflighted, say
 from evolver.config import LOCAL, SPECS, Config, flag_of
 from evolver.config_load import checked
 from evolver.config_requests import listing_request
@@ -31,7 +31,7 @@ from evolver.evolution.loop import Loop
 from evolver.evolution.loop.context import RunContext
 from evolver.evolution.plan import forecast, meta_prompt_tokens, policy_of
 from evolver.evolution.proposers import make_proposer
-from evolver.llm import check_api_base, missing_key_line, prepare_environment, price_of
+from evolver.llm import missing_key_line, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.store.rundir import RunDir
@@ -132,10 +132,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         problem = command_problem(cfg.proposer_command, tuple(cfg.proposer_read), repo)
         if problem:
             raise UsageError(problem)
-    for role in ("agent", "user", "meta"):
-        base = cfg.role(role).api_base
-        if base:
-            check_api_base(base)
+    check_servers(cfg, ("agent", "user", "meta"))
     if missing := missing_key_line("meta", cfg.role("meta")):  # agent and user keys are checked by the worker (and the preflight)
         raise UsageError(missing)
     read_learnings(repo, cfg.learnings_file)  # said now; the run reads it when it chooses its tasks
