@@ -307,16 +307,18 @@ def usage_of(response, model: str) -> RoleUsage:
     return RoleUsage(**tokens, cost=cost)
 
 
-TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")  # RoleUsage's counts
+TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens", "cache_reported_tokens")  # RoleUsage's counts
 
 
 def token_counts(response) -> dict[str, int]:
     """A completion's tokens as RoleUsage counts them (the worker hands tau2 this for its messages' usage)."""
     usage = getattr(response, "usage", None)
     details = getattr(usage, "prompt_tokens_details", None)
-    counts = (getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0),
-              getattr(usage, "cache_read_input_tokens", None) or getattr(details, "cached_tokens", None),
-              getattr(usage, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None))
+    read = (getattr(usage, "cache_read_input_tokens", None), getattr(details, "cached_tokens", None))
+    prompt = getattr(usage, "prompt_tokens", 0)
+    counts = (prompt, getattr(usage, "completion_tokens", 0), read[0] or read[1],
+              getattr(usage, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None),
+              prompt if any(n is not None for n in read) else 0)  # the provider said how much it read, none included
     return {name: int(count or 0) for name, count in zip(TOKEN_FIELDS, counts)}
 
 

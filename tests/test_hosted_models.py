@@ -113,9 +113,14 @@ def assert_cached(repo: Path, run_id: str, written: bool) -> None:
     the marks evolver placed, written once), counted in the run and shown by status, history and the report."""
     usage = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)["usage"]["meta"]
     assert 0 < usage["cached_tokens"] < usage["prompt_tokens"] and (usage["cache_write_tokens"] > 0) == written, usage
-    assert re.search(r"meta .*\d+% of the prompt cached", run_cli(["status", run_id, "--repo", str(repo)]).stdout)
-    assert "meta" in json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"][0]["cached"]
-    assert re.search(r"meta \$[\d.]+ \([\d,]+ tokens, \d+% of the prompt cached\)", run_cli(["report", run_id, "--repo", str(repo), "--markdown"]).stdout)
+    status = run_cli(["status", run_id, "--repo", str(repo)]).stdout
+    # the scripted agent's and customer's provider never says what it cached: said so, not left blank
+    assert re.search(r"meta .*\d+% of the prompt cached", status) and re.search(r"agent .*prompt cache not reported", status), status
+    cached = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"][0]["cached"]
+    assert re.fullmatch(r"\d+% of the prompt cached", cached["meta"]) and cached["user"] == "prompt cache not reported", cached
+    markdown = run_cli(["report", run_id, "--repo", str(repo), "--markdown"]).stdout
+    assert re.search(r"meta \$[\d.]+ \([\d,]+ tokens, \d+% of the prompt cached\)", markdown)
+    assert re.search(r"user \S+ \([\d,]+ tokens, prompt cache not reported\)", markdown), markdown
 
 
 CLAUDE, HAIKU = "anthropic/claude-sonnet-4-5", "anthropic/claude-haiku-4-5"

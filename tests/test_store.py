@@ -152,14 +152,14 @@ def test_records_written_before_they_carried_a_schema_are_version_1_and_migrated
     again = json.loads(RunState.model_validate(state).model_dump_json())
     assert again.pop("rate_limits") == {}  # a field added since, empty: an older evolver ignores it
     assert again.pop("audits") == []  # v2 -> v3: no audit
-    for usage in again["usage"].values():  # fields added since, none: nothing was read from a prompt cache then
-        assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens")) == (0, 0)
+    for usage in again["usage"].values():  # fields added since, none: nothing was read from a prompt cache then, nor reported
+        assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens"), usage.pop("cache_reported_tokens")) == (0, 0, 0)
     assert again == {"schema": 3, **state}
     again = json.loads(IterationRecord.model_validate(iteration).model_dump_json())
     candidates = again.pop("candidates")
     assert again.pop("rate_limits") == {}
     for usage in again["usage"].values():
-        assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens")) == (0, 0)
+        assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens"), usage.pop("cache_reported_tokens")) == (0, 0, 0)
     assert again == {"schema": 2, **{k: v for k, v in iteration.items() if k != "candidates"}}
     assert candidates == [{**c, "investigation": {}} for c in iteration["candidates"]]  # the field added since, empty
     manifest = runstate.Manifest.model_validate(old["run.json"])  # run.json: its own steps, v1 -> ... -> v5

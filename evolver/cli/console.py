@@ -394,7 +394,7 @@ def status_table(info: dict) -> Table:
     for role, usage in sorted(info["usage"].items()):
         u = RoleUsage(**usage)
         table.add_row(f"{role}", f"{u.prompt_tokens:,} in / {u.completion_tokens:,} out tokens, {cost_text([u])}"
-                      + (f", {u.cached_text()}" if u.cached_tokens else ""))
+                      + (f", {u.cached_text()}" if u.cached_text() else ""))
     table.add_row("cost", info["cost_text"])
     table.add_row("models", ", ".join(f"{role} {model}" for role, model in info["models"].items()))
     for t in info.get("transfers", []):

@@ -39,7 +39,7 @@ def history_rows(run: RunDir) -> list[dict]:
                 "reason": c.reason,
                 "cost": cost_text(r.usage.values()) if i == 0 else None,
                 "usage": {k: v.model_dump() for k, v in r.usage.items()} if i == 0 else None,
-                "cached": {k: v.cached_text() for k, v in r.usage.items() if v.cached_tokens} if i == 0 else None,
+                "cached": {k: v.cached_text() for k, v in r.usage.items() if v.cached_text()} if i == 0 else None,
                 "tokens": sum(u.tokens for u in r.usage.values()) if i == 0 else None,
                 "is_best": r.iteration == state.incumbent and r.kept == c.label,
             })
