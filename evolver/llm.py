@@ -290,6 +290,28 @@ def price_of(model: str) -> tuple[float, float] | None:
     return None
 
 
+def cached_prompt_price(model: str, api_base: str | None, share: float) -> float | None:
+    """Dollars per prompt token of a conversation that only grows when ``share`` of it is read from the provider's
+    prompt cache and, where the provider caches only up to marked blocks (Anthropic), the rest written to it, at
+    litellm's cache prices; None for a model with no known price."""
+    import litellm
+
+    from evolver.models import needs_cache_marks
+
+    if price_of(model) is None:
+        return None
+    million = 1_000_000
+    read = round(million * share)
+    written = million - read if needs_cache_marks(model, api_base) else 0
+    for name in (model, model.split("/", 1)[-1]):  # a custom provider's model is priced by its bare name
+        try:
+            prompt, _ = litellm.cost_per_token(model=name, prompt_tokens=million, cache_read_input_tokens=read, cache_creation_input_tokens=written)
+        except Exception:  # noqa: BLE001 - litellm raises for a model it has no entry for
+            continue
+        return prompt / million
+    return None
+
+
 def usage_of(response, model: str) -> RoleUsage:
     """What one completion used, as its provider counts it: prompt tokens (of them, those read from and
     written to the provider's prompt cache, as litellm reports them), completion tokens, and dollars at

@@ -29,9 +29,9 @@ from evolver.events import Events
 from evolver.evolution.gate.search import recorded_policy
 from evolver.evolution.loop import Loop
 from evolver.evolution.loop.context import RunContext
-from evolver.evolution.plan import forecast, meta_prompt_tokens, policy_of
+from evolver.evolution.plan import CACHED_SHARE, forecast, meta_prompt_tokens, policy_of
 from evolver.evolution.proposers import make_proposer
-from evolver.llm import missing_key_line, prepare_environment, price_of
+from evolver.llm import cached_prompt_price, missing_key_line, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.store.rundir import RunDir
@@ -196,9 +196,10 @@ def _plan(cfg: Config, repo: Path, note: str, analysis: list[str], gate_tasks: l
           measured: Optional[tuple[dict, float, int, dict]]) -> str:
     """How the tasks were split and the forecast: from a pilot's measurements, or assuming a hosted API's pace."""
     per_sim, seconds = (measured[0], measured[1]) if measured else ({}, ASSUMED_SIM_SECONDS / max(1, cfg.concurrency))
+    meta = cfg.role("meta")
     fc = forecast(cfg, len(analysis), len(gate_tasks), len(holdout), iterations=cfg.iterations, per_simulation=per_sim,
-                  meta_price=price_of(cfg.role("meta").model), meta_prompt_tokens=meta_prompt_tokens(GUIDE.read_text(), repo, cfg.digest_chars),
-                  noise=measured[3] if measured else None)
+                  meta_price=price_of(meta.model), meta_prompt_tokens=meta_prompt_tokens(GUIDE.read_text(), repo, cfg.digest_chars),
+                  noise=measured[3] if measured else None, meta_cached_prompt_price=cached_prompt_price(meta.model, meta.api_base, CACHED_SHARE))
     where = f"measured on a pilot of {measured[2]} simulation(s)" if measured else f"{ASSUMED_SIM_SECONDS:.0f} s per simulation assumed"
     return "\n".join([f"{note}.", *forecast_lines(fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})",
                                                   priced=measured is not None)])

@@ -27,6 +27,9 @@ AUDIT_TRIALS = 1.5
 # The meta-LLM's side of a proposal, before any is measured: the investigating proposer is assumed to
 # use half its token budget; a one-shot answer is its prompt plus the answer, in about this split.
 META_SHARE, PROMPT_SHARE = 0.5, 0.9
+# Of the investigating proposer's prompt tokens, the share its provider reads from its prompt cache: the least of
+# the three providers measured on a 16-turn proposal (benchmarks/prompt_cost.py, docs/models.md: 85-89%).
+CACHED_SHARE = 0.85
 
 
 def gate_config(cfg: Config):
@@ -95,6 +98,9 @@ class Forecast:
     simulations_most: int
     # role -> (tokens expected, tokens at most, dollars expected, dollars at most); dollars None: no known price
     roles: dict[str, tuple[int, int, Optional[float], Optional[float]]]
+    # the meta role's dollars (expected, at most) with CACHED_SHARE of its prompt read from the provider's cache; None
+    # where the proposer resends no growing conversation or the price is unknown
+    meta_cached: Optional[tuple[float, float]] = None
 
     def dollars(self, most: bool = False) -> Optional[float]:
         values = [v[3 if most else 2] for v in self.roles.values()]
@@ -106,11 +112,13 @@ class Forecast:
 
 def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, per_simulation: dict[str, RoleUsage],
              meta_price: Optional[tuple[float, float]], meta_prompt_tokens: int, baseline: bool = True,
-             noise: Optional[dict] = None) -> Forecast:
+             noise: Optional[dict] = None, meta_cached_prompt_price: Optional[float] = None) -> Forecast:
     """Simulations expected and at most, and per role the tokens and dollars: the simulated roles at
     ``per_simulation`` (what one simulation used, measured on a pilot or the baseline; a role whose
     tokens had no known price costs None, never $0), the meta-LLM at ``meta_price`` (dollars per
-    prompt and per completion token, None: unknown) for each proposal."""
+    prompt and per completion token, None: unknown) for each proposal; and the investigating proposer's
+    also with its prompt at ``meta_cached_prompt_price`` (dollars per prompt token with CACHED_SHARE of it
+    read from the cache)."""
     args = (cfg, n_analysis, n_gate, n_holdout)
     stages = tuple(cfg.gate_stages) or (1, 2, 3, 4, 6)
     # ``noise``: rewards by task (the reference, or a pilot's), to size the gate as a run will (gate.sized)
@@ -137,13 +145,16 @@ def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, itera
     if cfg.proposer == "command":
         per_expected = per_most = 0  # the command calls its own model, which evolver never sees
 
-    def dollars(tokens: int) -> Optional[float]:
+    def dollars(tokens: int, prompt_price: Optional[float] = None) -> Optional[float]:
         if meta_price is None:
             return None if tokens else 0.0
-        return tokens * (PROMPT_SHARE * meta_price[0] + (1 - PROMPT_SHARE) * meta_price[1])
+        return tokens * (PROMPT_SHARE * (meta_price[0] if prompt_price is None else prompt_price) + (1 - PROMPT_SHARE) * meta_price[1])
 
     roles["meta"] = (proposals * per_expected, proposals * per_most, dollars(proposals * per_expected), dollars(proposals * per_most))
-    return Forecast(simulations=expected, simulations_most=most, roles=roles)
+    cached = None
+    if cfg.proposer == "agent" and meta_price is not None and meta_cached_prompt_price is not None:
+        cached = (dollars(proposals * per_expected, meta_cached_prompt_price), dollars(proposals * per_most, meta_cached_prompt_price))
+    return Forecast(simulations=expected, simulations_most=most, roles=roles, meta_cached=cached)
 
 
 def meta_prompt_tokens(guide: str, repo, digest_chars: int) -> int:
