@@ -250,6 +250,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case_id, argv, fragment, setup", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gets_one_line_and_exit_2(world, case_id, argv, fragment, setup):
     repo, env, undo = world["repo"], dict(SCRIPT), []

@@ -206,6 +206,7 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, warm_daemon):
     assert _wait_for(lambda: _daemons()[0]["workers"] == 0)
 
 
+@pytest.mark.slow
 def test_a_run_is_handed_to_the_warm_daemon_and_a_kill_of_its_command_ends_it_resumably(tmp_path, warm_daemon):
     from tests.test_loop import tiny_target
 

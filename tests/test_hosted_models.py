@@ -85,6 +85,7 @@ META = [  # (meta model, its flags, what its preflight line says the requests le
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("meta, flags, said", META, ids=["gpt-5", "o3", "claude", "claude-thinking", "o3-oneshot"])
 def test_run_keeps_the_planted_fix_with_each_hosted_meta_model(planted, servers, meta, flags, said):
     provider = meta.split("/")[0]
@@ -203,6 +204,7 @@ def test_a_wrong_model_setting_stops_the_command_at_once_in_one_line(planted, co
     assert not re.search(r"^(run run-|measuring|evolver eval eval-)", proc.stderr, re.M)  # and nothing simulated
 
 
+@pytest.mark.slow
 def test_mid_run_a_refused_setting_stops_and_an_outage_pauses_then_the_run_resumes_to_the_fix(planted):
     """With the preflight off, the meta model's key refused at the first proposal stops the run at once (exit 2: no
     retry or wait can fix it; resumable once the setting is fixed); then the provider down through the retries

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SCRIPTED_MODELS, run_cli
 from tests.test_loop import final_state, processes_in, tiny_target
 
@@ -60,6 +62,7 @@ def _simulations(evaluation: Path) -> list[tuple[str, int]]:
     return [(r["task_id"], r["trial"]) for r in map(json.loads, (evaluation / "sims.jsonl").read_text().splitlines())]
 
 
+@pytest.mark.slow
 def test_a_run_killed_at_any_moment_resumes_to_where_an_uninterrupted_one_ends(tmp_path):
     reference_repo = tiny_target(tmp_path / "reference")
     reference = _start(reference_repo, *ARGS)

@@ -299,6 +299,7 @@ def test_a_conversation_that_overflows_the_customers_context_is_the_candidates_f
     assert summary["infra_errors"] == 0 and summary["failed"] == 1
 
 
+@pytest.mark.slow
 def test_run_through_an_openai_compatible_server(repo, monkeypatch):
     """`evolver run` as a user types it against a server: the baseline, the candidate's smoke test and
     the gate all reach it, and every simulation is a real, scored conversation."""
