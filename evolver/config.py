@@ -225,7 +225,7 @@ GROUPS = {"models": "models (litellm model strings)", "evaluation": "evaluation"
           "gate": "gate (docs/gate.md)"}
 
 LOCAL = "local"
-HOSTED_DEFAULTS = {"agent_model": "gpt-4.1-mini", "user_model": "gpt-4.1-mini", "meta_model": "gpt-4.1"}
+HOSTED_DEFAULTS = {"agent_model": "openai/gpt-4.1-mini", "user_model": "openai/gpt-4.1-mini", "meta_model": "openai/gpt-4.1"}
 
 
 def with_default_models(cfg: Config, environ: Optional[dict] = None, roles: tuple[str, ...] = ("agent", "user", "meta")) -> tuple[Config, Optional[str]]:

@@ -103,6 +103,9 @@ class RoleUsage(BaseModel):
     # reads), and written to it (Anthropic's cache writes); 0 in records made before they were counted.
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    # Of prompt_tokens: those of calls whose provider said how many it read from its cache (0 included), so that
+    # "0% cached" is told apart from a provider (a local server, a record made before) that never says.
+    cache_reported_tokens: int = 0
 
     def add(self, other: "RoleUsage") -> "RoleUsage":
         return RoleUsage(
@@ -111,10 +114,11 @@ class RoleUsage(BaseModel):
             cost=self.cost + other.cost,
             cached_tokens=self.cached_tokens + other.cached_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cache_reported_tokens=self.cache_reported_tokens + other.cache_reported_tokens,
         )
 
     def cached_text(self) -> str:
-        return cached_text(self.cached_tokens, self.prompt_tokens)
+        return cached_text(self.cached_tokens, self.prompt_tokens, self.cache_reported_tokens)
 
     @property
     def tokens(self) -> int:
@@ -127,9 +131,14 @@ class RoleUsage(BaseModel):
         return self.cost > 0 or self.tokens == 0
 
 
-def cached_text(cached_tokens: int, prompt_tokens: int) -> str:
-    """The share of a role's prompt tokens its provider read from its prompt cache, in words; "" for none."""
-    return f"{cached_tokens / prompt_tokens:.0%} of the prompt cached" if cached_tokens and prompt_tokens else ""
+def cached_text(cached_tokens: int, prompt_tokens: int, reported_tokens: int) -> str:
+    """The share of a role's prompt tokens its provider read from its prompt cache, in words: "0% ..." where the
+    provider said it read none, "not reported" where it never said; "" for a role with no prompt."""
+    if not prompt_tokens:
+        return ""
+    if not (cached_tokens or reported_tokens):
+        return "prompt cache not reported"
+    return f"{cached_tokens / prompt_tokens:.0%} of the prompt cached"
 
 
 def cost_text(usages) -> str:

@@ -11,11 +11,12 @@ import os
 import re
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Callable
 
 from evolver.data import RoleModel, RoleUsage
-from evolver.errors import UsageError
+from evolver.errors import ProviderUnavailable, UsageError
 
 
 class ProviderError(RuntimeError):
@@ -289,6 +290,28 @@ def price_of(model: str) -> tuple[float, float] | None:
     return None
 
 
+def cached_prompt_price(model: str, api_base: str | None, share: float) -> float | None:
+    """Dollars per prompt token of a conversation that only grows when ``share`` of it is read from the provider's
+    prompt cache and, where the provider caches only up to marked blocks (Anthropic), the rest written to it, at
+    litellm's cache prices; None for a model with no known price."""
+    import litellm
+
+    from evolver.models import needs_cache_marks
+
+    if price_of(model) is None:
+        return None
+    million = 1_000_000
+    read = round(million * share)
+    written = million - read if needs_cache_marks(model, api_base) else 0
+    for name in (model, model.split("/", 1)[-1]):  # a custom provider's model is priced by its bare name
+        try:
+            prompt, _ = litellm.cost_per_token(model=name, prompt_tokens=million, cache_read_input_tokens=read, cache_creation_input_tokens=written)
+        except Exception:  # noqa: BLE001 - litellm raises for a model it has no entry for
+            continue
+        return prompt / million
+    return None
+
+
 def usage_of(response, model: str) -> RoleUsage:
     """What one completion used, as its provider counts it: prompt tokens (of them, those read from and
     written to the provider's prompt cache, as litellm reports them), completion tokens, and dollars at
@@ -306,16 +329,18 @@ def usage_of(response, model: str) -> RoleUsage:
     return RoleUsage(**tokens, cost=cost)
 
 
-TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")  # RoleUsage's counts
+TOKEN_FIELDS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens", "cache_reported_tokens")  # RoleUsage's counts
 
 
 def token_counts(response) -> dict[str, int]:
     """A completion's tokens as RoleUsage counts them (the worker hands tau2 this for its messages' usage)."""
     usage = getattr(response, "usage", None)
     details = getattr(usage, "prompt_tokens_details", None)
-    counts = (getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0),
-              getattr(usage, "cache_read_input_tokens", None) or getattr(details, "cached_tokens", None),
-              getattr(usage, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None))
+    read = (getattr(usage, "cache_read_input_tokens", None), getattr(details, "cached_tokens", None))
+    prompt = getattr(usage, "prompt_tokens", 0)
+    counts = (prompt, getattr(usage, "completion_tokens", 0), read[0] or read[1],
+              getattr(usage, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None),
+              prompt if any(n is not None for n in read) else 0)  # the provider said how much it read, none included
     return {name: int(count or 0) for name, count in zip(TOKEN_FIELDS, counts)}
 
 
@@ -342,12 +367,20 @@ def missing_key_line(name: str, role: RoleModel) -> str | None:
             "(any OpenAI-compatible server works with --api-base)")
 
 
-def check_api_base(url: str) -> None:
-    """Fail fast, in one line, when an OpenAI-compatible server is not there."""
+def check_api_base(url: str, roles: list[str], flag: str) -> None:
+    """Fail fast, in one line naming ``roles`` and the ``flag`` that set ``url``, when their server is not there. An
+    address that is no URL is bad input (exit 2); one nothing answers at is a provider that did not answer the
+    command's first request (exit 3, as the preflight says of a hosted one): nothing was spent, and it can be
+    started and the command run again."""
+    whose = f"the {' and '.join(roles)} " + ("models'" if len(roles) > 1 else "model's")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"{whose} API base {url!r} is not an http(s) URL; fix {flag}")
     try:
         urllib.request.urlopen(url.rstrip("/") + "/models", timeout=5)
     except urllib.error.HTTPError:
         return  # it answered: reachable (it may want a key for /models)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise UsageError(f"cannot reach the API base {url} ({reason}); start the server or fix --api-base") from None
+        raise ProviderUnavailable(f"{whose} API base {url} does not answer ({reason}); nothing was spent: start its server and try "
+                                  f"again, or fix {flag}") from None

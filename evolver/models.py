@@ -101,6 +101,13 @@ def takes(model: str, api_base: Optional[str], args: dict, option: str, value: A
     return option not in rules_for(model, api_base, {**args, option: value}).left_out
 
 
+def placed_name(model: str, api_base: Optional[str]) -> str:
+    """The model as litellm places it, its provider first (gpt-4.1 -> openai/gpt-4.1): one form for a default
+    model and a configured one."""
+    placed = _provider(model, api_base)
+    return model if placed is None or model.startswith(f"{placed[1]}/") else f"{placed[1]}/{placed[0]}"
+
+
 _placed: dict[tuple[str, Optional[str]], tuple[str, str]] = {}
 
 

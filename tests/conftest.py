@@ -48,6 +48,9 @@ def offline_env():
         # The tests' own worker daemon: shared by the whole session, gone after it.
         mp.setenv("EVOLVER_RUNTIME_DIR", tempfile.mkdtemp(prefix="evolver-rt-"))
         mp.setenv("EVOLVER_ZYGOTE_IDLE", "120")
+        # ... and no user's first: its one-time note on stderr (zygote_client._start) would otherwise fall to whichever
+        # test starts it (tests/test_daemon.py checks the note in runtime folders of its own)
+        zygote_client.socket_path().with_suffix(".log").touch()
         try:
             yield
         finally:

@@ -97,7 +97,7 @@ CASES = [
     ("eval-domain", ["eval", "{repo}", "--domain", "nosuch"], "unknown domain 'nosuch'", None),
     ("eval-split", ["eval", "{repo}", "--split", "trian"], "has no split 'trian'", None),
     ("eval-task-id", ["eval", "{repo}", "--task-ids", "create_task_1", "no_such_task"], "unknown task id(s) in mock: no_such_task", None),
-    ("eval-api-base", ["eval", "{repo}", "--api-base", "http://127.0.0.1:9/v1"], "cannot reach the API base", None),
+    ("eval-api-base", ["eval", "{repo}", "--api-base", "127.0.0.1:8000/v1"], "the agent and user models' API base '127.0.0.1:8000/v1' is not an http(s) URL; fix --api-base", None),
     ("eval-missing-key", ["eval", "{repo}", "--agent-model", "gpt-4.1-mini"], "needs OPENAI_API_KEY", None),
     ("eval-plugin", ["eval", "{repo}"], "cannot import plugin 'no_such_plugin_module'", "toml:plugins = [\"no_such_plugin_module\"]"),
     # eval: paths and refs
@@ -250,6 +250,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case_id, argv, fragment, setup", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gets_one_line_and_exit_2(world, case_id, argv, fragment, setup):
     repo, env, undo = world["repo"], dict(SCRIPT), []

@@ -23,6 +23,7 @@ import pytest
 from tests.conftest import SCRIPTED_MODELS, git, run_cli
 from tests.test_loop import make_target, run_id_of
 
+pytestmark = pytest.mark.slow  # every test here starts whole runs
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:candidates_script"}
 # The one-shot proposer: its verdicts unfiltered. Two gate stages, not the audited policy's default three: the kill
 # below still lands between the screen and the last stage, and each stage costs 40 simulations of each arm.

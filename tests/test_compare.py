@@ -173,6 +173,7 @@ def kept_run(tmp_path_factory):
     return repo, run_id
 
 
+@pytest.mark.slow
 def test_transfer_says_helps_for_one_model_and_hurts_for_another(kept_run):
     repo, run_id = kept_run
     helps = run_cli(["transfer", run_id, "--repo", str(repo), "--json", "--agent-model", "scripted/agent", "--concurrency", "8"],
@@ -191,6 +192,7 @@ def test_transfer_says_helps_for_one_model_and_hurts_for_another(kept_run):
     assert "transfers" in run_cli(["history", run_id, "--repo", str(repo)]).stdout
 
 
+@pytest.mark.slow
 def test_compare_names_a_runs_candidates_as_the_readme_shows(kept_run):
     repo, run_id = kept_run
     # the kept candidate against the run's best, which it is: the names resolve to commits, and the same agent
@@ -233,6 +235,7 @@ def test_triage_flags_an_impossible_task_and_a_customer_who_leaves(tmp_path):
     assert missing.returncode == 2 and "no run, comparison or evaluation 'run-nope'" in missing.stderr
 
 
+@pytest.mark.slow
 def test_the_dry_run_forecast_is_within_a_quarter_of_what_the_run_spends(tmp_path):
     """--dry-run --pilot measures a few simulations and prices the run per role; the same run then spends
     within 25% of the expected dollars. (The one-shot proposer: its meta-LLM's prompt is known up front; the

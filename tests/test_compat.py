@@ -113,6 +113,7 @@ def test_moved_tau2_names_resolve_in_the_agent_process_only():
     assert proc.stdout.strip() == "ok", proc.stderr
 
 
+@pytest.mark.slow
 def test_a_short_run_evolves_the_auto_harness_agent(tmp_path):
     """`evolver run` on the converted checkout: the baseline, a candidate that passes the scan with the fixture's
     environment reads and model fallback in it, and the gate; the learnings brought along reach the proposer."""

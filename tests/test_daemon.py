@@ -131,6 +131,19 @@ def test_killed_daemon_is_replaced_by_the_next_command(repo, runtime):
     assert replacement["pid"] != daemon["pid"]
 
 
+def test_the_first_start_for_an_install_says_it_is_slow_and_outlives_the_command_once(repo, runtime):
+    """The first command after an install waits for the daemon to import tau2 and litellm (about 20 s where a later one
+    takes 2.5 s) and leaves it running: said on that start, and on no later one, warm or after the daemon stopped."""
+    said = "evolver: starting the worker daemon for this install: the first start imports tau2 and litellm"
+    first = run_cli(["eval", str(repo), *SCRIPTED_MODELS, *ONE_TASK])
+    assert first.returncode == 0 and first.stderr.count(said) == 1, first.stderr
+    assert "it stays up after this command and exits after 120 s without use (`evolver daemon stop` ends it sooner)" in first.stderr
+    warm = run_cli(["eval", str(repo), *SCRIPTED_MODELS, *ONE_TASK])
+    assert run_cli(["daemon", "stop"]).returncode == 0 and _wait_for(lambda: not _daemons())
+    again = run_cli(["eval", str(repo), *SCRIPTED_MODELS, *ONE_TASK])  # a new daemon of the same code: nothing to say
+    assert warm.returncode == again.returncode == 0 and said not in warm.stderr + again.stderr, again.stderr
+
+
 def test_stop_lets_the_daemon_exit(repo, runtime):
     eval_json(repo, *ONE_TASK)
     proc = run_cli(["daemon", "stop"])
@@ -193,6 +206,7 @@ def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, warm_daemon):
     assert _wait_for(lambda: _daemons()[0]["workers"] == 0)
 
 
+@pytest.mark.slow
 def test_a_run_is_handed_to_the_warm_daemon_and_a_kill_of_its_command_ends_it_resumably(tmp_path, warm_daemon):
     from tests.test_loop import tiny_target
 

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import SCRIPTED_MODELS, eval_json, run_cli
 
+CLOSED = "http://127.0.0.1:9/v1"  # a port nothing listens at
+
 
 def _result(summary: dict) -> dict:
     return json.loads(Path(summary["result_file"]).read_text())
@@ -130,7 +132,7 @@ def test_candidate_hanging_at_import_is_a_candidate_error(repo):
         (["--split", "train"], "domain 'mock' has no split 'train'; its splits: base"),
         (["--task-ids", "create_task_1,no_such_task"], "unknown task id(s) in mock: no_such_task"),
         (["--trials", "0"], "--trials 0 must be between 1 and 1000"),
-        (["--api-base", "http://127.0.0.1:9/v1"], "cannot reach the API base http://127.0.0.1:9/v1"),
+        (["--user-api-base", "localhost:8000"], "the user model's API base 'localhost:8000' is not an http(s) URL; fix --user-api-base"),
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(repo, args, message):
@@ -139,6 +141,23 @@ def test_bad_input_gives_one_line_and_exit_2(repo, args, message):
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not any((repo / "runs").iterdir())  # nothing that could pass for a result
+
+
+@pytest.mark.parametrize("command, flags, said", [
+    (["eval"], ["--api-base", CLOSED], f"the agent and user models' API base {CLOSED} does not answer"),
+    (["eval"], ["--user-api-base", CLOSED], f"the user model's API base {CLOSED} does not answer"),
+    (["run"], ["--meta-api-base", CLOSED], f"the meta model's API base {CLOSED} does not answer"),
+], ids=["eval-every-role", "eval-user", "run-meta"])
+def test_an_api_base_nothing_answers_at_names_its_roles_and_flag_and_exits_3(repo, command, flags, said):
+    """A closed port is a provider that did not answer the command's first request, as the preflight says of a hosted one
+    (exit 3, nothing spent: start it and run the command again), not bad input; the line names the roles the server
+    was for and the flag that set it."""
+    proc = run_cli([*command, str(repo), *SCRIPTED_MODELS, *flags])
+    assert proc.returncode == 3, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    flag = flags[0]
+    assert line.startswith(f"evolver: error: {said} (") and line.endswith(f"nothing was spent: start its server and try again, or fix {flag}"), line
+    assert not any((repo / "runs").iterdir())
 
 
 def test_missing_api_key_is_bad_input(repo):

@@ -156,6 +156,66 @@ def test_openai_caches_a_repeated_prefix_of_1024_tokens_or_more_per_key_and_mode
         openai.cache.clock = clock
 
 
+CALLING = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                                                            "function": {"name": "create_task", "arguments": "{}"}}]}
+TOOL_ANSWER = {"role": "tool", "tool_call_id": "call_1", "content": "created task_9"}
+
+
+def tool(parameters: dict, name: str = "create_task") -> list[dict]:
+    return [{"type": "function", "function": {"name": name, "parameters": parameters}}]
+
+
+@pytest.mark.parametrize("body, param, message", [
+    ({"top_k": 5}, None, "Unrecognized request argument supplied: top_k"),
+    ({"messages": []}, "messages", "Invalid 'messages': empty array."),
+    ({"messages": [{"role": "wizard", "content": ASK}]}, "messages[0].role",
+     "Invalid value: 'wizard'. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', and 'developer'."),
+    ({"messages": [{"role": "user", "content": None}]}, "messages.[0].content", "Invalid value for 'content': expected a string, got null."),
+    ({"messages": [{"role": "user", "content": ASK}, TOOL_ANSWER]}, "messages.[1].role",
+     "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."),
+    ({"messages": [{"role": "user", "content": ASK}, CALLING, {**TOOL_ANSWER, "tool_call_id": "call_9"}]}, "messages.[2].tool_call_id",
+     "Invalid parameter: 'tool_call_id' of 'call_9' not found in 'tool_calls' of previous message."),
+    ({"messages": [{"role": "user", "content": ASK}, CALLING, {"role": "user", "content": "well?"}]}, "messages.[1].role",
+     "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. "
+     "The following tool_call_ids did not have response messages: call_1"),
+    ({"tools": tool({"type": "string"})}, "tools[0].function.parameters",
+     "Invalid schema for function 'create_task': schema must be a JSON Schema of 'type: \"object\"', got 'type: \"string\"'."),
+    ({"tools": tool({"type": "object"})}, "tools[0].function.parameters",
+     "Invalid schema for function 'create_task': In context=(), object schema missing properties."),
+    ({"tools": tool({"type": "object", "properties": {"tags": {"type": "array"}}})}, "tools[0].function.parameters",
+     "Invalid schema for function 'create_task': In context=('properties', 'tags'), array schema missing items."),
+    ({"tools": tool({"type": "object", "properties": []})}, "tools[0].function.parameters",
+     "Invalid schema for function 'create_task': [] is not of type 'object'."),
+    ({"tools": tool({"type": "object", "properties": {}}, name="create task")}, "tools[0].function.name",
+     "Invalid 'tools[0].function.name': string does not match pattern."),
+    ({"tools": [{"type": "function"}]}, "tools[0].function", "Missing required parameter: 'tools[0].function'."),
+    ({"tool_choice": "auto"}, "tool_choice", "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."),
+], ids=["unknown-argument", "no-messages", "unknown-role", "null-content", "tool-without-call", "tool-answers-no-such-call",
+        "call-left-unanswered", "schema-not-an-object", "schema-without-properties", "array-without-items", "malformed-schema",
+        "tool-name", "tool-without-function", "tool-choice-without-tools"])
+@pytest.mark.parametrize("model", ["gpt-4.1", "gpt-5", "agent"])
+def test_openai_refuses_for_every_model_what_the_api_refuses(body, param, message, model):
+    """Not only OpenAI's reasoning models: the API checks every request, so the servers the tests run with
+    ("agent", "user") refuse a request that api.openai.com would."""
+    with FakeOpenAI(roles={model: "agent"}) as fake:
+        status, answer = openai_post(fake, {"model": model, **body})
+    assert status == 400 and answer["error"]["type"] == "invalid_request_error", answer
+    assert answer["error"]["param"] == param and answer["error"]["message"].startswith(message), answer["error"]
+
+
+def test_openai_takes_a_conversation_of_answered_calls_and_well_formed_tools(openai, litellm):
+    """Calls answered in any order, then the conversation goes on; a schema with nested objects and arrays with items;
+    and through litellm, a refused conversation is a BadRequestError with OpenAI's words."""
+    calls = {**CALLING, "tool_calls": [*CALLING["tool_calls"], {**CALLING["tool_calls"][0], "id": "call_2"}]}
+    messages = [*conversation(), calls, {**TOOL_ANSWER, "tool_call_id": "call_2"}, TOOL_ANSWER, {"role": "user", "content": "Thanks."}]
+    nested = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "object", "additionalProperties": True}}}}
+    status, answer = openai_post(openai, {"model": "gpt-4.1", "messages": messages, "tools": [*TOOLS, *tool(nested, "tag")],
+                                          "tool_choice": "auto", "seed": 3, "temperature": 0.0})
+    assert status == 200, answer
+    with pytest.raises(litellm.BadRequestError, match="must be a response to a preceeding message with 'tool_calls'"):
+        litellm.completion(model="openai/gpt-4.1", messages=[*conversation(), TOOL_ANSWER], api_base=openai.api_base, api_key=KEY)
+
+
 def test_openai_refuses_no_key_an_unknown_model_and_a_wrong_path(openai, litellm):
     status, answer = openai_post(openai, {"model": "gpt-5"}, key=None)
     assert status == 401 and answer["error"]["message"] == fake_openai.NO_KEY
@@ -221,11 +281,15 @@ def test_anthropic_answers_litellms_requests_and_tool_calls_round_trip(anthropic
      "A maximum of 4 blocks with cache_control may be provided. Found 5."),
     ({"thinking": {"type": "enabled", "budget_tokens": 512}}, {}, 400, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
     ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 1024}, {}, 400, "`max_tokens` must be greater than `thinking.budget_tokens`."),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2000, "top_p": 0.9}, {}, 400,
+     "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2000, "top_k": 40}, {}, 400,
+     "`top_k` must be unset when thinking is enabled."),
     ({"messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": [{"type": "thinking", "thinking": "I made this up.", "signature": "c2ln"}, {"type": "text", "text": "Hello."}]},
                    {"role": "user", "content": ASK}]}, {}, 400, "messages.1.content.0: Invalid `signature` in `thinking` block"),
     ({}, {}, 404, "Not Found"),
 ], ids=["no-key", "bad-version", "seed", "no-max-tokens", "temperature-1.5", "temperature-and-top-p", "unknown-model", "system-in-messages",
-        "stray-tool-result", "unanswered-tool-use", "five-cache-marks", "small-budget", "budget-over-max-tokens", "invented-thinking", "v1-v1"])
+        "stray-tool-result", "unanswered-tool-use", "five-cache-marks", "small-budget", "budget-over-max-tokens", "thinking-top-p", "thinking-top-k", "invented-thinking", "v1-v1"])
 def test_anthropic_refuses_what_the_messages_api_refuses(anthropic, body, headers, status, message):
     got, answer = anthropic_post(anthropic, body, headers, path="/v1/v1/messages" if message == "Not Found" else "/v1/messages")
     assert got == status and answer["type"] == "error" and answer["error"]["message"].startswith(message), answer
@@ -239,6 +303,9 @@ def test_anthropic_takes_what_the_messages_api_takes(anthropic):
     assert status == 200 and answer["stop_reason"] == "tool_use" and answer["content"][-1]["type"] == "tool_use"
     status, answer = anthropic_post(anthropic, {"max_tokens": 3, "messages": [{"role": "user", "content": "Thanks!"}]})
     assert status == 200 and answer["stop_reason"] == "max_tokens" and answer["usage"]["output_tokens"] == 3
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    assert anthropic_post(anthropic, {"thinking": thinking, "max_tokens": 2000, "top_p": 0.95})[0] == 200  # top_p from 0.95 while it thinks
+    assert anthropic_post(anthropic, {"top_k": 40, "top_p": 0.5})[0] == 200  # and anything, top_k too, while it does not
 
 
 def test_anthropic_refuses_through_litellm_what_it_passes_on(anthropic, litellm):
@@ -248,6 +315,8 @@ def test_anthropic_refuses_through_litellm_what_it_passes_on(anthropic, litellm)
              ({"extra_body": {"seed": 7}}, "extra_body: Extra inputs are not permitted"),  # litellm sends extra_body as a key of the body
              ({"tools": TOOLS, "tool_choice": "required", "reasoning_effort": "low"}, "Thinking may not be enabled when tool_choice forces tool use."),
              ({"reasoning_effort": "low", "temperature": 0.4}, "`temperature` may only be set to 1 when thinking is enabled."),
+             ({"reasoning_effort": "low", "top_p": 0.5}, "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled"),
+             ({"reasoning_effort": "low", "top_k": 40}, "`top_k` must be unset when thinking is enabled."),
              ({"reasoning_effort": "high", "max_tokens": 1500}, "`max_tokens` must be greater than `thinking.budget_tokens`.")]  # high: a 4,096 budget
     for kw, message in cases:
         with pytest.raises(litellm.BadRequestError, match=re.escape(message)):

@@ -85,6 +85,7 @@ META = [  # (meta model, its flags, what its preflight line says the requests le
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("meta, flags, said", META, ids=["gpt-5", "o3", "claude", "claude-thinking", "o3-oneshot"])
 def test_run_keeps_the_planted_fix_with_each_hosted_meta_model(planted, servers, meta, flags, said):
     provider = meta.split("/")[0]
@@ -98,10 +99,7 @@ def test_run_keeps_the_planted_fix_with_each_hosted_meta_model(planted, servers,
     run_id = run_of(proc)
     history = json.loads(run_cli(["history", run_id, "--repo", str(planted), "--json"]).stdout)["candidates"]
     assert [(c["title"], c["verdict"]) for c in history] == [("Undo the early stop", "accepted")]
-    bodies = fake.bodies_of(name)[before:]
-    assert not any("drop_params" in json.dumps(b) for b in bodies)
-    if provider == "openai":  # the server took them: temperature 1 (none sent), the limit as max_completion_tokens
-        assert all("temperature" not in b and "max_tokens" not in b and b.get("max_completion_tokens") for b in bodies), bodies[0]
+    bodies = fake.bodies_of(name)[before:]  # (what each may carry: test_the_requests_evolver_builds_are_taken_with_litellms_drop_params_off)
     if "--meta-reasoning-effort" in flags and provider == "anthropic":  # every turn thought; each tool turn came back with its block
         assert all(b["thinking"]["type"] == "enabled" and "temperature" not in b for b in bodies)
         assert all(m["content"][0]["type"] == "thinking" for b in bodies for m in b["messages"] if m["role"] == "assistant")
@@ -116,9 +114,66 @@ def assert_cached(repo: Path, run_id: str, written: bool) -> None:
     the marks evolver placed, written once), counted in the run and shown by status, history and the report."""
     usage = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"]).stdout)["usage"]["meta"]
     assert 0 < usage["cached_tokens"] < usage["prompt_tokens"] and (usage["cache_write_tokens"] > 0) == written, usage
-    assert re.search(r"meta .*\d+% of the prompt cached", run_cli(["status", run_id, "--repo", str(repo)]).stdout)
-    assert "meta" in json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"][0]["cached"]
-    assert re.search(r"meta \$[\d.]+ \([\d,]+ tokens, \d+% of the prompt cached\)", run_cli(["report", run_id, "--repo", str(repo), "--markdown"]).stdout)
+    status = run_cli(["status", run_id, "--repo", str(repo)]).stdout
+    # the scripted agent's and customer's provider never says what it cached: said so, not left blank
+    assert re.search(r"meta .*\d+% of the prompt cached", status) and re.search(r"agent .*prompt cache not reported", status), status
+    cached = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"][0]["cached"]
+    assert re.fullmatch(r"\d+% of the prompt cached", cached["meta"]) and cached["user"] == "prompt cache not reported", cached
+    markdown = run_cli(["report", run_id, "--repo", str(repo), "--markdown"]).stdout
+    assert re.search(r"meta \$[\d.]+ \([\d,]+ tokens, \d+% of the prompt cached\)", markdown)
+    assert re.search(r"user \S+ \([\d,]+ tokens, prompt cache not reported\)", markdown), markdown
+
+
+CLAUDE, HAIKU = "anthropic/claude-sonnet-4-5", "anthropic/claude-haiku-4-5"
+SEED_LEFT_OUT = "seed (anthropic's claude-haiku-4-5 does not take it)"
+SHAPED = [  # (server, settings, each role's preflight line: the model as litellm places it, what its requests leave out)
+    ("openai", {}, ["agent: openai/gpt-4.1-mini", "user: openai/gpt-4.1-mini", "judge: openai/gpt-4.1-mini", "meta: openai/gpt-4.1"]),
+    ("openai", {"agent_model": "openai/gpt-5-mini", "agent_reasoning_effort": "low", "user_model": "gpt-4.1-mini", "judge_model": "openai/o3",
+                "meta_model": "openai/gpt-5"},
+     ["agent: openai/gpt-5-mini; left out: temperature (gpt-5-mini takes only 1 while it reasons)", "user: openai/gpt-4.1-mini",
+      "judge: openai/o3; left out: temperature (o3 takes only 1 while it reasons)",
+      "meta: openai/gpt-5; left out: temperature (gpt-5 takes only 1 while it reasons)"]),
+    ("openai", {"agent_model": "openai/gpt-4.1-mini", "user_model": "openai/gpt-4.1-mini", "meta_model": "openai/o3",
+                "meta_reasoning_effort": "high", "proposer": "oneshot"},
+     ["agent: openai/gpt-4.1-mini", "user: openai/gpt-4.1-mini", "judge: openai/gpt-4.1-mini",
+      "meta: openai/o3; left out: temperature (o3 takes only 1 while it reasons)"]),
+    ("anthropic", {"agent_model": CLAUDE, "agent_reasoning_effort": "low", "agent_args": {"top_p": 0.5}, "user_model": HAIKU, "meta_model": CLAUDE},
+     ["agent: anthropic/claude-sonnet-4-5; left out: temperature (thinking takes only 1); top_p (thinking takes 0.95 to 1)", f"user: {HAIKU}; left out: {SEED_LEFT_OUT}",
+      f"judge: {HAIKU}", "meta: anthropic/claude-sonnet-4-5; left out: seed (anthropic's claude-sonnet-4-5 does not take it)"]),
+    ("anthropic", {"agent_model": HAIKU, "user_model": CLAUDE, "user_reasoning_effort": "low", "judge_model": HAIKU, "meta_model": CLAUDE,
+                   "meta_reasoning_effort": "high"},
+     [f"agent: {HAIKU}", "user: anthropic/claude-sonnet-4-5; left out: seed (anthropic's claude-sonnet-4-5 does not take it); temperature "
+      "(thinking takes only 1)", f"judge: {HAIKU}", "meta: anthropic/claude-sonnet-4-5; left out: seed (anthropic's claude-sonnet-4-5 does "
+      "not take it); temperature (thinking takes only 1)"]),
+]
+
+
+@pytest.mark.parametrize("server, settings, said", SHAPED, ids=["openai-defaults", "openai-reasoning", "o3-oneshot", "claude-thinking-agent",
+                                                               "claude-thinking-user-and-meta"])
+def test_the_requests_evolver_builds_are_taken_with_litellms_drop_params_off(server, settings, said, monkeypatch):
+    """What the hosted runs above are about, without litellm's drop_params (tau2 turns it on in every evolver process, so
+    there litellm could hide what evolver sends): each role's request as evolver builds it (the preflight's, shaped like
+    the real ones) is taken by a server that refuses what its provider refuses. Each preflight line names the model as
+    litellm places it, default or configured, and what every role's requests leave out; and what was left out would
+    have been refused: the same requests unshaped are."""
+    import litellm
+
+    from evolver.cli.preflight import RUN_ROLES, checks, preflight
+    from evolver.config import Config, with_default_models
+
+    monkeypatch.setattr(litellm, "drop_params", False)
+    for name, key in KEYS.items():
+        monkeypatch.setenv(name, key)
+    models = {name.split("/")[-1]: "agent" for name in ("gpt-4.1-mini", "gpt-4.1", "gpt-5-mini", "gpt-5", "o3", CLAUDE, HAIKU)}
+    with (FakeOpenAI if server == "openai" else FakeAnthropic)(roles=models) as fake:
+        cfg, _ = with_default_models(Config(api_base=fake.api_base, **settings), environ=KEYS)
+        lines = preflight(cfg, None, RUN_ROLES)
+        assert [re.sub(r" ok \([\d.]+ s\)", "", line) for line in lines] == [f"preflight {line}" for line in said]
+        refused = [c for c in checks(cfg, None, RUN_ROLES) if c.left_out]
+        assert refused or server == "openai" and not settings
+        for check in refused:
+            with pytest.raises((litellm.BadRequestError, litellm.UnsupportedParamsError)):
+                litellm.completion(**check.kwargs)
 
 
 WRONG = [  # (command, flags, environment, exit code, the error's start): nothing is simulated, nothing is left behind
@@ -149,6 +204,7 @@ def test_a_wrong_model_setting_stops_the_command_at_once_in_one_line(planted, co
     assert not re.search(r"^(run run-|measuring|evolver eval eval-)", proc.stderr, re.M)  # and nothing simulated
 
 
+@pytest.mark.slow
 def test_mid_run_a_refused_setting_stops_and_an_outage_pauses_then_the_run_resumes_to_the_fix(planted):
     """With the preflight off, the meta model's key refused at the first proposal stops the run at once (exit 2: no
     retry or wait can fix it; resumable once the setting is fixed); then the provider down through the retries
@@ -193,7 +249,7 @@ def test_every_role_with_a_plain_and_a_reasoning_model_through_eval_and_compare(
              ["preflight agent: openai/gpt-5-mini", "preflight user: openai/gpt-4.1-mini", "preflight judge: openai/o3"]),
             (anthropic, ["--agent-model", "anthropic/claude-sonnet-4-5", "--agent-reasoning-effort", "low", "--user-model", "anthropic/claude-haiku-4-5",
                          "--judge-model", "anthropic/claude-haiku-4-5"],
-             ["preflight agent: anthropic/claude-sonnet-4-5", "preflight user, judge: anthropic/claude-haiku-4-5"]),
+             ["preflight agent: anthropic/claude-sonnet-4-5", "preflight user: anthropic/claude-haiku-4-5", "preflight judge: anthropic/claude-haiku-4-5"]),
         ]
         for fake, models, checked in runs:
             proc = run_cli(["eval", str(repo), "--json", *tasks, *models, "--api-base", fake.api_base], env=KEYS)

@@ -97,6 +97,7 @@ def finished_state(finished_run) -> dict:
     return final_state(repo, run_id)
 
 
+@pytest.mark.slow
 def test_verdicts_branches_and_best(finished_run, finished_state):
     repo, run_id, _, proc = finished_run
     state = finished_state
@@ -120,6 +121,7 @@ def test_verdicts_branches_and_best(finished_run, finished_state):
     assert analysed and not analysed & set(holdout)  # the meta-LLM's material never includes the holdout
 
 
+@pytest.mark.slow
 def test_git_log_tells_the_story(finished_run):
     repo, run_id, _, _ = finished_run
     log = git(repo, "log", "-1", f"evolver/{run_id}/iter-004")
@@ -131,6 +133,7 @@ def test_git_log_tells_the_story(finished_run):
     assert "agent/agent.py" in diff and "1 file changed" in diff
 
 
+@pytest.mark.slow
 def test_users_branch_and_working_tree_are_untouched(finished_run):
     repo, run_id, head_before, _ = finished_run
     assert git(repo, "rev-parse", "HEAD") == head_before
@@ -140,6 +143,7 @@ def test_users_branch_and_working_tree_are_untouched(finished_run):
     assert git(repo, "worktree", "list").count("\n") == 1  # finished candidates' worktrees are gone
 
 
+@pytest.mark.slow
 def test_history_table_show_and_status(finished_run):
     repo, run_id, _, _ = finished_run
     table = run_cli(["history", run_id, "--repo", str(repo)])
@@ -159,6 +163,7 @@ def test_history_table_show_and_status(finished_run):
     assert "create_task(user_id, title)" in digest and "Code Audit" not in digest  # procedures, not data
 
 
+@pytest.mark.slow
 def test_show_turns_prints_a_simulation_as_the_model_saw_it_and_the_report_links_each_failed_analysis_one(finished_run):
     repo, run_id, _, _ = finished_run
     run = repo / "runs" / run_id
@@ -178,6 +183,7 @@ def test_show_turns_prints_a_simulation_as_the_model_saw_it_and_the_report_links
     assert not any(t in table for t in manifest["gate_tasks"] + manifest["holdout_tasks"])
 
 
+@pytest.mark.slow
 def test_a_proposer_reads_the_analysis_folder_and_nothing_of_the_gate(finished_run, monkeypatch):
     """Every simulation is recorded, gate and holdout ones too (for a person); what a proposer reads comes
     from the analysis evaluation's folder alone, the folder the loop hands its Evidence."""
@@ -198,6 +204,7 @@ def test_a_proposer_reads_the_analysis_folder_and_nothing_of_the_gate(finished_r
     assert runs and all((evals / "analysis-g0") in p.parents for p in runs), sorted({p.parent.parent.name for p in runs})
 
 
+@pytest.mark.slow
 def test_rollback_moves_best_and_is_recorded(finished_run, tmp_path):
     repo, run_id, _, _ = finished_run
     proc = run_cli(["rollback", run_id, "--to", "base", "--reason", "regressed in production", "--repo", str(repo)])
@@ -213,6 +220,7 @@ def test_rollback_moves_best_and_is_recorded(finished_run, tmp_path):
     assert bad.returncode == 2 and "not a kept candidate" in bad.stderr
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_final_state(finished_state, tmp_path):
     repo = make_target(tmp_path / "target")
     cmd = [sys.executable, "-m", "evolver", "run", str(repo), *RUN_ARGS]
@@ -319,6 +327,7 @@ def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embed
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
 
 
+@pytest.mark.slow
 def test_eval_ref_evaluates_a_candidate_without_touching_the_tree(finished_run):
     repo, run_id, _, _ = finished_run
     args = ["eval", str(repo), "--json", *SCRIPTED_MODELS, "--task-ids", "gen_09,gen_11,gen_12,gen_13"]
@@ -332,6 +341,7 @@ def test_eval_ref_evaluates_a_candidate_without_touching_the_tree(finished_run):
     assert bad.returncode == 2 and "unknown git ref 'no-such-branch'" in bad.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_stops_cleanly_and_leaves_a_resumable_run(tmp_path, sig):
     repo = make_target(tmp_path / "target")

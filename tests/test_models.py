@@ -160,8 +160,22 @@ def test_cached_tokens_are_counted_and_priced_at_the_price_maps_cache_prices(lit
     assert usage.cached_tokens == 3_072 and usage.cache_write_tokens == 0
     assert usage.cost == pytest.approx(928 * gpt["input_cost_per_token"] + 3_072 * gpt["cache_read_input_token_cost"] + 10 * gpt["output_cost_per_token"])
     old = RoleUsage.model_validate({"prompt_tokens": 5, "completion_tokens": 1, "cost": 0.1})  # a record made before they were counted
-    assert (old.cached_tokens, old.cache_write_tokens, old.cached_text()) == (0, 0, "")
+    assert (old.cached_tokens, old.cache_write_tokens, old.cached_text()) == (0, 0, "prompt cache not reported")
     assert old.add(usage).cached_tokens == 3_072
+
+
+@pytest.mark.parametrize("usage, said", [
+    ({"prompt_tokens_details": {"cached_tokens": 0}}, "0% of the prompt cached"),  # OpenAI: it read none, and says so
+    ({"cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}, "0% of the prompt cached"),  # Anthropic: the same
+    ({"prompt_tokens_details": {"cached_tokens": 1_000}}, "25% of the prompt cached"),
+    ({}, "prompt cache not reported"),  # a provider that never says (a local server, the scripted models)
+], ids=["openai-none-read", "anthropic-none-read", "openai-some-read", "not-reported"])
+def test_the_cached_share_says_none_read_apart_from_not_reported(litellm, usage, said):
+    response = litellm.ModelResponse(model="gpt-5", choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
+                                     usage={"prompt_tokens": 4_000, "completion_tokens": 10, "total_tokens": 4_010, **usage})
+    counted = llm.usage_of(response, "openai/gpt-5")
+    assert counted.cached_text() == said and counted.add(counted).cached_text() == said
+    assert RoleUsage().cached_text() == ""  # no prompt: nothing to say
 
 
 # ---- the investigating proposer's conversation --------------------------------------------------------
@@ -267,4 +281,5 @@ def test_the_user_simulators_cached_tokens_reach_its_usage_through_tau2s_message
     response = litellm.ModelResponse(choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
                                      usage={"prompt_tokens": 3_000, "completion_tokens": 20, "total_tokens": 3_020, "prompt_tokens_details": {"cached_tokens": 2_048}})
     said = [UserMessage(role="user", content="hi", usage=llm.token_counts(response), cost=0.001)] * 2
-    assert _usage(said, UserMessage) == RoleUsage(prompt_tokens=6_000, completion_tokens=40, cached_tokens=4_096, cost=0.002)
+    assert _usage(said, UserMessage) == RoleUsage(prompt_tokens=6_000, completion_tokens=40, cached_tokens=4_096, cache_reported_tokens=6_000,
+                                                  cost=0.002)

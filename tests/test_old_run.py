@@ -43,6 +43,7 @@ def _lines(run: Path) -> dict[str, int]:
     return {p.parent.name: len(p.read_bytes().splitlines()) for p in sorted(run.glob("evals/*/sims.jsonl"))}
 
 
+@pytest.mark.slow
 def test_an_old_run_is_shown_and_resumed_to_the_end(old_run):
     repo, run_id = old_run
     run = repo / "runs" / run_id

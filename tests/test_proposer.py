@@ -436,6 +436,7 @@ def test_a_patch_written_as_text_goes_through_the_same_checks(analysis, tmp_path
     assert outcome.stats["rejected_edits"] == 6
 
 
+@pytest.mark.slow
 def test_evolver_run_with_the_investigating_proposer(tmp_path):
     """The default proposer through `evolver run`: the scripted meta-agent reads the failing trajectory,
     edits, tries the edit on an analysis task (a real, sandboxed evaluation), submits; the gate keeps it."""
@@ -457,6 +458,7 @@ def test_evolver_run_with_the_investigating_proposer(tmp_path):
     assert status["usage"]["meta"]["prompt_tokens"] > 0 and status["simulations_done"] >= 1 + tried["summary"]["num_simulations"]
 
 
+@pytest.mark.slow
 def test_a_proposal_cut_off_by_a_kill_is_asked_again_and_its_usage_kept(tmp_path):
     repo = make_target(tmp_path / "target")
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:slow_investigator_script"}  # the meta-LLM alone is slow
@@ -578,6 +580,7 @@ def pip_install(venv: Path, wheel: Path) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_evolver_run_with_an_installed_coding_agent(tmp_path):
     """Coding agents installed as people install them, found by name: `planted-coder` by pipx into the home folder
     (a link in ~/.local/bin to a virtual environment of its own), and `planted-probe`, which it runs, installed in

@@ -238,7 +238,7 @@ def test_each_roles_model_arguments_reach_its_provider_and_are_recorded(repo):
     toml = repo / "evolver.toml"
     toml.write_text(toml.read_text() + '\nuser_reasoning_effort = "low"\n\n[agent_args]\nmax_tokens = 321\nseed = 11\n'
                                        'extra_body = {enable_thinking = false, chat_template_kwargs = {thinking = false}}\n')
-    with FakeOpenAI() as fake:
+    with FakeOpenAI(extra_parameters={"enable_thinking", "chat_template_kwargs"}) as fake:  # a Qwen server's own arguments (vLLM, DashScope)
         proc, summary, result = fake_eval(repo, fake, "--agent-reasoning-effort", "high", "--agent-arg", "top_p=0.5",
                                           "--user-arg", "max_tokens=123", "--user-arg", 'stop=["###NEVER###"]', "--judge-arg", "max_tokens=77")
         agent, user = fake.bodies_of("agent"), fake.bodies_of("user")
@@ -299,6 +299,7 @@ def test_a_conversation_that_overflows_the_customers_context_is_the_candidates_f
     assert summary["infra_errors"] == 0 and summary["failed"] == 1
 
 
+@pytest.mark.slow
 def test_run_through_an_openai_compatible_server(repo, monkeypatch):
     """`evolver run` as a user types it against a server: the baseline, the candidate's smoke test and
     the gate all reach it, and every simulation is a real, scored conversation."""

@@ -263,6 +263,7 @@ def test_joining_a_cluster_its_workers_get_the_keys_and_this_checkout_from_the_d
     assert logged == ""  # the key is in none of the cluster's logs and files
 
 
+@pytest.mark.slow
 def test_run_on_ray_reaches_the_local_verdicts(tmp_path):
     def end_of_run(backend: str) -> dict:
         repo = tiny_target(tmp_path / backend)  # 3 analysis and 6 gate tasks: the four verdicts of the 40-task grid

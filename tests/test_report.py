@@ -57,6 +57,7 @@ def report_run(tmp_path_factory):
     return repo, run_id_of(repo), marker, env
 
 
+@pytest.mark.slow
 def test_tracking_off_never_imports_mlflow(report_run, tmp_path):
     repo, _, marker, env = report_run
     assert not marker.exists(), marker.read_text()  # the run, its workers and its daemon never imported it
@@ -67,6 +68,7 @@ def test_tracking_off_never_imports_mlflow(report_run, tmp_path):
     assert proc.returncode == 1 and "No module named 'mlflow'" in proc.stderr and probe.exists()
 
 
+@pytest.mark.slow
 def test_report_is_one_file_that_needs_no_network(report_run):
     repo, run_id, _, env = report_run
     proc = run_cli(["report", run_id, "--repo", str(repo)], env=env)
@@ -91,6 +93,7 @@ def _loads(html: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_report_opens_in_headless_chromium(report_run, tmp_path):
     if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
         pytest.fail(INSTALL_HINT)
@@ -155,6 +158,7 @@ PROBE = """(() => {
 })()"""
 
 
+@pytest.mark.slow
 def test_markdown_summary_for_a_pull_request(report_run):
     repo, run_id, _, env = report_run
     proc = run_cli(["report", run_id, "--repo", str(repo), "--markdown"], env=env)
@@ -204,6 +208,7 @@ def _history(client, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
+@pytest.mark.slow
 def test_mlflow_holds_the_settings_metrics_verdicts_and_report(tracked_run, tmp_path):
     repo, run_id, proc = tracked_run
     client = _client((repo / "mlruns").as_uri())
@@ -232,6 +237,7 @@ def test_mlflow_holds_the_settings_metrics_verdicts_and_report(tracked_run, tmp_
     assert "Cost: agent unknown (" in summary and "$0.00" not in summary
 
 
+@pytest.mark.slow
 def test_mlflow_tracking_uri_is_honoured_and_a_reopened_run_logs_nothing_twice(tracked_run, tmp_path, monkeypatch):
     from rich.console import Console
 

@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from evolver.data import RoleUsage, SimRecord, cost_text
 from evolver.store.evaldir import SimsTally
 from tests.conftest import SCRIPTED_MODELS, run_cli, LINEAGE
@@ -54,6 +56,7 @@ def _kept_waiting(path: str) -> float:
     return int(Path(path, "schedstat").read_text().split()[1]) / 1e9
 
 
+@pytest.mark.slow
 def test_output_to_a_file_has_a_line_at_every_phase_and_at_least_every_interval(tmp_path):
     # The tiny grid (3 analysis, 6 gate tasks): every phase, and still seconds of each at this latency.
     repo = make_target(tmp_path / "target", "evolver_tiny", "tests.scripts.tiny_domain")
@@ -108,6 +111,7 @@ def test_progress_reads_only_new_lines_counts_a_retried_simulation_once_and_leav
     assert (done, round(mean, 4)) == (3, 0.6667)
 
 
+@pytest.mark.slow
 def test_status_advances_while_a_run_runs_and_says_dead_after_a_kill(tmp_path):
     repo = make_target(tmp_path / "target")
     log = (tmp_path / "run.log").open("w")  # a pipe nobody reads would stall the run once full

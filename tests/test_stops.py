@@ -38,6 +38,7 @@ def _verdicts(repo: Path, run_id: str) -> list[str]:
     return [c["verdict"] for c in json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"]]
 
 
+@pytest.mark.slow
 def test_the_stall_rule_stops_after_n_iterations_that_kept_nothing(repo):
     proc = run_cli(["run", str(repo), "--iterations", "5", "--stall", "2", *QUICK], env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -48,6 +49,7 @@ def test_the_stall_rule_stops_after_n_iterations_that_kept_nothing(repo):
     assert f"best: evolver/{run_id}/best (the base: no candidate was kept, nothing to merge)" in proc.stdout and "git merge" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_an_undecided_iteration_neither_counts_nor_resets_the_stall(repo):
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:outage_script"}
     proc = run_cli(["run", str(repo), "--iterations", "3", "--stall", "3", *QUICK], env=env)
@@ -63,6 +65,7 @@ def test_an_undecided_iteration_neither_counts_nor_resets_the_stall(repo):
     (["--budget-tokens", "1"], "token budget reached", ["--budget-tokens", "0"]),
     (["--max-hours", "0.00001"], "wall-clock limit of 1e-05 h reached", ["--max-hours", "1"]),
 ])
+@pytest.mark.slow
 def test_budget_and_clock_stop_right_after_the_baseline_and_the_run_can_be_extended(repo, flags, reason, more, tmp_path):
     """And the resume that stops at once reads the noise floor back from evolver's cache (simulating it costs
     seconds of CPU at every start: about 11 s for 40 gate tasks) instead of simulating it again."""
@@ -108,6 +111,7 @@ def extended_run(tmp_path_factory):
     return repo, run, again, more
 
 
+@pytest.mark.slow
 def test_resuming_with_more_iterations_extends_a_finished_run(extended_run):
     repo, run, again, more = extended_run
     assert again.returncode == 2 and "is finished" in again.stderr
@@ -115,6 +119,7 @@ def test_resuming_with_more_iterations_extends_a_finished_run(extended_run):
     assert _verdicts(repo, run.name) == ["invalid", "refused"] and _status(repo, run.name)["iterations_done"] == 2
 
 
+@pytest.mark.slow
 def test_a_stale_reference_is_measured_again_before_the_next_candidate(extended_run):
     _, run, _, more = extended_run
     assert more.returncode == 0, more.stderr[-2000:]
@@ -153,6 +158,7 @@ def test_tasks_lists_ids_quietly():
     assert run_cli(["tasks", "mock", "--split", "base"]).stdout.split() == ids
 
 
+@pytest.mark.slow
 def test_gate_flags_on_a_run_are_recorded_and_used(repo):
     proc = run_cli(["run", str(repo), "--iterations", "3", "--candidates", "1", "--gate-policy", "per-decision", "--gate-stages", "1,2", "--gate-alpha", "0.1",
                     "--gate-min-effect", "0.05", "--no-holdout", *SCRIPTED_MODELS], env=LOOP_ENV)
@@ -167,6 +173,7 @@ def test_gate_flags_on_a_run_are_recorded_and_used(repo):
     assert status["decisions"] == 1 and status["expected_false_keeps"] == pytest.approx(0.1)  # one decision at alpha 0.1
 
 
+@pytest.mark.slow
 def test_the_dollar_budget_stops_the_run_and_costs_are_counted(repo):
     env = {**LOOP_ENV, "EVOLVER_SCRIPTED_PRICE": "1.0"}  # $1 per 1,000 tokens: the baseline alone costs dollars
     proc = run_cli(["run", str(repo), "--iterations", "2", "--budget-usd", "0.5", *QUICK], env=env)
@@ -176,6 +183,7 @@ def test_the_dollar_budget_stops_the_run_and_costs_are_counted(repo):
     assert status["cost"] >= 0.5 and status["usage"]["agent"]["cost"] > 0 and status["usage"]["user"]["cost"] > 0
 
 
+@pytest.mark.slow
 def test_a_candidate_identical_to_an_earlier_one_costs_no_simulation(repo):
     """The one-shot meta-LLM is told, and answers again; a meta-LLM that cannot let go is out of answers."""
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:repeating_script"}

@@ -153,14 +153,14 @@ def test_records_written_before_they_carried_a_schema_are_version_1_and_migrated
     assert again.pop("rate_limits") == {}  # a field added since, empty: an older evolver ignores it
     assert again.pop("audits") == []  # v2 -> v3: no audit
     assert again.pop("pool") == [] and again.pop("best_label") is None  # v3 -> v4: no pool; its best named by iteration only
-    for usage in again["usage"].values():  # fields added since, none: nothing was read from a prompt cache then
-        assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens")) == (0, 0)
+    for usage in again["usage"].values():  # fields added since, none: nothing was read from a prompt cache then, nor reported
+        assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens"), usage.pop("cache_reported_tokens")) == (0, 0, 0)
     assert again == {"schema": 4, **state}
     again = json.loads(IterationRecord.model_validate(iteration).model_dump_json())
     candidates = again.pop("candidates")
     assert again.pop("rate_limits") == {}
     for usage in again["usage"].values():
-        assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens")) == (0, 0)
+        assert (usage.pop("cached_tokens"), usage.pop("cache_write_tokens"), usage.pop("cache_reported_tokens")) == (0, 0, 0)
     assert (again.pop("parent_label"), again.pop("minibatch"), again.pop("evidence")) == ("", [], "")  # v2 -> v3: a lineage's
     assert again == {"schema": 3, **{k: v for k, v in iteration.items() if k != "candidates"}}
     added = {"investigation": {}, "tries": [], "screen": {}, "gate_part": {}}  # the fields added since, empty

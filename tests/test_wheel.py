@@ -9,8 +9,11 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import git
 
+pytestmark = pytest.mark.slow  # it installs evolver's wheel and starts a whole run
 ROOT = Path(__file__).resolve().parent.parent
 
 META = '''

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from evolver import events as ev
 from evolver.data import EvalResult, RoleUsage, cost_text
+from evolver.evolution.plan import CACHED_SHARE
 
 
 def eval_table(result: EvalResult) -> Table:
@@ -262,7 +263,10 @@ def forecast_lines(fc, seconds: float, concurrency: int, budget_usd: float, budg
         lines.append("tokens and dollars of the simulations: measured on the baseline once it has run, or now with --pilot N")
     for role, (tokens, most, usd, usd_most) in fc.roles.items():
         if priced or role == "meta":
-            lines.append(f"  {role}: about {tokens:,} tokens ({_dollars(usd)}), at most {most:,} ({_dollars(usd_most)})")
+            cached = fc.meta_cached if role == "meta" else None
+            with_cache = (f"; with the prompt cache ({CACHED_SHARE:.0%} of the prompt read from it): about {_dollars(cached[0])}, "
+                          f"at most {_dollars(cached[1])}") if cached else ""
+            lines.append(f"  {role}: about {tokens:,} tokens ({_dollars(usd)}), at most {most:,} ({_dollars(usd_most)}){with_cache}")
     total, total_most = fc.dollars(), fc.dollars(most=True)
     if budget_usd:
         verdict = "unknown" if total is None else "fits" if total <= budget_usd else "does not fit"
@@ -399,7 +403,7 @@ def status_table(info: dict) -> Table:
     for role, usage in sorted(info["usage"].items()):
         u = RoleUsage(**usage)
         table.add_row(f"{role}", f"{u.prompt_tokens:,} in / {u.completion_tokens:,} out tokens, {cost_text([u])}"
-                      + (f", {u.cached_text()}" if u.cached_tokens else ""))
+                      + (f", {u.cached_text()}" if u.cached_text() else ""))
     table.add_row("cost", info["cost_text"])
     table.add_row("models", ", ".join(f"{role} {model}" for role, model in info["models"].items()))
     for t in info.get("transfers", []):

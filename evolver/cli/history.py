@@ -52,7 +52,7 @@ def history_rows(run: RunDir) -> list[dict]:
                 "screen": c.screen or None,
                 "cost": cost_text(r.usage.values()) if i == 0 else None,
                 "usage": {k: v.model_dump() for k, v in r.usage.items()} if i == 0 else None,
-                "cached": {k: v.cached_text() for k, v in r.usage.items() if v.cached_tokens} if i == 0 else None,
+                "cached": {k: v.cached_text() for k, v in r.usage.items() if v.cached_text()} if i == 0 else None,
                 "tokens": sum(u.tokens for u in r.usage.values()) if i == 0 else None,
                 "is_best": bool(best) and c.label == best,
             })

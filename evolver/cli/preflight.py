@@ -4,9 +4,10 @@ what its requests leave out (evolver.models). A refusal stops the command in one
 the first simulation (evolver.llm.configuration_line); a provider that does not answer through its
 retries stops it too, exit 3. Roles on the embedded model are checked once its server is up.
 
-The agent's request carries a tool, as the candidate's do; the meta-LLM's carries what its proposer's do
-(evolver.evolution.proposers.meta_shape: tools, the answer's room, the sampling it varies). Roles with the
-same model, endpoint and arguments (the judge is often the user's) share one request.
+The agent's request carries a tool, as the candidate's do; the user simulator's the seed tau2 gives it; the
+meta-LLM's what its proposer's do (evolver.evolution.proposers.meta_shape: tools, the answer's room, the
+sampling it varies). Roles whose requests would be the same share one. Each line names the model as litellm
+places it, provider first, whether it was configured or the default.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def checks(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -
     """One request per distinct configuration among ``roles``, as each role's real requests are made."""
     from evolver.evolution.proposers import meta_request, meta_shape
     from evolver.llm import missing_key_line
-    from evolver.models import PREFLIGHT_TOOL, preflight_messages, shape
+    from evolver.models import PREFLIGHT_TOOL, placed_name, preflight_messages, shape
 
     out: dict[str, Check] = {}
     for name in roles:
@@ -60,14 +61,31 @@ def checks(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -
             kwargs = meta_request(role, preflight_messages(), **extra)
         elif name == "agent":  # the proxy's request: the candidate's messages and tools, the configured model and arguments
             kwargs = {"model": role.model, "messages": preflight_messages(), "tools": [PREFLIGHT_TOOL], "tool_choice": "auto", **role.litellm_args()}
-        else:  # tau2's user simulator and judge: messages and the configured arguments
+        elif name == "user":  # tau2's user simulator: messages, the configured arguments and the seed tau2 gives it (set_seed)
+            kwargs = {"model": role.model, "messages": preflight_messages(), **role.litellm_args(), "seed": cfg.seed}
+        else:  # tau2's judge: messages and the configured arguments
             kwargs = {"model": role.model, "messages": preflight_messages(), **role.litellm_args()}
         key = json.dumps({k: v for k, v in kwargs.items() if k != "messages"}, sort_keys=True, default=str)
         if key in out:
             out[key].roles.append(name)
         else:
-            out[key] = Check([name], role.model, kwargs, shape(kwargs).rules.notes())
+            out[key] = Check([name], placed_name(role.model, role.api_base), kwargs, shape(kwargs).rules.notes())
     return list(out.values())
+
+
+def check_servers(cfg: Config, roles: tuple[str, ...]) -> None:
+    """Each server configured for ``roles`` answers at all (evolver.llm.check_api_base), said with the roles it serves
+    and the flag that set it, before the command asks anything else of it."""
+    from evolver.llm import check_api_base
+
+    servers: dict[tuple[str, str], list[str]] = {}
+    for name in roles:
+        own = "user" if name == "judge" else name  # the judge is served where the user simulator is
+        base = cfg.role(name).api_base
+        if base:
+            servers.setdefault((base, f"--{own}-api-base" if getattr(cfg, f"{own}_api_base") else "--api-base"), []).append(name)
+    for (base, flag), names in servers.items():
+        check_api_base(base, names, flag)
 
 
 def preflight(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -> list[str]:

@@ -34,7 +34,7 @@ def toml_template(values: dict | None = None) -> str:
         "# evolver configuration: every key, with its default. EVOLVER_<KEY> environment variables",
         "# override these values, and command-line flags (--key-name) override both.",
         "# Models: one litellm model string per role, or \"local\" for the embedded model. Unset:",
-        "# OpenAI's gpt-4.1-mini / gpt-4.1 when OPENAI_API_KEY is set, else \"local\".",
+        "# openai/gpt-4.1-mini (agent, user) and openai/gpt-4.1 (meta) when OPENAI_API_KEY is set, else \"local\".",
         "",
     ]
     tables = []

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from evolver.cli import tracking
 from evolver.cli.console import ConsoleView, forecast_lines
-from evolver.cli.preflight import RUN_ROLES, preflighted, say
+from evolver.cli.preflight import RUN_ROLES, check_servers, preflighted, say
 from evolver.config import LOCAL, SPECS, Config, flag_of, unread
 from evolver.config_load import checked
 from evolver.config_requests import listing_request
@@ -29,9 +29,9 @@ from evolver.events import Events
 from evolver.evolution.gate.search import recorded_policy
 from evolver.evolution.loop import Loop
 from evolver.evolution.loop.context import RunContext
-from evolver.evolution.plan import forecast, meta_prompt_tokens, policy_of
+from evolver.evolution.plan import CACHED_SHARE, forecast, meta_prompt_tokens, policy_of
 from evolver.evolution.proposers import make_proposer
-from evolver.llm import check_api_base, missing_key_line, prepare_environment, price_of
+from evolver.llm import cached_prompt_price, missing_key_line, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
 from evolver.store.rundir import RunDir
@@ -134,10 +134,7 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
         problem = command_problem(cfg.proposer_command, tuple(cfg.proposer_read), repo)
         if problem:
             raise UsageError(problem)
-    for role in ("agent", "user", "meta"):
-        base = cfg.role(role).api_base
-        if base:
-            check_api_base(base)
+    check_servers(cfg, ("agent", "user", "meta"))
     if missing := missing_key_line("meta", cfg.role("meta")):  # agent and user keys are checked by the worker (and the preflight)
         raise UsageError(missing)
     read_learnings(repo, cfg.learnings_file)  # said now; the run reads it when it chooses its tasks
@@ -201,9 +198,10 @@ def _plan(cfg: Config, repo: Path, note: str, analysis: list[str], gate_tasks: l
           measured: Optional[tuple[dict, float, int, dict]]) -> str:
     """How the tasks were split and the forecast: from a pilot's measurements, or assuming a hosted API's pace."""
     per_sim, seconds = (measured[0], measured[1]) if measured else ({}, ASSUMED_SIM_SECONDS / max(1, cfg.concurrency))
+    meta = cfg.role("meta")
     fc = forecast(cfg, len(analysis), len(gate_tasks), len(holdout), iterations=cfg.iterations, per_simulation=per_sim,
-                  meta_price=price_of(cfg.role("meta").model), meta_prompt_tokens=meta_prompt_tokens(GUIDE.read_text(), repo, cfg.digest_chars),
-                  noise=measured[3] if measured else None)
+                  meta_price=price_of(meta.model), meta_prompt_tokens=meta_prompt_tokens(GUIDE.read_text(), repo, cfg.digest_chars),
+                  noise=measured[3] if measured else None, meta_cached_prompt_price=cached_prompt_price(meta.model, meta.api_base, CACHED_SHARE))
     where = f"measured on a pilot of {measured[2]} simulation(s)" if measured else f"{ASSUMED_SIM_SECONDS:.0f} s per simulation assumed"
     return "\n".join([f"{note}.", *forecast_lines(fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})",
                                                   priced=measured is not None)])

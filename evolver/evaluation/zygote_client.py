@@ -6,7 +6,9 @@ packages and evolver's own source, so an upgrade or an edit starts a fresh
 zygote instead of forking stale code. It lives in a private directory:
 EVOLVER_RUNTIME_DIR, else $XDG_RUNTIME_DIR/evolver, else /tmp/evolver-<uid>.
 EVOLVER_ZYGOTE_IDLE (seconds, default 600) is how long it stays warm without
-clients; 0 makes it exit with its last client.
+clients; 0 makes it exit with its last client. The first start for this code
+(no log of it in the runtime directory yet) says on stderr why the command
+takes longer and that the zygote outlives it.
 """
 
 from __future__ import annotations
@@ -148,11 +150,16 @@ def _connect(path: Path) -> Optional[Connection]:
     return Connection(sock)
 
 
+def socket_path() -> Path:
+    """Where this code's zygote listens; beside it, its log (``.log``)."""
+    return runtime_dir() / f"zygote-{fingerprint()}.sock"
+
+
 def connect() -> Connection:
     """A connection to this code's zygote, started if none is running; "ready" already read."""
     directory = runtime_dir()
     idle = idle_seconds()
-    path = directory / f"zygote-{fingerprint()}.sock"
+    path = socket_path()
 
     def attempt() -> Connection:
         conn = _connect(path)
@@ -175,6 +182,8 @@ def connect() -> Connection:
 
 def _start(path: Path, idle: float) -> Connection:
     path.unlink(missing_ok=True)  # a zygote that was killed leaves its socket behind
+    if not path.with_suffix(".log").exists():  # no zygote of this code has started here before: say why this command is slow, once
+        print(first_start_note(idle), file=sys.stderr, flush=True)
     log = open(path.with_suffix(".log"), "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "evolver.evaluation.zygote", "--socket", str(path), "--idle", str(idle)],
@@ -192,6 +201,15 @@ def _start(path: Path, idle: float) -> Connection:
         time.sleep(0.02)
     proc.kill()
     raise RuntimeError(f"the worker zygote did not start within {START_TIMEOUT:g} s; see {path.with_suffix('.log')}")
+
+
+def first_start_note(idle: float) -> str:
+    """What the first start of a zygote for this code tells its user: why this command takes longer, and that the
+    zygote outlives it."""
+    stays = (f"it stays up after this command and exits after {idle:g} s without use (`evolver daemon stop` ends it sooner)"
+             if idle else "it exits with this command (EVOLVER_ZYGOTE_IDLE=0)")
+    return ("evolver: starting the worker daemon for this install: the first start imports tau2 and litellm and can take "
+            f"20 s or more, later commands start from it in a few seconds; {stays}")
 
 
 def _ask(path: Path, message: dict, answer: str) -> Optional[dict]:
@@ -233,7 +251,7 @@ def run_command(argv: list[str], entry: str) -> Optional[int]:
     try:
         if not idle_seconds():  # no warm zygote wanted: EVOLVER_ZYGOTE_IDLE=0 (or 0.0)
             return None
-        conn = _connect(runtime_dir() / f"zygote-{fingerprint()}.sock")
+        conn = _connect(socket_path())
         if conn is None:
             return None
         conn.expect("ready", 5)

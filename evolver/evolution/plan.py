@@ -32,6 +32,9 @@ META_SHARE, PROMPT_SHARE = 0.5, 0.9
 # share the first part of the gate (benchmarks/search.py's large world: 0.31 and 0.66; barren and small: 0.23 and
 # 0.57). Assumptions for a real proposer, not measurements of one.
 DRAWS_EXPECTED, SCREEN_PASS, PART_PASS = 1.25, 0.3, 0.65
+# Of the investigating proposer's prompt tokens, the share its provider reads from its prompt cache: the least of
+# the three providers measured on a 16-turn proposal (benchmarks/prompt_cost.py, docs/models.md: 85-89%).
+CACHED_SHARE = 0.85
 
 
 def gate_config(cfg: Config):
@@ -121,6 +124,9 @@ class Forecast:
     proposals: int  # the meta model's proposals, at most (every iteration's candidates)
     # role -> (tokens expected, tokens at most, dollars expected, dollars at most); dollars None: no known price
     roles: dict[str, tuple[int, int, Optional[float], Optional[float]]]
+    # the meta role's dollars (expected, at most) with CACHED_SHARE of its prompt read from the provider's cache; None
+    # where the proposer resends no growing conversation or the price is unknown
+    meta_cached: Optional[tuple[float, float]] = None
 
     def dollars(self, most: bool = False) -> Optional[float]:
         values = [v[3 if most else 2] for v in self.roles.values()]
@@ -132,11 +138,13 @@ class Forecast:
 
 def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, per_simulation: dict[str, RoleUsage],
              meta_price: Optional[tuple[float, float]], meta_prompt_tokens: int, baseline: bool = True,
-             noise: Optional[dict] = None) -> Forecast:
+             noise: Optional[dict] = None, meta_cached_prompt_price: Optional[float] = None) -> Forecast:
     """Simulations expected and at most, and per role the tokens and dollars: the simulated roles at
     ``per_simulation`` (what one simulation used, measured on a pilot or the baseline; a role whose
     tokens had no known price costs None, never $0), the meta-LLM at ``meta_price`` (dollars per
-    prompt and per completion token, None: unknown) for each proposal."""
+    prompt and per completion token, None: unknown) for each proposal; and the investigating proposer's
+    also with its prompt at ``meta_cached_prompt_price`` (dollars per prompt token with CACHED_SHARE of it
+    read from the cache)."""
     args = (cfg, n_analysis, n_gate, n_holdout)
     stages = tuple(cfg.gate_stages) or (1, 2, 3, 4, 6)
     # ``noise``: rewards by task (the reference, or a pilot's), to size the gate as a run will (gate.sized)
@@ -163,13 +171,16 @@ def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, itera
     if cfg.proposer == "command":
         per_expected = per_most = 0  # the command calls its own model, which evolver never sees
 
-    def dollars(tokens: int) -> Optional[float]:
+    def dollars(tokens: int, prompt_price: Optional[float] = None) -> Optional[float]:
         if meta_price is None:
             return None if tokens else 0.0
-        return tokens * (PROMPT_SHARE * meta_price[0] + (1 - PROMPT_SHARE) * meta_price[1])
+        return tokens * (PROMPT_SHARE * (meta_price[0] if prompt_price is None else prompt_price) + (1 - PROMPT_SHARE) * meta_price[1])
 
     roles["meta"] = (proposals * per_expected, proposals * per_most, dollars(proposals * per_expected), dollars(proposals * per_most))
-    return Forecast(simulations=expected, simulations_most=most, proposals=proposals, roles=roles)
+    cached = None
+    if cfg.proposer == "agent" and meta_price is not None and meta_cached_prompt_price is not None:
+        cached = (dollars(proposals * per_expected, meta_cached_prompt_price), dollars(proposals * per_most, meta_cached_prompt_price))
+    return Forecast(simulations=expected, simulations_most=most, proposals=proposals, roles=roles, meta_cached=cached)
 
 
 def meta_prompt_tokens(guide: str, repo, digest_chars: int) -> int:

@@ -11,6 +11,10 @@ invalid_request_error unless said otherwise. The texts, as users quote them from
 - thinking with a temperature other than 1: "`temperature` may only be set to 1 when thinking is enabled. Please
   consult our documentation at https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking#important-
   considerations-when-using-extended-thinking" (MartialBE/one-hub#529).
+- thinking with `top_p` below 0.95: "`top_p` must be greater than or equal to 0.95 or unset when thinking is
+  enabled" (as gateways quote it; Anthropic's extended-thinking guide: top_p from 0.95 to 1); with `top_k` at all:
+  "`top_k` must be unset when thinking is enabled. Please consult our documentation at ..."
+  (quarkiverse/quarkus-langchain4j#1812, claude-opus-4-1; danny-avila/LibreChat#6023).
 - thinking with a forced tool choice: "Thinking may not be enabled when tool_choice forces tool use."
   (mastra-ai/mastra#7507, can1357/oh-my-pi#341).
 - the tool-use turn's thinking block missing: "messages.1.content.0.type: Expected `thinking` or
@@ -252,6 +256,11 @@ def _thinking(body: dict, turns: list[Turn], signed: Callable[[str, str], bool])
         raise Refusal(f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {DOCS}#max-tokens-and-context-window-size")
     if body.get("temperature") not in (None, 1):
         raise Refusal(f"`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation at {DOCS}"
+                      "#important-considerations-when-using-extended-thinking")
+    if body.get("top_p") is not None and body["top_p"] < 0.95:
+        raise Refusal("`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled")
+    if body.get("top_k") is not None:
+        raise Refusal(f"`top_k` must be unset when thinking is enabled. Please consult our documentation at {DOCS}"
                       "#important-considerations-when-using-extended-thinking")
     if (body.get("tool_choice") or {}).get("type") in ("any", "tool"):
         raise Refusal("Thinking may not be enabled when tool_choice forces tool use.")

@@ -4,7 +4,9 @@ Each request is answered by the script (evolver.scripted, EVOLVER_SCRIPT) for th
 (fake_server.FakeProvider: a role map, or the model's own name), so `--agent-model openai/agent --api-base URL`
 plays the same roles as `scripted/agent`, through litellm's real OpenAI route. It refuses what OpenAI refuses:
 a request without a key (401), a model the role map lacks (404), a path other than /v1/chat/completions, and
-the reasoning models' rules (openai_rules: temperature, max_tokens, top_p, reasoning_effort). Its usage is
+(openai_rules) for every model an unknown argument, messages out of order or of an unknown role, a tool message
+that answers no call, a call left unanswered and a malformed tool schema; for OpenAI's reasoning models their
+temperature, max_tokens, top_p and reasoning_effort. Its usage is
 OpenAI's: completion_tokens count the reasoning tokens a reasoning model spent (completion_tokens_details), a
 reply that outgrows max_completion_tokens (or max_tokens) is cut with finish_reason "length" (all of it when the
 reasoning alone fills it), and prompt_tokens_details.cached_tokens emulates OpenAI's automatic prompt caching:
@@ -83,8 +85,10 @@ class FakeOpenAI(FakeProvider):
     thread_name = "fake-openai"
 
     def __init__(self, faults: Optional[dict[str, Fault]] = None, lifetime: float = 900.0, limit: Optional[Limit] = None,
-                 roles: Optional[dict[str, str]] = None, cache_ttl: float = 300.0):
+                 roles: Optional[dict[str, str]] = None, cache_ttl: float = 300.0, extra_parameters: frozenset = frozenset()):
         self.limit = limit
+        # An OpenAI-compatible server's own arguments beyond OpenAI's (a Qwen server's enable_thinking): none, as api.openai.com
+        self.extra_parameters = frozenset(extra_parameters)
         self.buckets: dict[str, tuple[Optional[_Bucket], Optional[_Bucket]]] = {}
         self.random = random.Random(limit.seed if limit else 0)
         self.limited: Counter = Counter()  # model -> 429s answered by the limit
@@ -120,7 +124,7 @@ class FakeOpenAI(FakeProvider):
         forced = self.injected(request)
         if forced is not None:
             return forced
-        rule = openai_rules.refusal(model, {k: v for k, v in body.items() if k != ROLE})
+        rule = openai_rules.refusal(model, {k: v for k, v in body.items() if k != ROLE and k not in self.extra_parameters})
         if rule is not None:
             return 400, self.error(400, rule.message, rule.param, rule.code), {}
         fault = self.faults.get(model, Fault())

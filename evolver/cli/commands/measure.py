@@ -27,10 +27,9 @@ def _check_repo(path: Path) -> Path:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from evolver.cli.console import eval_table, progress_bar
-    from evolver.cli.preflight import SIMULATED, preflighted
+    from evolver.cli.preflight import SIMULATED, check_servers, preflighted
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
-    from evolver.llm import check_api_base
     from evolver.store.rundir import eval_run_dir
 
     repo = Path(args.path).resolve()
@@ -42,8 +41,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
     require_sandbox(cfg)
-    for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
-        check_api_base(base)
+    check_servers(cfg, ("agent", "user"))
     task_ids = [t.strip() for arg in args.task_ids for t in arg.split(",") if t.strip()] if args.task_ids else None
     run_id = new_run_id("eval")
     evaluation = eval_run_dir(repo, run_id)
@@ -97,11 +95,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from evolver.cli.compare import compare_arms, lines, resolve
     from evolver.cli.console import progress_bar
-    from evolver.cli.preflight import SIMULATED, preflighted
+    from evolver.cli.preflight import SIMULATED, check_servers, preflighted
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.evolution.gate.compare import CompareConfig
-    from evolver.llm import check_api_base
     from evolver.store.lineage import Lineage, exclude_runs_dir
     from evolver.store.rundir import comparison_dir, find_run
 
@@ -112,8 +109,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
     require_sandbox(cfg)
-    for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
-        check_api_base(base)
+    check_servers(cfg, ("agent", "user"))
     run = find_run(repo, args.run) if args.run else None
     task_ids = [t.strip() for arg in args.task_ids for t in arg.split(",") if t.strip()] if args.task_ids else None
     compare_id = new_run_id("compare")
@@ -151,10 +147,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_transfer(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer, transfer_rows
     from evolver.cli.console import progress_bar, transfer_table
-    from evolver.cli.preflight import SIMULATED, preflighted
+    from evolver.cli.preflight import SIMULATED, check_servers, preflighted
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
-    from evolver.llm import check_api_base
     from evolver.store.lineage import Lineage
     from evolver.store.rundir import find_run
 
@@ -167,8 +162,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     if cfg.domain not in DOMAINS and not cfg.plugins:
         raise UsageError(f"unknown domain '{cfg.domain}'; choose one of: {', '.join(DOMAINS)}")
     require_sandbox(cfg)
-    for base in {cfg.role("agent").api_base, cfg.role("user").api_base} - {None}:
-        check_api_base(base)
+    check_servers(cfg, ("agent", "user"))
     tasks = None if {"domain", "split"} & given.keys() else list(manifest.gate_tasks)
     transfer_id = new_run_id("transfer")
     console = Console(stderr=True, soft_wrap=True)

@@ -28,13 +28,14 @@ class Cost:
     completion_tokens: int
     usd: Optional[float]
     cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
+    cache_reported_tokens: int = 0  # of the prompt tokens, those whose provider said how many it read from its cache
 
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
     def cached_text(self) -> str:
-        return cached_text(self.cached_tokens, self.prompt_tokens)
+        return cached_text(self.cached_tokens, self.prompt_tokens, self.cache_reported_tokens)
 
     def text(self) -> str:
         if self.usd is not None:
@@ -46,7 +47,7 @@ def cost_of(usage: RoleUsage) -> Cost:
     tokens = usage.prompt_tokens + usage.completion_tokens
     cost = getattr(usage, "cost", None)
     usd = None if cost is None or (cost == 0 and tokens) else cost
-    return Cost(usage.prompt_tokens, usage.completion_tokens, usd, usage.cached_tokens)
+    return Cost(usage.prompt_tokens, usage.completion_tokens, usd, usage.cached_tokens, usage.cache_reported_tokens)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ class RunFacts:
             parts = [row.roles[role] for row in self.costs if role in row.roles]
             known = all(p.usd is not None or not p.tokens for p in parts)
             out[role] = Cost(sum(p.prompt_tokens for p in parts), sum(p.completion_tokens for p in parts),
-                             sum(p.usd or 0.0 for p in parts) if known else None, sum(p.cached_tokens for p in parts))
+                             sum(p.usd or 0.0 for p in parts) if known else None, sum(p.cached_tokens for p in parts),
+                             sum(p.cache_reported_tokens for p in parts))
         return out
 
     def roles(self) -> list[str]:
@@ -258,7 +260,8 @@ def _costs(records, state) -> list[CostRow]:
         rest = RoleUsage(prompt_tokens=total.prompt_tokens - sum(u.prompt_tokens for u in spent),
                          completion_tokens=total.completion_tokens - sum(u.completion_tokens for u in spent),
                          cost=max(0.0, total.cost - sum(u.cost for u in spent)),
-                         cached_tokens=max(0, total.cached_tokens - sum(u.cached_tokens for u in spent)))
+                         cached_tokens=max(0, total.cached_tokens - sum(u.cached_tokens for u in spent)),
+                         cache_reported_tokens=max(0, total.cache_reported_tokens - sum(u.cache_reported_tokens for u in spent)))
         if rest.prompt_tokens or rest.completion_tokens:
             outside[role] = cost_of(rest)
     return [CostRow(OUTSIDE_ITERATIONS, None, outside)] + rows if outside else rows

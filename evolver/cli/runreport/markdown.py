@@ -26,7 +26,7 @@ def summary(f: RunFacts) -> str:
     for c in f.candidates:
         title = (c.title or "(no patch)").replace("|", "\\|")
         lines.append(f"| {c.label}{' ★' if c.best else ''} | {title} | {_score(c.gate_incumbent)} → {_score(c.gate_candidate)} | {_points(c.effect)} | {c.verdict} |")
-    costs = ", ".join(f"{role} {cost.text()} ({cost.tokens:,} tokens{', ' + cost.cached_text() if cost.cached_tokens else ''})"
+    costs = ", ".join(f"{role} {cost.text()} ({cost.tokens:,} tokens{', ' + cost.cached_text() if cost.cached_text() else ''})"
                       for role, cost in f.total_costs().items())
     lines += [
         "",

@@ -304,7 +304,7 @@ def _score(x) -> str:
 
 
 def _cached(cost) -> str:
-    return f'<br><span class="note">{escape(cost.cached_text())}</span>' if cost.cached_tokens else ""
+    return f'<br><span class="note">{escape(cost.cached_text())}</span>' if cost.cached_text() else ""
 
 
 def _cost_html(cost) -> str:
