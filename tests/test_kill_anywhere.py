@@ -100,12 +100,13 @@ def _lines(repo: Path) -> dict[str, list[str]]:
 
 
 def _progress(repo: Path) -> tuple:
-    """How far a killed run had got, by what it recorded: its folder, its split, its iteration records, its finished
-    simulations. A kill that lands in a new step leaves more of it than the kill before."""
+    """How far a killed run had got, by what it recorded: its folder, its split, its iteration records, its proposals,
+    its finished simulations. A kill that lands in a new step leaves more of it than the kill before."""
     folders = _run_folders(repo)
     if not folders:
         return (0,)
-    return (1, _chose(repo), len(list(folders[0].glob("iterations/*.json"))), sum(len(lines) for lines in _lines(repo).values()))
+    return (1, _chose(repo), len(list(folders[0].glob("iterations/*.json"))), len(list(folders[0].glob("proposals/*"))),
+            sum(len(lines) for lines in _lines(repo).values()))
 
 
 def _key(line: str) -> tuple[str, int]:

@@ -146,6 +146,7 @@ def pop_run(tmp_path_factory):
     return repo, run_id_of(repo), proc
 
 
+@pytest.mark.slow
 def test_run_from_the_command_line_shows_the_pool_in_history_show_the_report_and_git(pop_run):
     repo, run_id, proc = pop_run
     history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"], env=POP_ENV).stdout)
@@ -181,6 +182,7 @@ def test_run_from_the_command_line_shows_the_pool_in_history_show_the_report_and
     assert 'id="pool-tree"' in html and "<b>1b</b>" in html and "<b>1c</b>" in html and "audit: rolled back to the base" in html
 
 
+@pytest.mark.slow
 def test_rollback_takes_a_member_of_the_pool_by_its_label(pop_run):
     repo, run_id, _ = pop_run
     bad = run_cli(["rollback", run_id, "--to", "1a", "--reason", "try", "--repo", str(repo)], env=POP_ENV)
@@ -192,6 +194,7 @@ def test_rollback_takes_a_member_of_the_pool_by_its_label(pop_run):
     assert git(repo, "rev-parse", f"evolver/{run_id}/best") == git(repo, "rev-parse", f"evolver/{run_id}/iter-001c")
 
 
+@pytest.mark.slow
 def test_the_screen_reuses_the_proposers_try_of_the_very_agent_it_submitted(tmp_path):
     repo = tiny_target(tmp_path / "target")
     env = {**LOOP_ENV, "EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
