@@ -21,7 +21,7 @@ from typing import Callable
 
 from evolver.data import RoleModel, RoleUsage, write_json_atomic
 from evolver.evolution.patch import Proposal
-from evolver.evolution.proposers import Outcome, Request, meta_call
+from evolver.evolution.proposers import ProposalResult, Request, meta_call
 from evolver.evolution.proposers.agent_tools import Toolbox, tool_schemas, written_call
 from evolver.evolution.scratch import Scratch
 from evolver.models import takes
@@ -70,7 +70,7 @@ def request_shape(meta: RoleModel) -> dict:
 class Investigator:
     name = "agent"
 
-    def propose(self, request: Request) -> Outcome:
+    def propose(self, request: Request) -> ProposalResult:
         session = Session(request)
         try:
             return session.run()
@@ -103,7 +103,7 @@ class Session(Toolbox):
         self.tempered = takes(meta.model, meta.api_base, meta.llm_args, "temperature", TEMPERATURE)  # a temperature of the proposer's own
 
     # -- the conversation ---------------------------------------------------------------------
-    def run(self) -> Outcome:
+    def run(self) -> ProposalResult:
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": self.opening()}]
         self.log("system", SYSTEM)
         self.log("user", messages[1]["content"])
@@ -217,13 +217,13 @@ class Session(Toolbox):
         return "Next: call submit with a title and a rationale."
 
     # -- the result -------------------------------------------------------------------------
-    def outcome(self, stop: str | None) -> Outcome:
+    def outcome(self, stop: str | None) -> ProposalResult:
         stats = {"turns": self.turns, "tools": dict(self.tools_used), "edits": self.scratch.edits_made, "rejected_edits": self.rejected_edits,
                  "tries": self.tried, "try_simulations": self.tries, "seconds": round(self.elapsed(), 1), "tokens": self.usage.tokens,
                  "stopped": stop or "submitted", "transcript": str(self.transcript_file)}
         if self.submitted is None:
-            return Outcome(proposal=None, errors=[f"no candidate submitted: {stop}"], usage=self.usage, stats=stats)
-        return Outcome(proposal=self.submitted, usage=self.usage, stats=stats)
+            return ProposalResult(proposal=None, errors=[f"no candidate submitted: {stop}"], usage=self.usage, stats=stats)
+        return ProposalResult(proposal=self.submitted, usage=self.usage, stats=stats)
 
     @property
     def transcript_file(self) -> Path:

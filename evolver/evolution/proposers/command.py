@@ -36,7 +36,7 @@ from evolver.evaluation.scan import in_baseline
 from evolver.evolution.evidence import Evidence
 from evolver.evolution.noop import agent_files
 from evolver.evolution.patch import Proposal
-from evolver.evolution.proposers import Outcome, Request
+from evolver.evolution.proposers import ProposalResult, Request
 from evolver.evolution.scratch import Scratch
 
 MAX_FILE = 200_000  # bytes of one file the command leaves in agent/
@@ -74,7 +74,7 @@ class CommandProposer:
     def __init__(self, command: str, env_names: tuple[str, ...] = (), readable: tuple[str, ...] = ()):
         self.command, self.env_names, self.readable = command, tuple(env_names), tuple(readable)
 
-    def propose(self, request: Request) -> Outcome:
+    def propose(self, request: Request) -> ProposalResult:
         workspace = request.workdir / "workspace"
         prepare_workspace(request, workspace)
         request.progress(1, 1, "running the command")
@@ -182,7 +182,7 @@ def write_turn_views(evidence: Evidence, analysis: Path) -> None:
             (analysis / f"{evidence.labels[record.task_id]}-trial{record.trial}.turns.md").write_text("\n".join(lines))
 
 
-def take_patch(request: Request, workspace: Path) -> Outcome:
+def take_patch(request: Request, workspace: Path) -> ProposalResult:
     """The difference between the workspace's agent/ and the parent's, applied edit by edit to a scratch copy
     through the same checks as every proposal; read without following links, regular files only."""
     scratch = Scratch(request.parent, request.workdir / "scratch", request.identifiers, request.guide)
@@ -207,12 +207,12 @@ def take_patch(request: Request, workspace: Path) -> Outcome:
     title, rationale = _proposal_text(workspace / "PROPOSAL.md")
     stats = {"changed": scratch.changed(), "problems": problems}
     if problems:
-        return Outcome(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), refused=problems[0],
+        return ProposalResult(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), refused=problems[0],
                        errors=problems, stats=stats)
     why = scratch.problem()
     if why:
-        return Outcome(proposal=None, errors=[f"no usable change: {why}"], stats=stats)
-    return Outcome(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), stats=stats)
+        return ProposalResult(proposal=None, errors=[f"no usable change: {why}"], stats=stats)
+    return ProposalResult(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), stats=stats)
 
 
 def _regular_files(base: Path, workspace: Path) -> tuple[dict[str, bytes], list[str]]:

@@ -20,7 +20,7 @@ from evolver.evolution.evidence import EarlierCandidate, Evidence, same_as_earli
 from evolver.evolution.harness_code import line_numbers
 from evolver.evolution.noop import UNCHANGED, agent_files, inert_edit_reason
 from evolver.evolution.patch import DIVIDER, REPLACE, SEARCH, ParseError, PatchRejected, Proposal, apply_edits, parse_proposal, syntax_error
-from evolver.evolution.proposers import Outcome, Request, meta_call
+from evolver.evolution.proposers import ProposalResult, Request, meta_call
 from evolver.evolution.proposers.agent_source import agent_texts, named_lines, versions
 from evolver.evolution.scratch import removal, unguarded
 
@@ -34,7 +34,7 @@ MAX_QUOTED = 12  # lines of the parent quoted where the prompt starts a patch
 class OneShot:
     name = "oneshot"
 
-    def propose(self, request: Request) -> Outcome:
+    def propose(self, request: Request) -> ProposalResult:
         focus = request.focus
         evidence = request.evidence
         digest = build_digest(evidence.analysis, evidence.analysis_dir, max_chars=request.digest_chars, focus=focus,
@@ -201,12 +201,12 @@ def propose(
     identifiers: frozenset = frozenset(),
     earlier: Sequence[EarlierCandidate] = (),
     guide: str = "",
-) -> Outcome:
+) -> ProposalResult:
     """Ask for a patch; a malformed answer, one whose SEARCH text does not match, or one the loop would refuse
     unmeasured (``earlier``: the run's candidates so far) is sent back with the error up to max_attempts times;
     proposal None means no valid patch. Code that does not parse and a copy of one of the ``guide``'s example patches
     are sent back while attempts remain, and measured when none do."""
-    outcome = Outcome(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
+    outcome = ProposalResult(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
     conversation = list(messages)
     repair, revise = load_template(prompts_dir, "repair.md"), load_template(prompts_dir, "revise.md")
     for attempt in range(1, max_attempts + 1):
