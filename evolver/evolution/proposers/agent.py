@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
 
 from evolver.data import RoleModel, RoleUsage, write_json_atomic
 from evolver.evolution.patch import Proposal
 from evolver.evolution.proposers import ProposalResult, Request, meta_call
-from evolver.evolution.proposers.agent_tools import Toolbox, tool_schemas, written_call
+from evolver.evolution.proposers.agent_tools import Tally, Toolbox, tool_schemas, written_call
 from evolver.evolution.scratch import Scratch
 from evolver.models import takes
 
@@ -78,26 +77,23 @@ class Investigator:
             session.save()
 
 
-class Session(Toolbox):
-    """One proposal: the conversation, the scratch copy, the budget, the transcript."""
+class Session:
+    """One proposal: the conversation, its budget and its transcript. The tools that answer its calls (agent_tools.Toolbox)
+    get the request, the scratch copy and the tally they count in, which the session reads for its next step and stats."""
 
     def __init__(self, request: Request):
         self.request, self.budget = request, request.budget
         request.workdir.mkdir(parents=True, exist_ok=True)
         self.scratch = Scratch(request.parent, request.workdir / "scratch", request.identifiers, request.guide)
+        self.tally = Tally()
+        self.tools = Toolbox(request, self.scratch, self.tally)
         self.started = time.monotonic()
         self.usage = RoleUsage()
-        self.turns = self.tries = 0
-        self.tools_used: dict[str, int] = {}
-        self.rejected_edits = 0
+        self.turns = 0
         self.transcript: list[dict] = []
-        self.submitted: Proposal | None = None
-        self.tried: list[dict] = []
-        self.broken: tuple[int, str] | None = None  # (the scratch's edit count, what broke) after a try the edit broke
         self.said: set[str] = set()  # replies without a tool call, to tell a loop
         self.repeats = 0
         self.calls_made: set[tuple] = set()
-        self.handlers: dict[str, Callable] = self._handlers()
         self.choice = tool_choice(request.meta)
         meta = request.meta
         self.tempered = takes(meta.model, meta.api_base, meta.llm_args, "temperature", TEMPERATURE)  # a temperature of the proposer's own
@@ -128,7 +124,7 @@ class Session(Toolbox):
             self.log("assistant", message.content or "", calls=[{"name": c.function.name, "arguments": c.function.arguments} for c in calls],
                      usage=usage.model_dump())
             if not calls:
-                answer = self.patch_in_text(message.content or "")
+                answer = self.tools.patch_in_text(message.content or "")
                 if self.submitted is None:
                     note = (answer or TOOLS_PLEASE) + " " + self.next_step()
                     if (message.content or "") in self.said:  # the same words again: a small model is looping
@@ -156,6 +152,18 @@ class Session(Toolbox):
             messages += [{"role": "tool", "tool_call_id": c.id, "content": ONE_AT_A_TIME} for c in (message.tool_calls or [])[1:]]
             self.log("tool", result, name=call.function.name)
         return self.outcome(stop)
+
+    @property
+    def submitted(self) -> Proposal | None:
+        return self.tools.submitted
+
+    @property
+    def tools_used(self) -> dict[str, int]:
+        return self.tally.used
+
+    def call(self, name, raw_arguments) -> str:
+        """One tool call at the current turn."""
+        return self.tools.call(name, raw_arguments, self.turns)
 
     def sampling(self) -> dict:
         """A model that repeats itself word for word gets more temperature, and every turn its own seed (a server
@@ -202,24 +210,24 @@ class Session(Toolbox):
     # -- the procedure ---------------------------------------------------------------------
     def next_step(self) -> str:
         """The step of SYSTEM's procedure the conversation has not reached yet, as one concrete call."""
-        used = self.tools_used
+        used = self.tally.used
         if not used.get("read_trajectory"):
             return "Next: call read_trajectory with the task of a failure (list_failures names them)."
         if not used.get("read_file"):
             return "Next: call read_file (path agent/agent.py, start and end around the code that caused it; search_code finds it)."
         if not self.scratch.changed():
-            return "Next: call replace_in_file or remove_lines (or write_file, set_layer) to fix it." + self.layer_step()
-        why, _ = self.refusal()
+            return "Next: call replace_in_file or remove_lines (or write_file, set_layer) to fix it." + self.tools.layer_step()
+        why, _ = self.tools.refusal()
         if why:  # the 1.5B was told to submit after each refused submit, and did, until its time ran out
-            return f"Next: change your edit, submit would refuse it: {why[:160]}." + self.layer_step()
-        if not used.get("try_agent") and self.request.try_agent is not None and self.tries < self.budget.tries:
+            return f"Next: change your edit, submit would refuse it: {why[:160]}." + self.tools.layer_step()
+        if not used.get("try_agent") and self.request.try_agent is not None and self.tally.tries < self.budget.tries:
             return "Next: call try_agent with a failing task to see if your edit helps."
         return "Next: call submit with a title and a rationale."
 
     # -- the result -------------------------------------------------------------------------
     def outcome(self, stop: str | None) -> ProposalResult:
-        stats = {"turns": self.turns, "tools": dict(self.tools_used), "edits": self.scratch.edits_made, "rejected_edits": self.rejected_edits,
-                 "tries": self.tried, "try_simulations": self.tries, "seconds": round(self.elapsed(), 1), "tokens": self.usage.tokens,
+        stats = {"turns": self.turns, "tools": dict(self.tally.used), "edits": self.scratch.edits_made, "rejected_edits": self.tally.rejected_edits,
+                 "tries": self.tally.tried, "try_simulations": self.tally.tries, "seconds": round(self.elapsed(), 1), "tokens": self.usage.tokens,
                  "stopped": stop or "submitted", "transcript": str(self.transcript_file)}
         if self.submitted is None:
             return ProposalResult(proposal=None, errors=[f"no candidate submitted: {stop}"], usage=self.usage, stats=stats)

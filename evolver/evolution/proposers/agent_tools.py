@@ -10,6 +10,7 @@ checked, never run. A bad call gets a one-line refusal as its result.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Callable
 
@@ -18,6 +19,8 @@ from evolver.evolution.digest import describe, load_messages
 from evolver.evolution.evidence import compile_pattern, paged, same_as_earlier
 from evolver.evolution.noop import agent_files
 from evolver.evolution.patch import ParseError, Proposal, parse_proposal
+from evolver.evolution.proposers import Request
+from evolver.evolution.scratch import Scratch
 
 MAX_TRY_TASKS = 3
 TRY_LINES = 8  # the end of a failed try's conversation, shown with its result
@@ -124,14 +127,35 @@ def check_arguments(name: str, raw) -> dict | str:
     return raw
 
 
-class Toolbox:
-    """The tools' answers, as a proposal session's methods (agent.Session is one): they read and change
-    its request, budget, scratch copy, tries, tried, broken, tools_used, rejected_edits and submitted."""
+@dataclass
+class Tally:
+    """What the tools did in one proposal: the toolbox counts, the session reads it for its next step and its stats."""
 
-    def call(self, name, raw_arguments) -> str:
+    used: dict[str, int] = field(default_factory=dict)  # calls by tool name
+    rejected_edits: int = 0
+    tries: int = 0  # try simulations spent
+    tried: list[dict] = field(default_factory=list)  # each try_agent call: its tasks and their rewards
+
+    def count(self, name: str) -> None:
+        self.used[name] = self.used.get(name, 0) + 1
+
+
+class Toolbox:
+    """The tools' answers in one proposal. They read the request's evidence, edit the scratch copy, spend the request's
+    budget of try simulations through its try_agent and count what they do in the tally; a submit that is taken leaves
+    the proposal in ``submitted``."""
+
+    def __init__(self, request: Request, scratch: Scratch, tally: Tally):
+        self.request, self.budget, self.scratch, self.tally = request, request.budget, scratch, tally
+        self.broken: tuple[int, str] | None = None  # (the scratch's edit count, what broke) after a try the edit broke
+        self.submitted: Proposal | None = None
+        self.handlers: dict[str, Callable] = self._handlers()
+
+    def call(self, name, raw_arguments, turn: int) -> str:
+        """The answer to one call the meta-LLM made at ``turn``: the tool's result, with what usually comes next."""
         args = check_arguments(name, raw_arguments)
-        self.tools_used[str(name)[:40]] = self.tools_used.get(str(name)[:40], 0) + 1
-        self.request.progress(self.turns, self.budget.turns, str(name)[:40])
+        self.tally.count(str(name)[:40])
+        self.request.progress(turn, self.budget.turns, str(name)[:40])
         if isinstance(args, str):
             return args
         try:
@@ -167,7 +191,7 @@ class Toolbox:
 
     def edited(self, answer: str) -> str:
         if not answer.startswith("applied"):
-            self.rejected_edits += 1
+            self.tally.rejected_edits += 1
         return answer
 
     def search_code(self, pattern: str, page: int = 1) -> str:
@@ -182,7 +206,7 @@ class Toolbox:
     def try_agent(self, tasks: list) -> str:
         if self.request.try_agent is None:
             return "trying is not available in this run"
-        left = self.budget.tries - self.tries
+        left = self.budget.tries - self.tally.tries
         if left <= 0:
             return f"no try simulations left (the budget is {self.budget.tries}); submit or keep editing"
         ids = self.request.evidence.labelled_trials(tasks[:MAX_TRY_TASKS])
@@ -192,7 +216,7 @@ class Toolbox:
         if problem:
             return f"nothing to try: {problem}"
         ids = ids[:left]
-        self.tries += len(ids)
+        self.tally.tries += len(ids)
         result, result_dir = self.request.try_agent(self.scratch.root, ids)
         e = self.request.evidence
         parent = {r.task_id: r for r in e.analysis.simulations if r.trial == 0}
@@ -207,11 +231,11 @@ class Toolbox:
                 lines.append(f"  failed: {failure.signature}")
                 first_failure = first_failure or f"{e.labels[sim.task_id]}: {failure.signature}"
                 lines.extend(f"  | {line[:160]}" for line in failure.transcript[-TRY_LINES:])
-        self.tried.append({"tasks": [e.labels[t] for t in ids], "rewards": [s.reward for s in result.simulations]})
+        self.tally.tried.append({"tasks": [e.labels[t] for t in ids], "rewards": [s.reward for s in result.simulations]})
         # every try broken by the edit: the smoke test would fail the candidate the same way, so submit says so
         broke = bool(result.simulations) and all(sim.outcome == "failed" for sim in result.simulations)
         self.broken = (self.scratch.edits_made, first_failure) if broke else None
-        return "\n".join(lines) + f"\n({self.budget.tries - self.tries} try simulation(s) left)"
+        return "\n".join(lines) + f"\n({self.budget.tries - self.tally.tries} try simulation(s) left)"
 
     def patch_in_text(self, text: str) -> str:
         """A model that answers with a whole patch in the guide's format instead of calling tools: its edits
@@ -224,7 +248,7 @@ class Toolbox:
         refused = [a for a in answers if not a.startswith("applied")]
         if refused:
             return f"Your patch was not applied in full: {refused[0]} Fix it with the tools (read_file, replace_in_file), then submit."
-        self.tools_used["patch_in_text"] = self.tools_used.get("patch_in_text", 0) + 1
+        self.tally.count("patch_in_text")
         answer = self.submit(proposal.title, proposal.rationale)
         return "" if answer == "submitted" else f"Your patch was applied but {answer}. Fix it with the tools, then submit."
 
@@ -257,7 +281,7 @@ class Toolbox:
     def layer_step(self) -> str:
         """The experiment of switching off the layer that makes every change in the failures, while it is untried."""
         switch = self.request.evidence.layer_to_switch_off()
-        return f" Or try the agent without the layer: call set_layer with layer={switch} on=false." if switch and not self.tools_used.get("set_layer") else ""
+        return f" Or try the agent without the layer: call set_layer with layer={switch} on=false." if switch and not self.tally.used.get("set_layer") else ""
 
 
 def written_call(text: str):
