@@ -41,8 +41,11 @@ def test_the_wheel_installs_and_runs_a_scripted_evolution(tmp_path):
                    check=True, capture_output=True, timeout=600)
     [wheel] = wheels.glob("evolver-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for packaged in ("evolver/prompts/Harness.md", "evolver/prompts/propose.md", "evolver/baseline/tau_bench.py", "evolver/evaluation/sandbox.py"):
+    for packaged in ("evolver/prompts/Harness.md", "evolver/baseline/tau_bench.py", "evolver/evaluation/sandbox.py"):
         assert packaged in names
+    prompts = ROOT / "prompts"  # every prompt, in every proposer's folder
+    assert sorted(f"evolver/prompts/{p.relative_to(prompts)}" for p in prompts.rglob("*") if p.is_file() and "__pycache__" not in p.parts) == sorted(
+        n for n in names if n.startswith("evolver/prompts/"))
     checkout = Path(__file__).resolve().parents[1]  # every module of the checkout's evolver/ (pyproject lists packages by hand)
     assert sorted(str(p.relative_to(checkout)) for p in (checkout / "evolver").rglob("*.py")) == sorted(n for n in names if n.endswith(".py")
                                                                                                       and n.startswith("evolver/") and not n.startswith(("evolver/prompts/", "evolver/baseline/")))

@@ -9,6 +9,8 @@ what the meta-LLM used, and a transcript on disk). Three implementations:
 - agent: the meta-LLM investigates with tools before it proposes (evolver.evolution.proposers.agent);
 - command: an external coding agent in a confined workspace (evolver.evolution.proposers.command).
 
+What each sends the meta-LLM is a file in prompts/<proposer>/ (evolver.evolution.proposers.prompts).
+
 Gate and holdout trajectories never reach a proposer; nothing an LLM writes runs on the trusted side.
 """
 
