@@ -65,7 +65,7 @@ from evolver.evolution.gate import (  # noqa: E402
     GateConfig, RewardTable, Stage, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
 )
 from evolver.evolution.gate.permutation import Block  # noqa: E402
-from evolver.evolution.gate.policy import look  # noqa: E402
+from evolver.evolution.gate.set_gate import look  # noqa: E402
 
 REFERENCE_TRIALS = 6
 # 1,000 relabellings instead of 5,000 make the decisions that keep several times faster; the p-values

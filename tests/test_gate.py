@@ -2,7 +2,7 @@
 
 The first tests judge one candidate with decide(), the single-candidate gate that decide_set
 replaced, now benchmarks/gate_power.py's baseline: it shares decide_set's looks, final test and
-regression suite (gate.policy.look) and its permutation engine, and tests them on plain tables.
+regression suite (gate.set_gate.look) and its permutation engine, and tests them on plain tables.
 """
 
 import collections

@@ -190,6 +190,8 @@ def _turn(calls: list[tuple[str, str]], blocks=None):
 
 def test_the_proposer_hands_the_providers_turn_back_as_it_came_and_answers_every_call(analysis_session, litellm, monkeypatch):
     from evolver.evolution.proposers import agent
+    from evolver.evolution.proposers.prompts import Prompts
+    from tests.conftest import ROOT
 
     blocks = [{"type": "thinking", "thinking": "read the files first", "signature": "c2ln"}]
     turns = [_turn([("toolu_a", "list_files"), ("toolu_b", "list_candidates")], blocks), _turn([("toolu_c", "list_files")])]
@@ -205,11 +207,13 @@ def test_the_proposer_hands_the_providers_turn_back_as_it_came_and_answers_every
     kept = next(m for m in second if getattr(m, "role", None) == "assistant")
     assert kept is turns[0].choices[0].message and kept.thinking_blocks == blocks  # the provider's message object itself
     answers = {m["tool_call_id"]: m["content"] for m in second if isinstance(m, dict) and m.get("role") == "tool"}
-    assert set(answers) == {"toolu_a", "toolu_b"} and answers["toolu_b"] == agent.ONE_AT_A_TIME
+    assert set(answers) == {"toolu_a", "toolu_b"} and answers["toolu_b"] == Prompts("agent", ROOT / "prompts").short("one_at_a_time")
 
 
 def test_a_model_that_takes_no_temperature_is_told_something_different_each_time_it_repeats(analysis_session, monkeypatch):
     from evolver.evolution.proposers import agent
+    from evolver.evolution.proposers.prompts import Prompts
+    from tests.conftest import ROOT
 
     asked = []
 
@@ -222,14 +226,15 @@ def test_a_model_that_takes_no_temperature_is_told_something_different_each_time
     session.run()
     assert asked == [{"seed": n} for n in range(1, 5)]  # gpt-5 takes a seed, no temperature but 1
     answers = [m["content"] for m in json.loads((session.request.workdir / "transcript.json").read_text())["messages"] if m["role"] == "tool"]
-    told = [next(words for words in agent.AGAIN if f"exactly this call before: {words}" in answer) for answer in answers[1:]]
-    assert told == list(agent.AGAIN[1:4])  # each repeat is told something new
+    again = Prompts("agent", ROOT / "prompts").shorts("again")
+    told = [next(words for words in again if f"exactly this call before: {words}" in answer) for answer in answers[1:]]
+    assert told == list(again[1:4])  # each repeat is told something new
     session = analysis_session(turns=3, meta=RoleModel(model="scripted/meta"))
     asked.clear()
     session.run()
     assert asked == [{"temperature": 0.4, "seed": 1}, {"temperature": 0.4, "seed": 2}, {"temperature": pytest.approx(0.6), "seed": 3}]
     answers = [m["content"] for m in json.loads((session.request.workdir / "transcript.json").read_text())["messages"] if m["role"] == "tool"]
-    assert f"exactly this call before: {agent.AGAIN[0]}" in answers[1]
+    assert f"exactly this call before: {again[0]}" in answers[1]
 
 
 @pytest.fixture

@@ -41,11 +41,16 @@ def test_the_wheel_installs_and_runs_a_scripted_evolution(tmp_path):
                    check=True, capture_output=True, timeout=600)
     [wheel] = wheels.glob("evolver-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for packaged in ("evolver/prompts/Harness.md", "evolver/prompts/propose.md", "evolver/baseline/tau_bench.py", "evolver/evaluation/sandbox.py"):
+    for packaged in ("evolver/prompts/Harness.md", "evolver/baseline/tau_bench.py", "evolver/evaluation/sandbox.py"):
         assert packaged in names
-    checkout = Path(__file__).resolve().parents[1]  # every module of the checkout's evolver/ (pyproject lists packages by hand)
-    assert sorted(str(p.relative_to(checkout)) for p in (checkout / "evolver").rglob("*.py")) == sorted(n for n in names if n.endswith(".py")
-                                                                                                      and n.startswith("evolver/") and not n.startswith(("evolver/prompts/", "evolver/baseline/")))
+
+    def files(folder: str, package: str, suffix: str = "") -> list[str]:
+        """The files of a folder of the checkout, as the wheel names them."""
+        return [f"{package}/{p.relative_to(ROOT / folder)}" for p in (ROOT / folder).rglob(f"*{suffix}") if p.is_file() and "__pycache__" not in p.parts]
+
+    # setuptools finds the packages: every module of evolver/, the whole template, every prompt in every proposer's folder
+    ours = files("evolver", "evolver", ".py") + files("agent/templates", "evolver/baseline") + files("prompts", "evolver/prompts")
+    assert sorted(ours) == sorted(n for n in names if n.startswith("evolver/") and (n.endswith(".py") or n.startswith(("evolver/baseline/", "evolver/prompts/"))))
     venv = tmp_path / "venv"
     # No pip of its own (ensurepip is most of a venv's making): this environment's pip installs into it (--python).
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)

@@ -290,7 +290,7 @@ def _score(x) -> str:
 
 
 def investigation_lines(stats: dict) -> list[str]:
-    """What the proposer did, from its stats (evolver.evolution.proposers.Outcome.stats)."""
+    """What the proposer did, from its stats (evolver.evolution.proposers.ProposalResult.stats)."""
     lines = []
     if "turns" in stats:
         tools = ", ".join(f"{name} x{n}" for name, n in sorted(stats.get("tools", {}).items(), key=lambda kv: -kv[1]))

@@ -183,7 +183,7 @@ class CandidateRecord(BaseModel):
     commit: Optional[str] = None
     reason: str = ""
     findings: list[str] = Field(default_factory=list)  # the static scan's, one line each: path:line: rule: detail
-    investigation: dict = Field(default_factory=dict)  # what the proposer did: turns, tools, edits, tries, transcript (proposers.Outcome.stats)
+    investigation: dict = Field(default_factory=dict)  # what the proposer did: turns, tools, edits, tries, transcript (proposers.ProposalResult.stats)
     verdicts: list[dict] = Field(default_factory=list)
     gate_candidate: Optional[float] = None
     # The proposer's tries: {"evaluation", "agent" (the digest of the agent/ it ran), "tasks"}; a population run's

@@ -80,7 +80,7 @@ class Candidate:
     diff: str
     flips: list[dict]  # gate tasks whose pass rate changed against the incumbent: task, incumbent, candidate
     findings: list[str]  # the static scan's
-    investigation: dict = field(default_factory=dict)  # what its proposer did (proposers.Outcome.stats), with the transcript's path
+    investigation: dict = field(default_factory=dict)  # what its proposer did (proposers.ProposalResult.stats), with the transcript's path
     joined: bool = False  # a member of a population run's pool
     screen: dict = field(default_factory=dict)  # a population child's screen beside its parent (gate.population.ScreenVerdict)
     audit: str = ""  # what the run's audit made of it, if it judged this one

@@ -2,7 +2,7 @@
 
 Pure Python and numpy, so it imports without tau2. Its modules:
 
-    policy       the set policy: GateConfig, decide_set (one stage of an iteration), set_stages
+    set_gate     the per-iteration set gate: GateConfig, decide_set (one stage of an iteration), set_stages
                  (its plan), evaluate_set (the stage driver the loop runs), the verdicts
     permutation  the permutation engine: block layouts, the staged and the exact p-values
     power        power and sizing: sized, noise_floor, and the noise model pass_rates, shift_rates
@@ -10,7 +10,7 @@ Pure Python and numpy, so it imports without tau2. Its modules:
     compare      the two-sided staged comparison of `evolver compare` (and the audit's one-sided one)
 """
 
-from evolver.evolution.gate.policy import (
+from evolver.evolution.gate.set_gate import (
     Decision, GateConfig, Regression, RewardTable, SetVerdict, Stage, Verdict, decide_set, evaluate_set, set_stages,
 )
 from evolver.evolution.gate.power import MOST_STRETCH, noise_floor, pass_rates, shift_rates, sized

@@ -20,7 +20,7 @@ from statistics import NormalDist, fmean
 from typing import Iterator, Literal
 
 from evolver.evolution.gate.permutation import RewardTable, p_text, t_quantile
-from evolver.evolution.gate.policy import paired
+from evolver.evolution.gate.set_gate import paired
 from evolver.evolution.gate.sequential import Look, Spending, Window, plan, windows
 
 CompareDecision = Literal["better", "worse", "no evidence", "continue"]

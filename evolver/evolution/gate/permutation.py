@@ -2,8 +2,8 @@
 
 What a block is, why relabelling within blocks keeps the test exact and how
 the earlier looks enter the p-value: docs/gate.md ("The final test") and the
-docstrings below. The engine knows no configs and no verdicts: the policy
-(policy.py) builds the blocks, names the futility boundaries and reads the
+docstrings below. The engine knows no configs and no verdicts: the set gate
+(set_gate.py) builds the blocks, names the futility boundaries and reads the
 p-values.
 """
 
@@ -67,7 +67,7 @@ def staged_p_value(
     Under "no effect", the valid candidate and incumbent trials of a block are
     exchangeable, so each relabelling shuffles them: the candidate's slots, in
     trial order, take the first values, the incumbent the rest. Each
-    relabelling is put through every earlier look (the same z as the policy's
+    relabelling is put through every earlier look (the same z as the set gate's
     looks, z_score, against ``futility[look]``, over the trials seen by then)
     and the final total delta; ``permutations`` relabellings at most, and
     ``alpha`` only to stop drawing early. Returns the p-value and the earlier

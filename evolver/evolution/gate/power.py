@@ -15,7 +15,7 @@ from dataclasses import replace
 from statistics import fmean, variance
 from typing import Sequence
 
-from evolver.evolution.gate.policy import GateConfig, RewardTable, Stage, evaluate_set, first_trials
+from evolver.evolution.gate.set_gate import GateConfig, RewardTable, Stage, evaluate_set, first_trials
 
 _STEADY = 0.001  # closest to 0 or 1 a simulated pass rate gets
 # sized(): the expected z, at the final stage, of the effect decide_set's gate should keep 80% of the

@@ -30,7 +30,7 @@ from evolver.kinds import GATE_POLICIES
 from evolver.evolution.gate.compare import CompareConfig, Comparison, decide_compare
 from evolver.evolution.gate.permutation import RewardTable, concurrent_blocks
 from evolver.evolution.gate.population import PopulationConfig
-from evolver.evolution.gate.policy import GateConfig, SetVerdict, Stage, Verdict, evaluate_set, first_trials, look
+from evolver.evolution.gate.set_gate import GateConfig, SetVerdict, Stage, Verdict, evaluate_set, first_trials, look
 from evolver.evolution.gate.power import sized
 
 # The audited policy's gate, measured in benchmarks/search.py (docs/search.md): kept at alpha 0.2, on a first look

@@ -2,12 +2,14 @@
 
 The loop gives a proposer a Request (what it may see: the parent's agent/, the analysis evaluation
 and its trajectories, the run's earlier candidates, the learnings, the guide; a budget; and the
-means to try an idea on analysis tasks) and gets back an Outcome (the edits, a title, a rationale,
+means to try an idea on analysis tasks) and gets back a ProposalResult (the edits, a title, a rationale,
 what the meta-LLM used, and a transcript on disk). Three implementations:
 
 - oneshot: one completion over the failure digest, answered with a patch (re-asked on format errors);
 - agent: the meta-LLM investigates with tools before it proposes (evolver.evolution.proposers.agent);
 - command: an external coding agent in a confined workspace (evolver.evolution.proposers.command).
+
+What each sends the meta-LLM is a file in prompts/<proposer>/ (evolver.evolution.proposers.prompts).
 
 Gate and holdout trajectories never reach a proposer; nothing an LLM writes runs on the trusted side.
 """
@@ -59,7 +61,7 @@ class Request:
 
 
 @dataclass
-class Outcome:
+class ProposalResult:
     proposal: Optional[Proposal]
     refused: Optional[str] = None  # why a well-formed proposal may not be applied (e.g. an edit outside agent/)
     findings: list[str] = field(default_factory=list)  # the static scan's, when it refused the patch
@@ -73,8 +75,8 @@ class Outcome:
 class Proposer(Protocol):
     name: str
 
-    def propose(self, request: Request) -> Outcome:
-        """One candidate from the request's parent, or Outcome(proposal=None) with errors saying why not.
+    def propose(self, request: Request) -> ProposalResult:
+        """One candidate from the request's parent, or ProposalResult(proposal=None) with errors saying why not.
         Raises evolver.llm.ProviderError when the meta-LLM stays down (the run pauses), ConfigurationError when
         it refuses its configuration (the run stops: no retry can fix it)."""
 

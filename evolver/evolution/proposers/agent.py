@@ -6,7 +6,8 @@ of agent/ (every edit answered at once with what validation says), tries the cop
 tasks in the sandbox, and submits. Every tool is one of evolver's own functions over that data
 (evolver.evolution.evidence, evolver.evolution.scratch): a tool name or argument from the meta-LLM
 selects among them and is checked, never run. A bad call gets a one-line refusal as its result.
-Here: the conversation, its budget and its transcript; the tools themselves are agent_tools.
+Here: the conversation, its budget and its transcript; the tools themselves are agent_tools; what the meta-LLM
+is told, prompts/agent/ (system.md, opening.md, texts.toml, tools.toml).
 
 Cheap on the embedded model: the system prompt and the tool schemas are the same for every proposal
 and the conversation only grows, so llama.cpp's prompt cache carries it from turn to turn; tool
@@ -17,42 +18,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
 
 from evolver.data import RoleModel, RoleUsage, write_json_atomic
 from evolver.evolution.patch import Proposal
-from evolver.evolution.proposers import Outcome, Request, meta_call
-from evolver.evolution.proposers.agent_tools import Toolbox, tool_schemas, written_call
+from evolver.evolution.proposers import ProposalResult, Request, meta_call
+from evolver.evolution.proposers.agent_tools import Tally, Toolbox, tool_schemas, written_call
+from evolver.evolution.proposers.prompts import Prompts, sentences
 from evolver.evolution.scratch import Scratch
 from evolver.models import takes
 
 TEMPERATURE = 0.4  # a retry, or a second proposal from the same parent, should not repeat the first word for word
 ANSWER_TOKENS = 1500
-TOOLS_PLEASE = "Use the tools: answer with a tool call, not text."
-ONE_AT_A_TIME = "not run: call one tool at a time; call it again if you still need it"
-# Told to a model that repeats itself; one after the other where the model takes no temperature to vary its answer.
-AGAIN = ("do something different now.", "try another tool, or another file or task.",
-         "read the failing trajectory again from its start: what went wrong first?", "change your edit, or submit what you have.")
-
-SYSTEM = """You improve the harness of a customer-service agent that runs on tau2-bench. The model inside the
-agent is frozen: you change only files under agent/, through the tools. Work like a careful engineer:
-
-1. See what fails: list_failures, then read one or two failing trajectories whole with read_trajectory.
-   Where a failure's line says what the harness changed, read_turn shows that turn as the model saw it
-   and names the lines of agent/agent.py that run there: read those lines first.
-2. Find the cause in the code: list_files, read_file, search_code. The guide Harness.md explains the
-   agent, its four harness layers (switched in agent/harness.toml) and the skill format.
-3. Look at what earlier candidates of this run tried and why they were not kept: list_candidates,
-   show_candidate. Do not repeat a rejected idea unless you change what made it fail.
-4. Make one focused change: replace_in_file, remove_lines, write_file, set_layer. Each edit is checked
-   at once and is applied only if it passes; fix what the answer says.
-5. Try your change on the failing tasks with try_agent and compare with the parent's result.
-6. When it helps, call submit with a short title and a rationale naming the failures it fixes.
-
-Rules: fix procedures, not answers. Never copy ids, names or values from a trajectory into the agent
-(they are masked as <Vn> anyway, and a patch holding task data is refused). Do not read environment
-variables, start processes, open files outside agent/ or use the network from the agent's code.
-Call one tool at a time and keep your messages short."""
 
 
 def tool_choice(meta: RoleModel) -> dict:
@@ -70,7 +46,7 @@ def request_shape(meta: RoleModel) -> dict:
 class Investigator:
     name = "agent"
 
-    def propose(self, request: Request) -> Outcome:
+    def propose(self, request: Request) -> ProposalResult:
         session = Session(request)
         try:
             return session.run()
@@ -78,34 +54,33 @@ class Investigator:
             session.save()
 
 
-class Session(Toolbox):
-    """One proposal: the conversation, the scratch copy, the budget, the transcript."""
+class Session:
+    """One proposal: the conversation, its budget and its transcript. The tools that answer its calls (agent_tools.Toolbox)
+    get the request, the scratch copy and the tally they count in, which the session reads for its next step and stats."""
 
     def __init__(self, request: Request):
         self.request, self.budget = request, request.budget
         request.workdir.mkdir(parents=True, exist_ok=True)
         self.scratch = Scratch(request.parent, request.workdir / "scratch", request.identifiers, request.guide)
+        self.prompts = Prompts("agent", request.prompts_dir)
+        self.tally = Tally()
+        self.tools = Toolbox(request, self.scratch, self.tally, self.prompts)
         self.started = time.monotonic()
         self.usage = RoleUsage()
-        self.turns = self.tries = 0
-        self.tools_used: dict[str, int] = {}
-        self.rejected_edits = 0
+        self.turns = 0
         self.transcript: list[dict] = []
-        self.submitted: Proposal | None = None
-        self.tried: list[dict] = []
-        self.broken: tuple[int, str] | None = None  # (the scratch's edit count, what broke) after a try the edit broke
         self.said: set[str] = set()  # replies without a tool call, to tell a loop
         self.repeats = 0
         self.calls_made: set[tuple] = set()
-        self.handlers: dict[str, Callable] = self._handlers()
         self.choice = tool_choice(request.meta)
         meta = request.meta
         self.tempered = takes(meta.model, meta.api_base, meta.llm_args, "temperature", TEMPERATURE)  # a temperature of the proposer's own
 
     # -- the conversation ---------------------------------------------------------------------
-    def run(self) -> Outcome:
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": self.opening()}]
-        self.log("system", SYSTEM)
+    def run(self) -> ProposalResult:
+        system = self.prompts.text("system")
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": self.opening()}]
+        self.log("system", system)
         self.log("user", messages[1]["content"])
         schemas = tool_schemas()
         stop = None
@@ -117,7 +92,7 @@ class Session(Toolbox):
             self.request.progress(self.turns, self.budget.turns, "thinking")
             left = self.budget.turns - self.turns
             if left == 0:  # the last turn: only submit is useful now
-                messages.append({"role": "user", "content": "This is your last turn: call submit now if your edit is in place."})
+                messages.append({"role": "user", "content": self.prompts.short("last_turn")})
             response, usage = meta_call(self.request.meta, messages, self.request.llm_retries, tools=schemas, answer_tokens=ANSWER_TOKENS,
                                         timeout=max(60.0, self.budget.seconds - self.elapsed()), **self.sampling(), **self.choice)
             self.usage = self.usage.add(usage)
@@ -128,12 +103,12 @@ class Session(Toolbox):
             self.log("assistant", message.content or "", calls=[{"name": c.function.name, "arguments": c.function.arguments} for c in calls],
                      usage=usage.model_dump())
             if not calls:
-                answer = self.patch_in_text(message.content or "")
+                answer = self.tools.patch_in_text(message.content or "")
                 if self.submitted is None:
-                    note = (answer or TOOLS_PLEASE) + " " + self.next_step()
+                    note = sentences(answer or self.prompts.short("tools_please"), self.next_step())
                     if (message.content or "") in self.said:  # the same words again: a small model is looping
                         self.repeats += 1
-                        note += " You wrote exactly this before: " + self.again()
+                        note = sentences(note, self.prompts.short("wrote_before", again=self.again()))
                     self.said.add(message.content or "")
                     # A reply that is neither a call nor a patch stays out of the conversation: a small model
                     # copies its own earlier prose (a plan, said again every turn) instead of calling a tool.
@@ -149,13 +124,26 @@ class Session(Toolbox):
             result = self.call(call.function.name, call.function.arguments)
             if (call.function.name, call.function.arguments) in self.calls_made:  # a small model's loop, in calls this time
                 self.repeats += 1
-                result += f"\nYou made exactly this call before: {self.again()} {self.next_step()}"
+                result += "\n" + self.prompts.short("called_before", again=self.again(), next_step=self.next_step())
             self.calls_made.add((call.function.name, call.function.arguments))
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
             # The provider's turn goes back as it came, every call in it answered: one was run, the others were not.
-            messages += [{"role": "tool", "tool_call_id": c.id, "content": ONE_AT_A_TIME} for c in (message.tool_calls or [])[1:]]
+            not_run = self.prompts.short("one_at_a_time")
+            messages += [{"role": "tool", "tool_call_id": c.id, "content": not_run} for c in (message.tool_calls or [])[1:]]
             self.log("tool", result, name=call.function.name)
         return self.outcome(stop)
+
+    @property
+    def submitted(self) -> Proposal | None:
+        return self.tools.submitted
+
+    @property
+    def tools_used(self) -> dict[str, int]:
+        return self.tally.used
+
+    def call(self, name, raw_arguments) -> str:
+        """One tool call at the current turn."""
+        return self.tools.call(name, raw_arguments, self.turns)
 
     def sampling(self) -> dict:
         """A model that repeats itself word for word gets more temperature, and every turn its own seed (a server
@@ -167,23 +155,22 @@ class Session(Toolbox):
     def again(self) -> str:
         """What a model that repeats itself is told: where no temperature will make its next answer differ
         (a reasoning model takes only 1), the words themselves differ from one repeat to the next."""
-        return AGAIN[0] if self.tempered else AGAIN[self.repeats % len(AGAIN)]
+        again = self.prompts.shorts("again")
+        return again[0] if self.tempered else again[self.repeats % len(again)]
 
     def opening(self) -> str:
-        r = self.request
+        r, short = self.request, self.prompts.short
         i, k = r.focus
-        parts = [f"Proposal {i + 1} of {k} from the same parent." + (" Work on failures the others are less likely to pick: "
-                                                                      f"start from failure {i + 1} of the list." if k > 1 else ""),
-                 r.evidence.failures(),
-                 "Earlier candidates of this run:\n" + r.evidence.candidates()]
-        if r.learnings:
-            parts.append("Learnings so far:\n" + "\n".join(r.learnings[-8:]))
         first, place = r.evidence.first_read(), r.evidence.first_place()
-        parts.append(f"Budget: {self.budget.turns} turns, {self.budget.tries} try simulations, {self.budget.seconds / 60:.0f} minutes. "
-                     + (f"Start with {first}: the lines where the harness changed what passed between tau2 and the model."
-                        if first else "Start by reading a failing trajectory.") + _removal(place, self.scratch)
-                     + (f" {off[0].upper()}{off[1:]}." if (off := r.evidence.layer_off()) else ""))
-        return "\n\n".join(parts)
+        off = r.evidence.layer_off()
+        return self.prompts.text(
+            "opening",
+            proposal=sentences(short("proposal", number=i + 1, count=k), short("focus", number=i + 1) if k > 1 else ""),
+            failures=r.evidence.failures(), candidates=r.evidence.candidates(),
+            learnings=short("learnings", learnings="\n".join(r.learnings[-8:])) if r.learnings else "",
+            turns=self.budget.turns, tries=self.budget.tries, minutes=f"{self.budget.seconds / 60:.0f}",
+            start=(short("start_at", first=first) if first else short("start_reading")) + _removal(place, self.scratch, self.prompts)
+            + (f" {off[0].upper()}{off[1:]}." if off else ""))
 
     def out_of_budget(self) -> str | None:
         if self.turns >= self.budget.turns:
@@ -201,29 +188,29 @@ class Session(Toolbox):
 
     # -- the procedure ---------------------------------------------------------------------
     def next_step(self) -> str:
-        """The step of SYSTEM's procedure the conversation has not reached yet, as one concrete call."""
-        used = self.tools_used
+        """The step of system.md's procedure the conversation has not reached yet, as one concrete call."""
+        used, short = self.tally.used, self.prompts.short
         if not used.get("read_trajectory"):
-            return "Next: call read_trajectory with the task of a failure (list_failures names them)."
+            return short("next_step.read_trajectory")
         if not used.get("read_file"):
-            return "Next: call read_file (path agent/agent.py, start and end around the code that caused it; search_code finds it)."
+            return short("next_step.read_file")
         if not self.scratch.changed():
-            return "Next: call replace_in_file or remove_lines (or write_file, set_layer) to fix it." + self.layer_step()
-        why, _ = self.refusal()
+            return sentences(short("next_step.edit"), self.tools.layer_step())
+        why, _ = self.tools.refusal()
         if why:  # the 1.5B was told to submit after each refused submit, and did, until its time ran out
-            return f"Next: change your edit, submit would refuse it: {why[:160]}." + self.layer_step()
-        if not used.get("try_agent") and self.request.try_agent is not None and self.tries < self.budget.tries:
-            return "Next: call try_agent with a failing task to see if your edit helps."
-        return "Next: call submit with a title and a rationale."
+            return sentences(short("next_step.change", why=why[:160]), self.tools.layer_step())
+        if not used.get("try_agent") and self.request.try_agent is not None and self.tally.tries < self.budget.tries:
+            return short("next_step.try")
+        return short("next_step.submit")
 
     # -- the result -------------------------------------------------------------------------
-    def outcome(self, stop: str | None) -> Outcome:
-        stats = {"turns": self.turns, "tools": dict(self.tools_used), "edits": self.scratch.edits_made, "rejected_edits": self.rejected_edits,
-                 "tries": self.tried, "try_simulations": self.tries, "seconds": round(self.elapsed(), 1), "tokens": self.usage.tokens,
+    def outcome(self, stop: str | None) -> ProposalResult:
+        stats = {"turns": self.turns, "tools": dict(self.tally.used), "edits": self.scratch.edits_made, "rejected_edits": self.tally.rejected_edits,
+                 "tries": self.tally.tried, "try_simulations": self.tally.tries, "seconds": round(self.elapsed(), 1), "tokens": self.usage.tokens,
                  "stopped": stop or "submitted", "transcript": str(self.transcript_file)}
         if self.submitted is None:
-            return Outcome(proposal=None, errors=[f"no candidate submitted: {stop}"], usage=self.usage, stats=stats)
-        return Outcome(proposal=self.submitted, usage=self.usage, stats=stats)
+            return ProposalResult(proposal=None, errors=[f"no candidate submitted: {stop}"], usage=self.usage, stats=stats)
+        return ProposalResult(proposal=self.submitted, usage=self.usage, stats=stats)
 
     @property
     def transcript_file(self) -> Path:
@@ -238,15 +225,15 @@ class Session(Toolbox):
                                                  "messages": self.transcript})
 
 
-def _removal(place, scratch: Scratch) -> str:
-    """The edit that takes out the lines the view names, as a call a small model can copy: it copied the call to read
-    them every time, then copied them unchanged into every replace_in_file. Only where remove_lines would be applied, and
-    not for an `if` that leaves messages out: removed whole, it takes every message its body writes with it."""
+def _removal(place, scratch: Scratch, prompts: Prompts = Prompts("agent")) -> str:
+    """The edit that takes out the lines the view names, as a call a small model can copy (a sentence to append, with its
+    space): it copied the call to read them every time, then copied them unchanged into every replace_in_file. Only where
+    remove_lines would be applied, and not for an `if` that leaves messages out: removed whole, it takes every message its
+    body writes with it."""
     run = place.removable_run() if place is not None else None
     if run is None or not scratch.removable(place.path, *run) or (place.losing and scratch.guards(place.path, *run)):
         return ""
-    return (f" If those lines are the fault, remove_lines path={place.path} start={run[0]} end={run[1]} takes them out;"
-            " otherwise correct them with replace_in_file.")
+    return " " + prompts.short("removal", path=place.path, start=run[0], end=run[1])
 
 
 def _assistant(message, calls):

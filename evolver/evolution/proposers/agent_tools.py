@@ -1,6 +1,6 @@
-"""The investigating proposer's tools (evolver.evolution.proposers.agent): what the meta-LLM may call,
-their schemas, how a call's arguments are checked, the functions that answer each call, and a call
-a small model wrote as text instead of making it.
+"""The investigating proposer's tools (evolver.evolution.proposers.agent): what the meta-LLM may call
+and their schemas (as prompts/agent/tools.toml declares them), how a call's arguments are checked, the
+functions that answer each call, and a call a small model wrote as text instead of making it.
 
 Every tool is one of evolver's own functions over the session's data (evolver.evolution.evidence,
 evolver.evolution.scratch): a tool name or argument from the meta-LLM selects among them and is
@@ -10,6 +10,7 @@ checked, never run. A bad call gets a one-line refusal as its result.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Callable
 
@@ -18,77 +19,30 @@ from evolver.evolution.digest import describe, load_messages
 from evolver.evolution.evidence import compile_pattern, paged, same_as_earlier
 from evolver.evolution.noop import agent_files
 from evolver.evolution.patch import ParseError, Proposal, parse_proposal
+from evolver.evolution.proposers import Request
+from evolver.evolution.proposers.prompts import Prompts, sentences
+from evolver.evolution.scratch import Scratch
 
 MAX_TRY_TASKS = 3
 TRY_LINES = 8  # the end of a failed try's conversation, shown with its result
 MAX_RESULT_CHARS = 4000  # a tool result the model reads in full: longer ones are cut (the tools page their output)
 
-# What usually comes next, said after a tool's answer: a small model loses the thread of the steps in agent.SYSTEM.
-NEXT = {
-    "list_failures": "read_turn on a failure the harness changed, else read_trajectory on one of them",
-    "read_turn": "read_file agent/agent.py at the lines it names",
-    "read_trajectory": "read_file at the lines its last line names; otherwise find the code responsible: search_code, or read_file agent/agent.py",
-    "search_code": "read_file around the line that matters",
-    "read_file": "remove_lines for lines that do harm, or replace_in_file with old copied exactly from these lines without the line numbers",
-    "replace_in_file": "try_agent on a failing task, then submit",
-    "remove_lines": "try_agent on a failing task, then submit",
-    "write_file": "try_agent on a failing task, then submit",
-    "set_layer": "try_agent on a failing task, then submit",
-    "try_agent": "submit if it helped; otherwise change your edit",
-}
-
-CHANGING = ("replace_in_file", "remove_lines", "write_file", "set_layer", "try_agent")  # tools after which NEXT says "submit"
-
-TOOLS = [
-    ("list_failures", "List the analysis simulations that failed, one line each, optionally only lines containing a text "
-                      "(a task label like T3, a termination reason, a failed check, 'tool error').",
-     {"contains": ("string", False, "only lines containing this text"), "page": ("integer", False, "page number, from 1")}),
-    ("read_trajectory", "Read one analysis simulation's conversation (masked), a page at a time.",
-     {"task": ("string", True, "task label, e.g. T3"), "trial": ("integer", False, "trial number, default 0"),
-      "page": ("integer", False, "page number, from 1")}),
-    ("read_turn", "Read one turn of an analysis simulation as the model saw it: what tau2 gave the harness, each request to the "
-                  "model and its answer, what the harness handed back, what it changed and the lines of agent/agent.py that ran there.",
-     {"task": ("string", True, "task label, e.g. T3"), "trial": ("integer", False, "trial number, default 0"),
-      "turn": ("integer", False, "turn number; default: the first turn the harness changed")}),
-    ("search_trajectories", "Search every analysis trajectory for a regular expression; returns the matching lines.",
-     {"pattern": ("string", True, "a regular expression"), "page": ("integer", False, "page number, from 1")}),
-    ("list_files", "List the files of agent/ you may read and edit, and the harness layers' switches.", {}),
-    ("read_file", "Read lines of a file of agent/ or the guide Harness.md, with line numbers.",
-     {"path": ("string", True, "e.g. agent/agent.py or Harness.md"), "start": ("integer", False, "first line, default 1"),
-      "end": ("integer", False, "last line")}),
-    ("search_code", "Search agent/'s files and Harness.md for a regular expression.",
-     {"pattern": ("string", True, "a regular expression"), "page": ("integer", False, "page number, from 1")}),
-    ("list_candidates", "List the earlier candidates of this run: verdict, gate effect, title.", {}),
-    ("show_candidate", "Show an earlier candidate: its diff, verdict and the gate tasks it flipped.",
-     {"label": ("string", True, "e.g. 2 or 3b"), "page": ("integer", False, "page number, from 1")}),
-    ("replace_in_file", "Replace an exact, unique piece of text in a file of agent/ (checked and applied at once).",
-     {"path": ("string", True, "e.g. agent/agent.py"), "old": ("string", True, "the exact text to replace, copied from read_file "
-                                                                          "without the line numbers"),
-      "new": ("string", True, "the new text")}),
-    ("remove_lines", "Remove lines of a file of agent/ by their numbers in read_file; a line that opens a block (for, if, with) "
-                     "takes its whole block (checked and applied at once).",
-     {"path": ("string", True, "e.g. agent/agent.py"), "start": ("integer", True, "first line to remove"),
-      "end": ("integer", True, "last line to remove")}),
-    ("write_file", "Write a whole file under agent/, e.g. a new skill agent/skills/NAME.md (checked and applied at once).",
-     {"path": ("string", True, "e.g. agent/skills/check-ids.md"), "content": ("string", True, "the whole file")}),
-    ("set_layer", "Switch a harness layer on or off in agent/harness.toml.",
-     {"layer": ("string", True, "h2_action_realization, h3_environment_contract, h4_trajectory_regulation or h5_procedural_skills"),
-      "on": ("boolean", True, "true to switch it on")}),
-    ("try_agent", "Run your edited agent on up to 3 analysis tasks (one trial each) and compare with the parent's rewards.",
-     {"tasks": ("array", True, "task labels, e.g. [\"T2\", \"T5\"]")}),
-    ("submit", "Submit the edited agent as your candidate. Call it once, when your change is made and checked.",
-     {"title": ("string", True, "one line"), "rationale": ("string", True, "which failures it fixes and why")}),
-]
+CHANGING = ("replace_in_file", "remove_lines", "write_file", "set_layer", "try_agent")  # tools whose next step is "submit"
+# What the meta-LLM is offered, by tool name: its description, its arguments, its usual next step (prompts/agent/tools.toml).
+# Read from the installed prompts, for the preflight shapes a request with them before any proposal is asked for.
+TOOLS: dict[str, dict] = Prompts("agent").data("tools")
 
 
 def tool_schemas() -> list[dict]:
     out = []
-    for name, description, params in TOOLS:
+    for name, tool in TOOLS.items():
+        params = tool.get("arguments", {})
         properties = {}
-        for pname, (kind, _, text) in params.items():
-            properties[pname] = {"type": kind, "description": text, **({"items": {"type": "string"}} if kind == "array" else {})}
-        required = [p for p, (_, needed, _) in params.items() if needed]
-        out.append({"type": "function", "function": {"name": name, "description": description,
+        for pname, arg in params.items():
+            properties[pname] = {"type": arg["type"], "description": arg["description"],
+                                 **({"items": {"type": "string"}} if arg["type"] == "array" else {})}
+        required = [p for p, arg in params.items() if arg["required"]]
+        out.append({"type": "function", "function": {"name": name, "description": tool["description"],
                                                      "parameters": {"type": "object", "properties": properties, "required": required}}})
     return out
 
@@ -98,9 +52,10 @@ PYTHON_TYPES = {"string": str, "integer": int, "boolean": bool, "array": list}
 
 def check_arguments(name: str, raw) -> dict | str:
     """The arguments of a call the meta-LLM made, checked against the tool's schema; or why not."""
-    spec = next((params for tool, _, params in TOOLS if tool == name), None)
-    if spec is None:
-        return f"there is no tool '{str(name)[:60]}'; the tools are: {', '.join(t for t, _, _ in TOOLS)}"
+    tool = TOOLS.get(name) if isinstance(name, str) else None
+    if tool is None:
+        return f"there is no tool '{str(name)[:60]}'; the tools are: {', '.join(TOOLS)}"
+    spec = tool.get("arguments", {})
     if isinstance(raw, str):
         try:
             raw = json.loads(raw or "{}")
@@ -111,9 +66,10 @@ def check_arguments(name: str, raw) -> dict | str:
     unknown = sorted(set(raw) - set(spec))
     if unknown:
         return f"{name} takes no argument {unknown[0]!r}; it takes: {', '.join(spec) or 'nothing'}"
-    for pname, (kind, needed, _) in spec.items():
+    for pname, arg in spec.items():
+        kind = arg["type"]
         if pname not in raw:
-            if needed:
+            if arg["required"]:
                 return f"{name} needs the argument {pname!r}"
             continue
         value = raw[pname]
@@ -124,14 +80,35 @@ def check_arguments(name: str, raw) -> dict | str:
     return raw
 
 
-class Toolbox:
-    """The tools' answers, as a proposal session's methods (agent.Session is one): they read and change
-    its request, budget, scratch copy, tries, tried, broken, tools_used, rejected_edits and submitted."""
+@dataclass
+class Tally:
+    """What the tools did in one proposal: the toolbox counts, the session reads it for its next step and its stats."""
 
-    def call(self, name, raw_arguments) -> str:
+    used: dict[str, int] = field(default_factory=dict)  # calls by tool name
+    rejected_edits: int = 0
+    tries: int = 0  # try simulations spent
+    tried: list[dict] = field(default_factory=list)  # each try_agent call: its tasks and their rewards
+
+    def count(self, name: str) -> None:
+        self.used[name] = self.used.get(name, 0) + 1
+
+
+class Toolbox:
+    """The tools' answers in one proposal. They read the request's evidence, edit the scratch copy, spend the request's
+    budget of try simulations through its try_agent and count what they do in the tally; a submit that is taken leaves
+    the proposal in ``submitted``. What they add to an answer for the meta-LLM is in the session's prompts."""
+
+    def __init__(self, request: Request, scratch: Scratch, tally: Tally, prompts: Prompts):
+        self.request, self.budget, self.scratch, self.tally, self.prompts = request, request.budget, scratch, tally, prompts
+        self.broken: tuple[int, str] | None = None  # (the scratch's edit count, what broke) after a try the edit broke
+        self.submitted: Proposal | None = None
+        self.handlers: dict[str, Callable] = self._handlers()
+
+    def call(self, name, raw_arguments, turn: int) -> str:
+        """The answer to one call the meta-LLM made at ``turn``: the tool's result, with what usually comes next."""
         args = check_arguments(name, raw_arguments)
-        self.tools_used[str(name)[:40]] = self.tools_used.get(str(name)[:40], 0) + 1
-        self.request.progress(self.turns, self.budget.turns, str(name)[:40])
+        self.tally.count(str(name)[:40])
+        self.request.progress(turn, self.budget.turns, str(name)[:40])
         if isinstance(args, str):
             return args
         try:
@@ -139,11 +116,12 @@ class Toolbox:
         except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's to read, never the run's
             result = f"{name} failed: {type(exc).__name__}: {str(exc)[:200]}"
         if len(result) > MAX_RESULT_CHARS:
-            result = result[:MAX_RESULT_CHARS] + "\n... (cut; ask for the next page)"
-        hint = NEXT.get(name)
+            result = result[:MAX_RESULT_CHARS] + self.prompts.short("cut")
+        hint = TOOLS[name].get("next")
         if name in CHANGING and (why := self.refusal()[0]):  # "then submit" would be refused: say what would not
-            hint = f"change your edit, submit would refuse it: {why[:160]}{self.layer_step()}"
-        return f"{result}\n(next: {hint})" if hint and not result.startswith(("not ", "no ", "cannot ", "there is no")) else result
+            hint = sentences(self.prompts.short("refused_edit", why=why[:160]), self.layer_step())
+        refused = result.startswith(("not ", "no ", "cannot ", "there is no"))
+        return self.prompts.short("hinted", result=result, hint=hint) if hint and not refused else result
 
     def _handlers(self) -> dict[str, Callable]:
         e, s = self.request.evidence, self.scratch
@@ -167,7 +145,7 @@ class Toolbox:
 
     def edited(self, answer: str) -> str:
         if not answer.startswith("applied"):
-            self.rejected_edits += 1
+            self.tally.rejected_edits += 1
         return answer
 
     def search_code(self, pattern: str, page: int = 1) -> str:
@@ -182,7 +160,7 @@ class Toolbox:
     def try_agent(self, tasks: list) -> str:
         if self.request.try_agent is None:
             return "trying is not available in this run"
-        left = self.budget.tries - self.tries
+        left = self.budget.tries - self.tally.tries
         if left <= 0:
             return f"no try simulations left (the budget is {self.budget.tries}); submit or keep editing"
         ids = self.request.evidence.labelled_trials(tasks[:MAX_TRY_TASKS])
@@ -192,7 +170,7 @@ class Toolbox:
         if problem:
             return f"nothing to try: {problem}"
         ids = ids[:left]
-        self.tries += len(ids)
+        self.tally.tries += len(ids)
         result, result_dir = self.request.try_agent(self.scratch.root, ids)
         e = self.request.evidence
         parent = {r.task_id: r for r in e.analysis.simulations if r.trial == 0}
@@ -207,11 +185,11 @@ class Toolbox:
                 lines.append(f"  failed: {failure.signature}")
                 first_failure = first_failure or f"{e.labels[sim.task_id]}: {failure.signature}"
                 lines.extend(f"  | {line[:160]}" for line in failure.transcript[-TRY_LINES:])
-        self.tried.append({"tasks": [e.labels[t] for t in ids], "rewards": [s.reward for s in result.simulations]})
+        self.tally.tried.append({"tasks": [e.labels[t] for t in ids], "rewards": [s.reward for s in result.simulations]})
         # every try broken by the edit: the smoke test would fail the candidate the same way, so submit says so
         broke = bool(result.simulations) and all(sim.outcome == "failed" for sim in result.simulations)
         self.broken = (self.scratch.edits_made, first_failure) if broke else None
-        return "\n".join(lines) + f"\n({self.budget.tries - self.tries} try simulation(s) left)"
+        return "\n".join(lines) + f"\n({self.budget.tries - self.tally.tries} try simulation(s) left)"
 
     def patch_in_text(self, text: str) -> str:
         """A model that answers with a whole patch in the guide's format instead of calling tools: its edits
@@ -223,10 +201,10 @@ class Toolbox:
         answers = [self.edited(self.scratch.apply(edit)) for edit in proposal.edits]
         refused = [a for a in answers if not a.startswith("applied")]
         if refused:
-            return f"Your patch was not applied in full: {refused[0]} Fix it with the tools (read_file, replace_in_file), then submit."
-        self.tools_used["patch_in_text"] = self.tools_used.get("patch_in_text", 0) + 1
+            return self.prompts.short("patch_not_applied", why=refused[0])
+        self.tally.count("patch_in_text")
         answer = self.submit(proposal.title, proposal.rationale)
-        return "" if answer == "submitted" else f"Your patch was applied but {answer}. Fix it with the tools, then submit."
+        return "" if answer == "submitted" else self.prompts.short("patch_refused", why=answer)
 
     def refusal(self) -> tuple[str, bool]:
         """Why submit would refuse the scratch copy as it stands ("" if it would take it), and whether that is because an
@@ -257,7 +235,7 @@ class Toolbox:
     def layer_step(self) -> str:
         """The experiment of switching off the layer that makes every change in the failures, while it is untried."""
         switch = self.request.evidence.layer_to_switch_off()
-        return f" Or try the agent without the layer: call set_layer with layer={switch} on=false." if switch and not self.tools_used.get("set_layer") else ""
+        return self.prompts.short("layer", layer=switch) if switch and not self.tally.used.get("set_layer") else ""
 
 
 def written_call(text: str):
@@ -269,7 +247,7 @@ def written_call(text: str):
     import ast
     import re
 
-    names = {name: list(params) for name, _, params in TOOLS}
+    names = {name: list(tool.get("arguments", {})) for name, tool in TOOLS.items()}
     decoder = json.JSONDecoder(strict=False)  # strict=False: control characters inside strings
     # <function name="x" arguments='{..}'/>, the JSON quoted or bare
     tagged = re.search(r"""name\s*=\s*["'](\w+)["'][^>]*?arguments\s*=\s*['"]?(?=\{)""", text, re.S)

@@ -3,7 +3,7 @@ edits a copy of agent/ in a workspace that holds only what the meta-LLM may see.
 
 The workspace (the proposal's folder in the run directory, `workspace/`):
 
-    TASK.md          what to do, and what is off limits
+    TASK.md          what to do, and what is off limits (prompts/command/task.md)
     Harness.md       the guide
     agent/           a copy of the parent's agent/: edit it
     analysis/        failures.md, and per analysis simulation its conversation and its turns as the model saw
@@ -36,36 +36,13 @@ from evolver.evaluation.scan import in_baseline
 from evolver.evolution.evidence import Evidence
 from evolver.evolution.noop import agent_files
 from evolver.evolution.patch import Proposal
-from evolver.evolution.proposers import Outcome, Request
+from evolver.evolution.proposers import ProposalResult, Request
+from evolver.evolution.proposers.prompts import Prompts
 from evolver.evolution.scratch import Scratch
 
 MAX_FILE = 200_000  # bytes of one file the command leaves in agent/
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 LOG_TAIL = 2000
-
-TASK = """# Your task
-
-You improve the harness of a customer-service agent that runs on tau2-bench. The model inside the
-agent is frozen: change only files under `agent/` (the code in agent/agent.py, the switches in
-agent/harness.toml, the skills in agent/skills/). `Harness.md` is the guide: the agent, its four
-harness layers, the rules and the skill format.
-
-What went wrong: `analysis/failures.md` lists the failed simulations of the analysis tasks
-(T1..Tn) and what the harness changed in each; `analysis/T3-trial0.md` and the like are whole
-conversations, with data values masked as <Vn>; `analysis/T3-trial0.turns.md` shows each turn as the
-model saw it (what tau2 gave the harness, each request and answer, what went back, what the harness
-changed, and the lines of agent/agent.py that ran there). `candidates/` holds what earlier
-candidates of this run changed and how the gate judged them (gate tasks are G1..Gn);
-`learnings.md` the findings so far. {focus}
-
-Make one focused change that fixes the most common failure without breaking what works. Then write
-`PROPOSAL.md` with a line `TITLE: ...` and a line `RATIONALE: ...` (which failures it fixes and why).
-
-Off limits, enforced: files outside agent/ and agent/templates/ are never taken; a patch that reads
-environment variables, starts processes, opens files outside agent/, uses the network from the
-agent's code or copies ids, names or values from the trajectories is refused. You cannot run the
-evaluation here; evolver evaluates what you leave in agent/.
-"""
 
 
 class CommandProposer:
@@ -74,7 +51,7 @@ class CommandProposer:
     def __init__(self, command: str, env_names: tuple[str, ...] = (), readable: tuple[str, ...] = ()):
         self.command, self.env_names, self.readable = command, tuple(env_names), tuple(readable)
 
-    def propose(self, request: Request) -> Outcome:
+    def propose(self, request: Request) -> ProposalResult:
         workspace = request.workdir / "workspace"
         prepare_workspace(request, workspace)
         request.progress(1, 1, "running the command")
@@ -146,11 +123,12 @@ def prepare_workspace(request: Request, workspace: Path) -> None:
         shutil.rmtree(workspace)
     workspace.mkdir(parents=True)
     shutil.copytree(request.parent / "agent", workspace / "agent", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    prompts = Prompts("command", request.prompts_dir)
     i, k = request.focus
-    focus = f"This is proposal {i + 1} of {k} from the same parent: start from failure {i + 1} of the list." if k > 1 else ""
-    (workspace / "TASK.md").write_text(TASK.format(focus=focus))
+    focus = prompts.short("focus", number=i + 1, count=k) if k > 1 else ""
+    (workspace / "TASK.md").write_text(prompts.text("task", focus=focus))
     (workspace / "Harness.md").write_text(request.guide)
-    (workspace / "learnings.md").write_text("\n".join(request.learnings) or "None yet: this is the first attempt.\n")
+    (workspace / "learnings.md").write_text("\n".join(request.learnings) or prompts.short("no_learnings"))
     write_evidence(request.evidence, workspace)
     write_turn_views(request.evidence, workspace / "analysis")
 
@@ -182,7 +160,7 @@ def write_turn_views(evidence: Evidence, analysis: Path) -> None:
             (analysis / f"{evidence.labels[record.task_id]}-trial{record.trial}.turns.md").write_text("\n".join(lines))
 
 
-def take_patch(request: Request, workspace: Path) -> Outcome:
+def take_patch(request: Request, workspace: Path) -> ProposalResult:
     """The difference between the workspace's agent/ and the parent's, applied edit by edit to a scratch copy
     through the same checks as every proposal; read without following links, regular files only."""
     scratch = Scratch(request.parent, request.workdir / "scratch", request.identifiers, request.guide)
@@ -207,12 +185,12 @@ def take_patch(request: Request, workspace: Path) -> Outcome:
     title, rationale = _proposal_text(workspace / "PROPOSAL.md")
     stats = {"changed": scratch.changed(), "problems": problems}
     if problems:
-        return Outcome(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), refused=problems[0],
+        return ProposalResult(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), refused=problems[0],
                        errors=problems, stats=stats)
     why = scratch.problem()
     if why:
-        return Outcome(proposal=None, errors=[f"no usable change: {why}"], stats=stats)
-    return Outcome(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), stats=stats)
+        return ProposalResult(proposal=None, errors=[f"no usable change: {why}"], stats=stats)
+    return ProposalResult(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), stats=stats)
 
 
 def _regular_files(base: Path, workspace: Path) -> tuple[dict[str, bytes], list[str]]:

@@ -1,12 +1,11 @@
 """The one-shot proposer: the meta-LLM reads the failure digest and the agent's files in one prompt (the files in
 part when the whole would not fit: agent_source) and answers with a patch; a malformed answer, a SEARCH that
-does not match or code that does not parse is sent back (prompts/repair.md), and so is a patch the loop would refuse unmeasured: one that
-cannot change a simulation, or that makes agent/ the same as an earlier candidate's, and a copy of one of the
-guide's example patches (prompts/revise.md)."""
+does not match or code that does not parse is sent back (prompts/oneshot/repair.md), and so is a patch the loop would refuse unmeasured: one
+that cannot change a simulation, or that makes agent/ the same as an earlier candidate's, and a copy of one of the
+guide's example patches (prompts/oneshot/revise.md)."""
 
 from __future__ import annotations
 
-import string
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -20,8 +19,9 @@ from evolver.evolution.evidence import EarlierCandidate, Evidence, same_as_earli
 from evolver.evolution.harness_code import line_numbers
 from evolver.evolution.noop import UNCHANGED, agent_files, inert_edit_reason
 from evolver.evolution.patch import DIVIDER, REPLACE, SEARCH, ParseError, PatchRejected, Proposal, apply_edits, parse_proposal, syntax_error
-from evolver.evolution.proposers import Outcome, Request, meta_call
+from evolver.evolution.proposers import ProposalResult, Request, meta_call
 from evolver.evolution.proposers.agent_source import agent_texts, named_lines, versions
+from evolver.evolution.proposers.prompts import Prompts
 from evolver.evolution.scratch import removal, unguarded
 
 CHARS_PER_TOKEN = 4  # rough, deliberately pessimistic for code and markdown
@@ -34,7 +34,7 @@ MAX_QUOTED = 12  # lines of the parent quoted where the prompt starts a patch
 class OneShot:
     name = "oneshot"
 
-    def propose(self, request: Request) -> Outcome:
+    def propose(self, request: Request) -> ProposalResult:
         focus = request.focus
         evidence = request.evidence
         digest = build_digest(evidence.analysis, evidence.analysis_dir, max_chars=request.digest_chars, focus=focus,
@@ -143,38 +143,31 @@ def _text(path: Path) -> str:
         return ""
 
 
-def load_template(prompts_dir: Path, name: str) -> string.Template:
-    path = Path(prompts_dir) / name
-    if not path.exists():
-        raise UsageError(f"prompt template {path} is missing; restore it from the evolver repository")
-    return string.Template(path.read_text())
-
-
 def build_messages(prompts_dir: Path, guide: str, agent_files: Sequence[str], digest: str, history: list[str], context_tokens: int,
                    start: str = "") -> list[dict]:
     """The meta prompt, shrunk to fit: older history entries go first, then the agent's files are shown shorter
     (``agent_files``: agent_source.versions, whole first), then the digest is cut; ``start`` (starting_patch) is never
     cut: cut, the 1.5B copied the prompt on from where its quoted lines ended."""
-    system = load_template(prompts_dir, "system.md").safe_substitute(harness_guide=guide)
-    user_t = load_template(prompts_dir, "propose.md")
+    prompts = Prompts("oneshot", prompts_dir)
+    system = prompts.text("system", harness_guide=guide)
     budget = (context_tokens - ANSWER_TOKENS) * CHARS_PER_TOKEN - len(system)
     history = list(history)
+    start = start or prompts.short("no_start")
 
     def render(d: str, h: list[str], files: str) -> str:
-        return user_t.safe_substitute(agent_files=files, digest=d, history="\n".join(h) or "None yet: this is the first attempt.",
-                                      start=start or "Nothing in particular: the failures do not point to lines of agent/.")
+        return prompts.text("propose", agent_files=files, digest=d, history="\n".join(h) or prompts.short("no_history"), start=start)
 
     shown, shorter = history, 0
     text = render(digest, shown, agent_files[0])
     while len(text) > budget and len(history) > KEEP_RECENT:  # oldest learnings go first
         history.pop(0)
-        shown = ["(older attempts omitted to fit the context)", *history]
+        shown = [prompts.short("history_cut"), *history]
         text = render(digest, shown, agent_files[0])
     while len(text) > budget and shorter + 1 < len(agent_files):  # then functions the failures do not point to are shortened
         shorter += 1
         text = render(digest, shown, agent_files[shorter])
     if len(text) > budget:  # then the digest is cut, down to a useful minimum
-        cut_note = "\n... (digest cut to fit the context)"
+        cut_note = prompts.short("digest_cut")
         room = len(digest) - (len(text) - budget) - len(cut_note)
         if room < MIN_DIGEST:
             raise UsageError(
@@ -201,14 +194,14 @@ def propose(
     identifiers: frozenset = frozenset(),
     earlier: Sequence[EarlierCandidate] = (),
     guide: str = "",
-) -> Outcome:
+) -> ProposalResult:
     """Ask for a patch; a malformed answer, one whose SEARCH text does not match, or one the loop would refuse
     unmeasured (``earlier``: the run's candidates so far) is sent back with the error up to max_attempts times;
     proposal None means no valid patch. Code that does not parse and a copy of one of the ``guide``'s example patches
     are sent back while attempts remain, and measured when none do."""
-    outcome = Outcome(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
+    outcome = ProposalResult(proposal=None, prompt_chars=sum(len(m["content"]) for m in messages))
     conversation = list(messages)
-    repair, revise = load_template(prompts_dir, "repair.md"), load_template(prompts_dir, "revise.md")
+    prompts = Prompts("oneshot", prompts_dir)
     for attempt in range(1, max_attempts + 1):
         text, usage = _complete(role, conversation, llm_retries)
         outcome.responses.append(text)
@@ -222,18 +215,18 @@ def propose(
                 outcome.proposal, outcome.refused = proposal, str(exc)  # a verdict on the patch, not a format slip
                 return outcome
             error = exc.hinted("SEARCH") if isinstance(exc, PatchRejected) else str(exc)
-            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=error)}]
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": prompts.text("repair", error=error)}]
             continue
         if not why and broken and attempt < max_attempts:  # sent back with the parser's message; judged invalid when no attempt remains
             outcome.errors.append(broken)
             error = f"{broken}. The lines after {DIVIDER} take the place of all the SEARCH lines: write every line that stays"
-            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": repair.safe_substitute(error=error)}]
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": prompts.text("repair", error=error)}]
             continue
         if not why and attempt < max_attempts and (example := copied_example(proposal, guide)):
             why = f"it is the guide's example patch '{example}': the examples show the format, not a fix for these failures"
         if why and not findings:  # not measured, or a copy while attempts remain: asked again
             outcome.errors.append(why)
-            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": revise.safe_substitute(error=why)}]
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": prompts.text("revise", error=why)}]
             continue
         outcome.proposal = proposal
         if findings:  # a verdict on the patch: refused before it is committed or run

@@ -1,4 +1,4 @@
-"""The set policy: how an iteration judges its candidates, stage by stage, and keeps at most one.
+"""The set gate: how an iteration judges its candidates, stage by stage, and keeps at most one.
 
 decide_set() judges one stage: a screen when there are several candidates,
 then the winner's looks beside the incumbent (futility stops, the final
