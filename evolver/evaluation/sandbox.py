@@ -22,8 +22,9 @@ Why these mechanisms (all in the Linux kernel, reached through maintained bindin
 - user + mount + network + IPC namespaces where the kernel allows them (an extra
   layer: even a socket, if one were made, would see only a down loopback; the
   mount namespace carries the tmpfs over tau2's data, and a bounded tmpfs as
-  the scratch directory, so the candidate's writes are limited in all, not
-  only per file, and stay in memory the trusted side never reads).
+  the scratch directory, so the candidate's writes are limited in all and stay in
+  memory the trusted side never reads; without that mount the scratch is read-only,
+  since a folder on disk bounds each file, never their sum).
 - resource limits: address space (memory) above what the process already maps,
   CPU seconds, file size, open files, no core dumps.
 
@@ -133,7 +134,7 @@ def landlock_refusal(err: Optional[int], seccomp_filters: int) -> str:
 def namespace_refusal(err: int, seccomp_filters: int, sysctl: dict[str, str]) -> str:
     """One line: why unshare(CLONE_NEWUSER | ...) failed with ``err``, and how to allow it. ``sysctl`` holds
     the values of user.max_user_namespaces and kernel.unprivileged_userns_clone where this kernel has them."""
-    held = "the sandbox holds without them (Landlock keeps tau2's data out; the scratch is bounded per file, not in all)"
+    held = "the sandbox holds without them (Landlock keeps tau2's data out; the scratch is read-only, as nothing would bound it in all)"
     if err == errno.EINVAL:
         return f"no namespaces: this process has threads, and the kernel gives a threaded process no new user namespace; {held}"
     if err == errno.ENOSPC or sysctl.get("user.max_user_namespaces") == "0":
@@ -255,7 +256,7 @@ def confine(extra_readable: list[Path], scratch: Path, limits: Limits) -> dict:
     hidden_by_mount = "mount" in namespaces and _mount_over(libc, hidden_paths())
     scratch_bounded = "mount" in namespaces and _map_own_ids(*ids) and _mount_scratch(libc, scratch, limits.scratch_mb)
     readable = _grants(hidden_by_mount) + tuple(p for p in extra_readable if p.exists())
-    abi = _landlock(readable, scratch)
+    abi = _landlock(readable, scratch, writable=scratch_bounded)
     _seccomp_filter().load()
     return {
         "mode": "sandbox",
@@ -264,7 +265,7 @@ def confine(extra_readable: list[Path], scratch: Path, limits: Limits) -> dict:
         "namespaces": namespaces,
         **({"namespaces_refused": refused} if refused else {}),
         "task_data_hidden_by": "tmpfs mount" if hidden_by_mount else "landlock",
-        "scratch": f"tmpfs of {limits.scratch_mb} MiB" if scratch_bounded else f"directory, {limits.file_mb} MiB per file",
+        "scratch": f"tmpfs of {limits.scratch_mb} MiB" if scratch_bounded else "directory, read-only (no tmpfs to bound it)",
         "limits": asdict(limits),
         "readable_paths": len(readable),
     }
@@ -331,7 +332,9 @@ def _mount_scratch(libc, scratch: Path, size_mb: int) -> bool:
     return True
 
 
-def _landlock(readable: list[Path], scratch: Path) -> int:
+def _landlock(readable: list[Path], scratch: Path, writable: bool) -> int:
+    """``writable``: the scratch is a bounded tmpfs. A folder on disk is granted for reading only: the
+    file-size limit bounds each file, and files without number would fill the disk the evaluations share."""
     import landlock
     from landlock import FSAccess
 
@@ -342,7 +345,7 @@ def _landlock(readable: list[Path], scratch: Path) -> int:
     ruleset = landlock.Ruleset()  # handles every access right this kernel knows: all denied unless granted
     for path in readable:
         ruleset.allow(path, rules=read_dir if path.is_dir() else read_file)
-    ruleset.allow(Path(scratch), rules=FSAccess.all())
+    ruleset.allow(Path(scratch), rules=FSAccess.all() if writable else read_dir)
     for dev in ("/dev/null", "/dev/urandom"):
         ruleset.allow(dev, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
     ruleset.apply()
