@@ -22,8 +22,9 @@ Why these mechanisms (all in the Linux kernel, reached through maintained bindin
 - user + mount + network + IPC namespaces where the kernel allows them (an extra
   layer: even a socket, if one were made, would see only a down loopback; the
   mount namespace carries the tmpfs over tau2's data, and a bounded tmpfs as
-  the scratch directory, so the candidate's writes are limited in all, not
-  only per file, and stay in memory the trusted side never reads).
+  the scratch directory, so the candidate's writes are limited in all and stay in
+  memory the trusted side never reads; without that mount the scratch is read-only,
+  since a folder on disk bounds each file, never their sum).
 - resource limits: address space (memory) above what the process already maps,
   CPU seconds, file size, open files, no core dumps.
 
@@ -93,11 +94,12 @@ def unavailable_reason() -> Optional[str]:
     try:
         import landlock
 
+        ctypes.set_errno(0)  # the binding reads ctypes' errno, not the call's result: a stale one would read as a refusal
         abi = landlock.landlock_abi_version()
     except ImportError:
         return "the 'landlock' package is not installed; reinstall evolver"
     except OSError as exc:
-        return f"Landlock is not available in this kernel ({exc.strerror or exc}); it needs Linux 5.13+ with Landlock enabled (lsm=landlock)"
+        return landlock_refusal(exc.errno, _seccomp_filters_in_force())
     if abi < 1:
         return "Landlock is not available in this kernel"
     try:
@@ -107,6 +109,66 @@ def unavailable_reason() -> Optional[str]:
     except (ImportError, OSError, RuntimeError) as exc:
         return f"seccomp filters cannot be built ({exc}); install libseccomp (Debian: apt-get install libseccomp2)"
     return None
+
+
+LANDLOCK_SYSCALLS = "landlock_create_ruleset, landlock_add_rule and landlock_restrict_self"
+
+
+def landlock_refusal(err: Optional[int], seccomp_filters: int) -> str:
+    """One line: why Landlock's version query failed with ``err``, and what to do. The kernel answers
+    ENOSYS (not built in) or EOPNOTSUPP (built in, not enabled), never EPERM: EPERM is a seccomp filter's
+    answer, as a container runtime's profile gives for syscalls it does not allow."""
+    if err == errno.EPERM:
+        return (f"Landlock is blocked by the seccomp profile this process runs under (landlock_create_ruleset: EPERM; "
+                f"Docker's default allows it from Docker 23.0 on): update the container runtime, or give it a seccomp profile "
+                f"that allows {LANDLOCK_SYSCALLS}")
+    if err == errno.EOPNOTSUPP:
+        return "Landlock is built into this kernel but not enabled (EOPNOTSUPP): add landlock to the kernel's lsm= boot parameter"
+    missing = "Landlock is not available in this kernel (ENOSYS); it needs Linux 5.13+ built with Landlock (CONFIG_SECURITY_LANDLOCK)"
+    if seccomp_filters:  # a runtime's profile may answer ENOSYS for syscalls it does not know (podman's before containers-common 0.49)
+        return (f"{missing}, or the seccomp profile this process runs under does not know {LANDLOCK_SYSCALLS}; "
+                f"in a container the kernel is the host's, or on macOS and Windows the runtime's VM's (see docs/container.md)")
+    return missing
+
+
+def namespace_refusal(err: int, seccomp_filters: int, sysctl: dict[str, str]) -> str:
+    """One line: why unshare(CLONE_NEWUSER | ...) failed with ``err``, and how to allow it. ``sysctl`` holds
+    the values of user.max_user_namespaces and kernel.unprivileged_userns_clone where this kernel has them."""
+    held = "the sandbox holds without them (Landlock keeps tau2's data out; the scratch is read-only, as nothing would bound it in all)"
+    if err == errno.EINVAL:
+        return f"no namespaces: this process has threads, and the kernel gives a threaded process no new user namespace; {held}"
+    if err == errno.ENOSPC or sysctl.get("user.max_user_namespaces") == "0":
+        return f"no namespaces: user namespaces are off here (user.max_user_namespaces is 0); {held}; to allow them: sysctl -w user.max_user_namespaces=10000"
+    if err == errno.EPERM and sysctl.get("kernel.unprivileged_userns_clone") == "0":
+        return f"no namespaces: unprivileged user namespaces are off here (kernel.unprivileged_userns_clone is 0); {held}; to allow them: sysctl -w kernel.unprivileged_userns_clone=1"
+    if err == errno.EPERM and seccomp_filters:
+        return (f"no namespaces: the seccomp profile this process runs under refuses unshare (EPERM; Docker's default allows it only "
+                f"with CAP_SYS_ADMIN); {held}; to allow them, run the container with a seccomp profile that allows unshare (podman's default does)")
+    return f"no namespaces: unshare failed ({errno.errorcode.get(err, err)}); {held}"
+
+
+def _seccomp_filters_in_force() -> int:
+    """How many seccomp filters this process runs under (a container runtime's, an outer sandbox's), from /proc."""
+    try:
+        with open("/proc/self/status") as fh:
+            status = fh.read()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("Seccomp_filters:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _userns_sysctls() -> dict[str, str]:
+    values = {}
+    for name in ("user.max_user_namespaces", "kernel.unprivileged_userns_clone"):
+        try:
+            with open("/proc/sys/" + name.replace(".", "/")) as fh:
+                values[name] = fh.read().strip()
+        except OSError:  # not this kernel's (unprivileged_userns_clone is Debian's and Ubuntu's)
+            pass
+    return values
 
 
 def require_sandbox(cfg) -> None:
@@ -190,19 +252,20 @@ def confine(extra_readable: list[Path], scratch: Path, limits: Limits) -> dict:
     libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone, nothing of ours runs on
     _set_limits(limits)
     ids = os.getuid(), os.getgid()  # as the parent namespace knows them; unmapped, the new one shows 65534
-    namespaces = _unshare(libc)
+    namespaces, refused = _unshare(libc)
     hidden_by_mount = "mount" in namespaces and _mount_over(libc, hidden_paths())
     scratch_bounded = "mount" in namespaces and _map_own_ids(*ids) and _mount_scratch(libc, scratch, limits.scratch_mb)
     readable = _grants(hidden_by_mount) + tuple(p for p in extra_readable if p.exists())
-    abi = _landlock(readable, scratch)
+    abi = _landlock(readable, scratch, writable=scratch_bounded)
     _seccomp_filter().load()
     return {
         "mode": "sandbox",
         "landlock_abi": abi,
         "seccomp": True,
         "namespaces": namespaces,
+        **({"namespaces_refused": refused} if refused else {}),
         "task_data_hidden_by": "tmpfs mount" if hidden_by_mount else "landlock",
-        "scratch": f"tmpfs of {limits.scratch_mb} MiB" if scratch_bounded else f"directory, {limits.file_mb} MiB per file",
+        "scratch": f"tmpfs of {limits.scratch_mb} MiB" if scratch_bounded else "directory, read-only (no tmpfs to bound it)",
         "limits": asdict(limits),
         "readable_paths": len(readable),
     }
@@ -226,13 +289,13 @@ def _set_limits(limits: Limits) -> None:
         resource.setrlimit(kind, (value, value))
 
 
-def _unshare(libc) -> list[str]:
+def _unshare(libc) -> tuple[list[str], Optional[str]]:
     """New user, mount, network and IPC namespaces when the kernel allows them unprivileged
-    (without the mount namespace if only that is refused)."""
+    (without the mount namespace if only that is refused); else none, and the line that says why."""
     for flags, names in ((CLONE_NEWNS, ["mount"]), (0, [])):
         if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC | flags) == 0:
-            return ["user", *names, "net", "ipc"]
-    return []
+            return ["user", *names, "net", "ipc"], None
+    return [], namespace_refusal(ctypes.get_errno(), _seccomp_filters_in_force(), _userns_sysctls())
 
 
 def _mount_over(libc, paths: tuple[Path, ...]) -> bool:
@@ -269,7 +332,9 @@ def _mount_scratch(libc, scratch: Path, size_mb: int) -> bool:
     return True
 
 
-def _landlock(readable: list[Path], scratch: Path) -> int:
+def _landlock(readable: list[Path], scratch: Path, writable: bool) -> int:
+    """``writable``: the scratch is a bounded tmpfs. A folder on disk is granted for reading only: the
+    file-size limit bounds each file, and files without number would fill the disk the evaluations share."""
     import landlock
     from landlock import FSAccess
 
@@ -280,7 +345,7 @@ def _landlock(readable: list[Path], scratch: Path) -> int:
     ruleset = landlock.Ruleset()  # handles every access right this kernel knows: all denied unless granted
     for path in readable:
         ruleset.allow(path, rules=read_dir if path.is_dir() else read_file)
-    ruleset.allow(Path(scratch), rules=FSAccess.all())
+    ruleset.allow(Path(scratch), rules=FSAccess.all() if writable else read_dir)
     for dev in ("/dev/null", "/dev/urandom"):
         ruleset.allow(dev, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
     ruleset.apply()
