@@ -54,7 +54,7 @@ def test_the_screen_passes_only_a_child_strictly_better_on_the_tasks_both_sides_
     parent = {"t1": [0.0], "t2": [1.0], "t3": [None]}
     assert screen(parent, {"t1": [1.0], "t2": [1.0], "t3": [0.0]}).passed  # t3 is missing on one side: left out
     tie = screen(parent, {"t1": [1.0], "t2": [0.0]})
-    assert not tie.passed and tie.tasks == 2 and tie.reason.startswith("Screen screened out")
+    assert not tie.passed and tie.tasks == 2 and tie.reason.startswith("Screened out")
     assert not screen(parent, {"t4": [1.0]}).passed and screen(parent, {"t4": [1.0]}).reason.startswith("Undecided")
     assert passes_everything({"t1": [1.0], "t2": [1.0, None]}) and not passes_everything({"t1": [1.0], "t2": [0.0]})
     # the first part of the gate: a child goes on unless more than the margin below its parent there
@@ -86,7 +86,7 @@ def test_children_screened_beside_their_parent_join_the_pool_and_the_best_is_aud
     assert first.parent_label == "base" and len(first.minibatch) == 3 and first.evidence == "analysis-001-d0"
     by = {c.label: c for r in (first, second) for c in r.candidates}
     # the worse patch (every task failed) is screened out before any gate trial; the fix runs the gate in two parts
-    assert by["1b"].status == "rejected" and by["1b"].reason.startswith("Screen screened out") and not by["1b"].gate_part
+    assert by["1b"].status == "rejected" and by["1b"].reason.startswith("Screened out") and not by["1b"].gate_part
     names = [name for name, _ in backend.evaluations]
     assert "iter-001b-gate" not in names and {"iter-001a-screen", "iter-001a-gate", "iter-001a-gate2"} <= set(names)
     assert by["1a"].status == "accepted" and by["1a"].reason.startswith("Joined the pool") and by["1a"].gate_part["passed"]
@@ -151,7 +151,7 @@ def test_run_from_the_command_line_shows_the_pool_in_history_show_the_report_and
     repo, run_id, proc = pop_run
     history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"], env=POP_ENV).stdout)
     rows = {r["candidate"]: r for r in history["candidates"]}
-    assert rows["1a"]["verdict"] == "rejected" and rows["1a"]["reason"].startswith("Screen screened out") and rows["1a"]["gate_candidate"] is None
+    assert rows["1a"]["verdict"] == "rejected" and rows["1a"]["reason"].startswith("Screened out") and rows["1a"]["gate_candidate"] is None
     assert [rows[c]["verdict"] for c in ("1b", "1c")] == ["joined", "joined"] and {rows[c]["parent"] for c in ("1b", "1c")} == {"base"}
     assert {rows[c]["parent"] for c in ("2a", "2b", "2c")} <= {"base", "1b", "1c"}
     assert any(line.startswith("population policy: the pool is the base and 2 member(s): 1b (from base), 1c (from base)")

@@ -139,8 +139,8 @@ def screen(parent: RewardTable, child: RewardTable) -> ScreenVerdict:
     if not both:
         return ScreenVerdict(False, 0.0, 0.0, 0, "Undecided: no task of the screen has a result on both sides.")
     passed = cs > ps
-    verb = "passed" if passed else "screened out"
-    return ScreenVerdict(passed, ps, cs, len(both), f"Screen {verb}: {cs:g} against the parent's {ps:g} over {len(both)} analysis task(s).")
+    verb = "Passed the screen" if passed else "Screened out"
+    return ScreenVerdict(passed, ps, cs, len(both), f"{verb}: {cs:g} against the parent's {ps:g} over {len(both)} analysis task(s).")
 
 
 def first_part_holds(parent: RewardTable, child: RewardTable, margin: float) -> ScreenVerdict:
