@@ -145,7 +145,7 @@ class LocalServer:
             return "the embedded llama.cpp server crashed with an illegal instruction: this CPU lacks instructions the xllamacpp wheel needs (AVX2); use a remote model or --api-base"
         if "address already in use" in tail.lower() or "failed to bind" in tail.lower() or "couldn't bind" in tail.lower():
             return f"port {self.requested_port} is in use; choose another port or leave it unset"
-        last = next((l for l in reversed(tail.splitlines()) if l.strip()), "no output")
+        last = next((line for line in reversed(tail.splitlines()) if line.strip()), "no output")
         return f"the local model server exited with code {code} before serving ({last.strip()[:200]}); see {self.log_path}"
 
     def stop(self, keep_log: bool = False) -> None:

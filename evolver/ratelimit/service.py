@@ -116,10 +116,10 @@ class SocketClient:
         try:
             conn.sendall((json.dumps(message) + "\n").encode())
             return next(self.local.lines)
-        except (OSError, StopIteration, ValueError):
+        except (OSError, StopIteration, ValueError) as exc:
             conn.close()
             self.local.conn = None
-            raise OSError(f"the rate limiter at {self.path} stopped answering")
+            raise OSError(f"the rate limiter at {self.path} stopped answering") from exc
 
     def reserve(self, key: str, tokens: int = 1, ticket: Optional[Ticket] = None) -> tuple[float, Ticket]:
         found = self._ask({"op": "reserve", "key": key, "tokens": tokens, "ticket": list(ticket) if ticket else None})

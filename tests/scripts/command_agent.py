@@ -72,7 +72,10 @@ def probe() -> None:
 
     home = Path(os.environ["PLANTED_HOME"])  # the home folder evolver runs with; the command's HOME is the workspace's
     Path("chown-me").write_text("x")
-    cap_sys_admin = lambda: ctypes.CDLL(None).prctl(23, 21, 0, 0, 0)  # PR_CAPBSET_READ, CAP_SYS_ADMIN: 1 when held
+
+    def cap_sys_admin():
+        return ctypes.CDLL(None).prctl(23, 21, 0, 0, 0)  # PR_CAPBSET_READ, CAP_SYS_ADMIN: 1 when held
+
     actions = {
         "/etc/shadow": lambda: Path("/etc/shadow").read_bytes(), "/etc/gshadow": lambda: Path("/etc/gshadow").read_bytes(),
         "/etc/sudoers": lambda: Path("/etc/sudoers").read_bytes(), "/etc/ssh": lambda: os.listdir("/etc/ssh"),

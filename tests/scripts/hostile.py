@@ -376,7 +376,7 @@ def run_case(case: Case, repo: Path, canaries: Canaries, template: str, env: dic
     if CANARY_KEY in proc.stdout + proc.stderr or any(CANARY_KEY.encode() in p.read_bytes() for p in (repo / "runs").rglob("*") if p.is_file()):
         problems.append("the API key appears in the run's output or files")
     if "BREACH" in proc.stdout + proc.stderr + json.dumps(result or {}):
-        problems.append("the candidate reported a breach: " + next((l for l in (proc.stderr + json.dumps(result or {})).split("\n") if "BREACH" in l), "")[:300])
+        problems.append("the candidate reported a breach: " + next((line for line in (proc.stderr + json.dumps(result or {})).split("\n") if "BREACH" in line), "")[:300])
     if git(repo, "rev-parse", "HEAD") != head or git(repo, "branch", "--list") != branches or git(repo, "status", "--porcelain").strip():
         problems.append("the repository changed")
     if leftover_sleepers():
