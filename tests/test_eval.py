@@ -93,6 +93,9 @@ def test_candidate_that_raises_at_import_gives_a_clear_error(repo):
     assert "agent/agent.py failed to import: RuntimeError: broken candidate" in proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["failed"] == 1 and summary["avg_reward"] == 0.0 and summary["infra_errors"] == 0
+    # its import ran confined, and result.json says under what, as for a candidate that imports
+    isolation = _result(summary)["isolation"]
+    assert isolation["mode"] == "sandbox" and isolation["seccomp"] is True and isolation["landlock_abi"] >= 1, isolation
 
 
 def test_exception_inside_the_agent_fails_that_simulation_only(repo):

@@ -114,6 +114,7 @@ class AgentProcess:
             theirs.close()
         self.chan = Channel(ours)
         self.closed = self.reaped = self.ready = False
+        self.isolation: dict = {}  # what the sandbox put in force, once the process says it is confined
         self.turn_usage = RoleUsage()
 
     def attach(self, context: SimContext) -> "AgentProcess":

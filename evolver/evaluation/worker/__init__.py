@@ -157,6 +157,6 @@ def main(argv: list[str] | None = None) -> int:
         run(req)
     except Stop as stop:
         tasks = EvalDir(req.out_dir).read_status(req.shard).get("tasks", [])
-        _status(req, stop.state, message=stop.message, tasks=tasks)
+        _status(req, stop.state, message=stop.message, tasks=tasks, **({"isolation": stop.isolation} if stop.isolation else {}))
         return stop.code
     return 0

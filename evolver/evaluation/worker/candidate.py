@@ -27,9 +27,9 @@ def check_candidate(s):
     candidate fails fast and clearly. Returns that process, ready: it serves the first simulation."""
     from evolver.evaluation import proxy_agent
 
-    context = proxy_agent.SimContext()
+    context, process = proxy_agent.SimContext(), proxy_agent.AgentProcess(s)
     try:
-        return proxy_agent.AgentProcess(s).attach(context)
+        return process.attach(context)
     except proxy_agent.SandboxFailure as exc:
         context.close()
         raise Stop("usage_error", f"{exc}; fix the system, or pass --unsafe-no-sandbox to run candidates unconfined", EXIT_USAGE) from None
@@ -38,4 +38,4 @@ def check_candidate(s):
         message = str(exc)
         if "did not answer within" in message:
             message = f"agent/agent.py did not finish importing within {s.turn_timeout:g} s"
-        raise Stop("candidate_error", message, EXIT_CANDIDATE) from None
+        raise Stop("candidate_error", message, EXIT_CANDIDATE, isolation=process.isolation) from None

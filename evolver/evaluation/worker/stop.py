@@ -8,6 +8,7 @@ EXIT_ORPHANED = 4
 
 
 class Stop(Exception):
-    def __init__(self, state: str, message: str, code: int):
+    def __init__(self, state: str, message: str, code: int, isolation: dict | None = None):
+        """``isolation``: what confined the candidate's code when it ran before the stop (its import), for result.json."""
         super().__init__(message)
-        self.state, self.message, self.code = state, message, code
+        self.state, self.message, self.code, self.isolation = state, message, code, isolation or {}
