@@ -180,8 +180,8 @@ class Check:
 
     @staticmethod
     def _git_state(repo: Path) -> dict:
-        def git(*args: str) -> str:
-            return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+        def git(*args: str) -> str:  # --no-optional-locks: a status run as root here must not rewrite the index as root
+            return subprocess.run(["git", "--no-optional-locks", "-c", "safe.directory=*", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
         return {"head": git("rev-parse", "HEAD"), "branch": git("symbolic-ref", "HEAD"), "status": git("status", "--porcelain"),
                 "refs": git("for-each-ref", "--format=%(refname)").splitlines()}
 
