@@ -138,7 +138,7 @@ def test_audited_the_best_is_audited_against_the_base_and_stands_when_shown_bett
     assert "reference-g1" not in names  # no fresh reference for a kept candidate: its history serves
     assert loop.run.iteration(2).gate_stages[0]["verdicts"]["2"]["reason"].startswith(("Screened out", "Continue"))
     [audit] = loop.state.audits
-    assert audit["best"] == 1 and audit["holds"] and audit["reason"].startswith("Better")
+    assert audit.best == 1 and audit.holds and audit.reason.startswith("Better")
     assert {"audit-001-base", "audit-001-best"} <= set(names)
     assert loop.state.incumbent == 1 and loop.lineage.commit_of(loop.lineage.best_branch) == loop.run.iteration(1).winner.commit
     shown = run_cli(["show", "run-policy", "1", "--repo", str(loop.run.repo)])
@@ -149,7 +149,7 @@ def test_audited_an_audit_that_does_not_hold_rolls_the_run_back_to_its_base_and_
     loop = run_loop(tmp_path, monkeypatch, "exact", AuditMisses(), iterations=1)
     assert statuses(loop) == [("1", "accepted")]
     [audit] = loop.state.audits
-    assert not audit["holds"] and audit["looks"]
+    assert not audit.holds and audit.looks
     assert loop.state.incumbent == 0 and loop.state.incumbent_commit == loop.manifest.base_commit
     assert loop.lineage.commit_of(loop.lineage.best_branch) == loop.manifest.base_commit
     assert loop.state.best_history[-1].reason.startswith("audit: iteration 1 not shown better than the base")

@@ -95,9 +95,9 @@ def test_children_screened_beside_their_parent_join_the_pool_and_the_best_is_aud
     assert {label for label, _ in pool_of(loop)} == {c.label for c in by.values() if c.status == "accepted"}
     # the best is the member with the best mean gate score, and the audit judged it against the base
     [audit] = loop.state.audits
-    assert audit["label"] == loop.state.best_label != "" and audit["holds"]
-    assert loop.lineage.commit_of(loop.lineage.best_branch) == loop.state.incumbent_commit == by[audit["label"]].commit
-    assert f"audit-{slug(audit['label'])}-best" in names
+    assert audit.label == loop.state.best_label != "" and audit.holds
+    assert loop.lineage.commit_of(loop.lineage.best_branch) == loop.state.incumbent_commit == by[audit.label].commit
+    assert f"audit-{slug(audit.label)}-best" in names
     # the lineage's own steps never ran: no incumbent beside the candidates, no smoke test (the screen is its first run)
     assert not any(name.endswith(("-incumbent", "-smoke")) or name.startswith("analysis-g1") for name in names)
 
@@ -105,7 +105,7 @@ def test_children_screened_beside_their_parent_join_the_pool_and_the_best_is_aud
 def test_an_audit_that_does_not_hold_rolls_the_pool_back_to_its_base(tmp_path, monkeypatch):
     loop = run_loop(tmp_path, monkeypatch, "exact", AuditMisses(), iterations=1, gate_policy="population", candidates=1)
     [audit] = loop.state.audits
-    assert audit["label"] == "1" and not audit["holds"]
+    assert audit.label == "1" and not audit.holds
     assert loop.state.incumbent == 0 and loop.state.best_label == "" and loop.state.incumbent_commit == loop.manifest.base_commit
     assert [m.label for m in loop.state.pool] == ["1"]  # the member stays in the pool: only the run's best moved
     assert loop.lineage.commit_of(loop.lineage.best_branch) == loop.manifest.base_commit

@@ -206,3 +206,21 @@ def test_migrations_run_in_order_from_the_records_version():
     assert migrate({"schema": 3}, "f", 3, steps) == {"schema": 3}
     with pytest.raises(NewerSchema, match="f has schema 'x', newer"):
         migrate({"schema": "x"}, "f", 3, steps)
+
+
+def test_audits_as_written_while_they_were_dicts_load_typed_and_write_back_unchanged():
+    """state.json's audits were plain dicts before they were records (runstate.Audit), with no schema change: a
+    recorded audit (tests/fixtures/gate) reads as one and writes back the same; one from before audits recorded
+    their label or the comparison its information reads too, judged by its iteration."""
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "gate" / "loop_audited_k1_keep_then_audit.json").read_text())["audits"]
+    audits = [{"best": a["best"], "label": a["label"], "best_commit": "c0ffee", **{k: v for k, v in a.items() if k not in ("best", "label")}}
+              for a in recorded]
+    older = {"best": 2, "best_commit": "abc123", "holds": False, "reason": "No evidence.",
+             "looks": [{k: v for k, v in audits[0]["looks"][0].items() if k != "information"}]}
+    state = {"schema": 4, "iterations_target": 3, "incumbent_commit": "c0ffee", "audits": [*audits, older]}
+    read = RunState.model_validate(state)
+    assert read.audits[0].holds and read.audits[0].looks[0].n_b_sims == 30 and read.audits[0].candidate == "1"
+    assert read.audits[1].label is None and read.audits[1].candidate == "2" and read.audits[1].looks[0].information is None
+    again = json.loads(read.model_dump_json())["audits"]
+    assert again[0] == audits[0]  # what the dicts wrote, field for field
+    assert again[1] == {**older, "label": None, "looks": [{**older["looks"][0], "information": None}]}

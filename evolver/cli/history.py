@@ -17,7 +17,7 @@ from evolver.evolution.loop.context import member_trials
 from evolver.evolution.plan import max_simulations
 from evolver.store.lineage import Lineage
 from evolver.store.rundir import RunDir, list_runs
-from evolver.store.runstate import BestChange, named
+from evolver.store.runstate import Audit, BestChange, named
 
 
 def parent_of(record):
@@ -93,7 +93,7 @@ def status(run: RunDir) -> dict:
         "gate_policy": manifest.policy.get("name", "per-decision"),
         "policy": policy_lines(manifest, state),
         "pool": [{"label": "base", "parent": "", "iteration": 0}, *(m.model_dump() for m in state.pool)] if manifest.policy.get("population") else [],
-        "audits": state.audits,
+        "audits": [a.model_dump(mode="json") for a in state.audits],
         "usage": {k: v.model_dump() for k, v in usage.items()},
         "cost": sum(u.cost for u in usage.values()),
         "cost_text": cost_text(usage.values()),
@@ -127,23 +127,18 @@ def policy_lines(manifest, state) -> list[str]:
     else:
         lines = [f"audited policy: {decisions} gate decision(s) at a lenient alpha of {alpha:g}; {bound}"]
     for audit in state.audits:
-        looks = audit["looks"][-1] if audit["looks"] else None
-        evidence = f" after {looks['n_b_sims'] + looks['n_a_sims']} simulation(s)" if looks else ""
-        outcome = "the best stands" if audit["holds"] else "rolled back to the base"
-        lines.append(f"audit of {audit_name(audit)}{evidence}: {outcome}. {audit['reason']}")
+        last = audit.looks[-1] if audit.looks else None
+        evidence = f" after {last.n_b_sims + last.n_a_sims} simulation(s)" if last else ""
+        outcome = "the best stands" if audit.holds else "rolled back to the base"
+        lines.append(f"audit of {named(audit.candidate)}{evidence}: {outcome}. {audit.reason}")
     return lines
 
 
-def judged(audit: dict, record, cand) -> bool:
+def judged(audit: Audit, record, cand) -> bool:
     """Whether ``audit`` judged ``cand``: by its label, or (before audits recorded labels) as its iteration's kept one."""
-    if audit.get("label"):
-        return audit["label"] == cand.label
-    return record.kept == cand.label and audit["best"] == record.iteration
-
-
-def audit_name(audit: dict) -> str:
-    """The candidate an audit judged (by its label; a run from before audits recorded labels, by its iteration)."""
-    return named(audit.get("label") or str(audit["best"]))
+    if audit.label:
+        return audit.label == cand.label
+    return record.kept == cand.label and audit.best == record.iteration
 
 
 
@@ -253,7 +248,7 @@ def _evidence(run: RunDir, record, cand) -> str:
         return ""
     for audit in run.state().audits:
         if judged(audit, record, cand):
-            text += f"; the run's audit against the base: {'it stands' if audit['holds'] else 'rolled back to the base'}. {audit['reason']}"
+            text += f"; the run's audit against the base: {'it stands' if audit.holds else 'rolled back to the base'}. {audit.reason}"
     return text
 
 

@@ -32,11 +32,11 @@ WRITTEN = {PROMPT: ("the prompt", ("context", "messages", "message", "system_mes
            REPLY: ("the reply", ("reply", "arguments", "tool_calls", "name", "content"))}
 MUTATORS = ("append", "extend", "insert", "pop", "remove", "clear", "update")
 # Changes where something tau2 gave never reached the prompt: of the lines that write the prompt, the ones that can leave
-# messages out (a reset, a slice, a filter, a removal, a write only under a condition) are pointed to first. The 1.5B read
-# "146-147, 149-150" for a slice at line 150 and removed the appends at 146-147 instead.
+# messages out (a reset, a slice, a filter, a removal, a write only under a condition) are pointed to first: given every
+# line that writes the prompt, a model edits the first ones (the appends) rather than the slice that loses the messages.
 LOSSES = ("result_dropped", "customer_dropped", "history_dropped")
 # The policy is in the system messages: what loses it is a write of them or of what the model call sends, never an append of
-# tau2's message to the conversation (the 1.5B, pointed to both, edited the appends).
+# tau2's message to the conversation (a model pointed to both edits the appends).
 SENT = ("policy_missing",)
 REMOVERS = ("pop", "remove", "clear")
 

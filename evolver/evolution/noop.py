@@ -2,10 +2,9 @@
 
 A layer that is off does nothing (Harness.md), so a patch whose edits all lie
 inside layers left off in the candidate's agent/harness.toml cannot change a
-single simulation: the embedded meta model was seen pasting a Harness.md
-example into the H2 layer while H2 was off, and adding a comment to agent.py
-as its whole fix. (A tree identical to an earlier candidate's is caught by
-git, in the loop.)
+single simulation, and neither can a patch that only adds comments: both are
+what a weak meta-LLM writes when it pastes a Harness.md example or has no fix.
+(A tree identical to an earlier candidate's is caught by git, in the loop.)
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def parse_proposal(text: str) -> Proposal:
             if path is None:
                 raise ParseError(f"line {i + 1}: a SEARCH block must follow a 'FILE: agent/...' line")
             i, edit = _read_block(lines, i + 1, path)
-            if edit not in edits:  # the same block twice (the 1.5B repeats its answer): applied twice, the second could not match
+            if edit not in edits:  # the same block twice (a small model repeats its answer): applied twice, the second could not match
                 edits.append(edit)
         elif in_rationale:
             rationale.append(line)
@@ -107,7 +107,7 @@ def parse_proposal(text: str) -> Proposal:
 
 def _label(name: str, line: str) -> bool:
     """Whether the line starts with the label, also as markdown ("**TITLE:**", "# TITLE:"): the prompt's own headings
-    are markdown, and the 1.5B answered "# TITLE: ..." three times over, told each time that no TITLE line was found."""
+    are markdown, and a model answers in kind ("# TITLE: ...") however often it is told that no TITLE line was found."""
     return re.match(rf"^[#*\s]*{name}\**\s*:", line, re.I) is not None
 
 
@@ -240,8 +240,8 @@ COMMENT = re.compile(r"\s+#.*$")
 
 def closest_lines(text: str, search: str) -> str:
     """The run of the text's lines most like a SEARCH that matched nowhere, as many as it has, compared without indentation
-    and trailing comments (the first such run on a tie); "" when none is alike. A model told only "not found" quoted the
-    same lines again (the 1.5B, a layer's switch with the wrong value, twice)."""
+    and trailing comments (the first such run on a tie); "" when none is alike. A model told only "not found" quotes the
+    same lines again."""
     lines, wanted = text.splitlines(), search.strip("\n").splitlines()
     if not wanted or len(wanted) > CLOSEST_MAX_LINES or len(lines) < len(wanted):
         return ""

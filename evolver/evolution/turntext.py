@@ -107,7 +107,8 @@ def _turns(turns: list[int]) -> str:
 
 def _how(before: str, after: str, whole: bool) -> str:
     """How a value changed, without its values: a small model reads "cut" where <V1> -> <V2> says little. The value's own
-    length only for a person (``whole``): given "cut to 10 of 18 characters", the 1.5B raised the harness's cut to 18."""
+    length only for a person (``whole``): a model given "cut to 10 of 18 characters" may just raise the harness's cut to 18,
+    a fix for the example rather than the failure."""
     if after.lower() == before.lower():
         return " (case changed)"
     if len(after) < len(before) and after.strip() and after.strip() in before:

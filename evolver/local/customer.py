@@ -25,15 +25,9 @@ benchmarks/local_model.py can measure which help:
   its prompt, seen as "I've created a task ... ###STOP###") is asked again once,
   with every step on and a note against all three.
 
-Two other steps were measured and dropped (docs/local_model.md): a stop
-reminder that also said "until then, ask for what the scenario still wants"
-(the 1.5B then repeated its request to the step limit: 9/27 solved against 14),
-and asking the model, before a bare stop, whether the agent had done what the
-scenario asks (26 checks, 3 "no", no change in any task's outcome).
-
-A fourth presentation was measured and dropped: the conversation recast as one
-"Agent: ... / Customer: ..." transcript. The 1.5B then ended most conversations
-before they began (a bare ###STOP###); see docs/local_model.md.
+Steps tried and dropped (a stop reminder that also asks for what the scenario
+still wants, a check before a bare stop, the conversation recast as one
+transcript) and why are in docs/local_model.md.
 
 Only what tau2 gives the user model is used: its system prompt and the
 conversation. No task answers, no evaluation criteria; tau2's evaluation sees

@@ -150,7 +150,7 @@ def _customer_reply(messages: list, api_base: str, params: dict, tool_names: lis
 def _complete(label: str, messages: list, api_base: str, params: dict, tool_names: list[str]):
     _count(label, "requests")
     if params.get("tool_choice") == "required" and tool_names:
-        # llama.cpp does not hold a small Qwen to a call with this template (measured: prose, or empty
+        # llama.cpp does not hold a small Qwen to a call with this template (it answers prose, or empty
         # <tools></tools>); a caller that wants nothing but calls gets decoding constrained to one.
         _count(label, "required_calls")
         params = {**params, "response_format": _call_schema(params["tools"])}

@@ -139,6 +139,40 @@ class PoolMember(BaseModel):
     iteration: int  # 0 for the base
 
 
+class AuditLook(BaseModel):
+    """One look of an end-of-run audit: the staged one-sided comparison of the best (B) against the base (A) as it
+    judged that look (evolver.evolution.gate.compare.Comparison, recorded field for field)."""
+
+    decision: str  # "better", "worse", "no evidence" or "continue"
+    reason: str
+    effect: float  # mean per-task delta, best - base
+    ci: Optional[tuple[float, float]]
+    p_value: Optional[float]
+    alpha_spent: float
+    information: Optional[float] = None  # None in an audit recorded before comparisons measured it
+    look: int
+    final: bool
+    n_tasks: int
+    n_a_sims: int  # the base's simulations
+    n_b_sims: int  # the best's
+
+
+class Audit(BaseModel):
+    """An end-of-run audit of the run's best against its base (audited and population policies, gate.search)."""
+
+    best: int  # the best's iteration (0 never: the base is not audited)
+    label: Optional[str] = None  # the candidate judged; None in a run from before audits recorded it: `best`'s kept one
+    best_commit: str
+    holds: bool  # the best was shown better; else the run was rolled back to its base
+    reason: str
+    looks: list[AuditLook] = Field(default_factory=list)
+
+    @property
+    def candidate(self) -> str:
+        """The label of the candidate judged, as `named` takes it: the recorded one, else its iteration's number."""
+        return self.label or str(self.best)
+
+
 class RunState(Versioned):
     """Where the run stands (state.json)."""
 
@@ -160,7 +194,7 @@ class RunState(Versioned):
     rate_limits: dict[str, RateTally] = Field(default_factory=dict)  # per provider endpoint and model, as usage is per role
     best_history: list[BestChange] = Field(default_factory=list)
     # The end-of-run audits of the best against the base (audited policy): what was audited, each look, the outcome.
-    audits: list[dict] = Field(default_factory=list)
+    audits: list[Audit] = Field(default_factory=list)
     elapsed: float = 0.0  # seconds spent driving the run, summed over resumes
     updated_at: float = 0.0  # when the driver last wrote this file (status adds the time since, while it runs)
     current_step: str = ""

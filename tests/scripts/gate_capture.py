@@ -306,7 +306,7 @@ def iteration_facts(run, calls: list | None = None) -> list[dict]:
 
 def audits_of(run) -> list[dict]:
     """The run's audits as recorded, but for the audited commit (its hash differs from one recording to the next)."""
-    return plain([{k: v for k, v in audit.items() if k != "best_commit"} for audit in run.state().audits])
+    return plain([audit.model_dump(exclude={"best_commit"}) for audit in run.state().audits])
 
 
 class Killed(KeyboardInterrupt):

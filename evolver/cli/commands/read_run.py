@@ -23,7 +23,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     transfers = transfer_rows(run.transfers())
     if args.json:
         print(json.dumps({"run_id": run.run_id, "candidates": rows, "transfers": transfers, "policy": policy_lines(run.manifest(), run.state()),
-                          "audits": run.state().audits}, indent=2))
+                          "audits": [a.model_dump(mode="json") for a in run.state().audits]}, indent=2))
     else:
         out_console().print(history_table(run.run_id, rows))
         if transfers:
@@ -80,8 +80,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     change = rollback(run, args.to, args.reason)
     target = named(change.label)
     print(f"evolver/{run.run_id}/best now points at {target} ({change.commit[:10]}); recorded in {run.log_file}")
-    for audit in (a for a in run.state().audits if a["best_commit"] == change.commit):  # what the run's audit made of it
-        print(f"note: the run's audit of {named(change.label)} {'held' if audit['holds'] else 'rolled it back'}: {audit['reason']}")
+    for audit in (a for a in run.state().audits if a.best_commit == change.commit):  # what the run's audit made of it
+        print(f"note: the run's audit of {named(change.label)} {'held' if audit.holds else 'rolled it back'}: {audit.reason}")
     return 0
 
 

@@ -210,7 +210,7 @@ def collect(run: RunDir) -> RunFacts:
                 effect=last.get("effect"), ci_low=last.get("ci_low"), p_value=last.get("p_value"), looks=len(cand.verdicts),
                 analysis=rows[cand.label]["analysis"], diff=info["diff"], flips=info["flips"], findings=list(cand.findings),
                 investigation=dict(cand.investigation), joined=info["joined"], screen=dict(cand.screen),
-                audit="" if audit is None else f"{'stands' if audit['holds'] else 'rolled back to the base'}: {audit['reason']}",
+                audit="" if audit is None else f"{'stands' if audit.holds else 'rolled back to the base'}: {audit.reason}",
             ))
     scores = run.holdout()
     holdout = None

@@ -6,7 +6,10 @@ cancelled. Whatever the backend, the candidate's agent runs in evolver's
 sandbox and only the trusted controller writes the run directory.
 
 - local (evolver.evaluation.backends.local): worker processes forked by this machine's zygote;
-- ray (evolver.evaluation.backends.ray): simulations as Ray tasks on a cluster or a local Ray instance.
+- ray (evolver.evaluation.backends.ray): simulations as Ray tasks on a cluster or a local Ray instance;
+  ray_node is what one Ray task runs on its node, ray_limits the cluster's one rate limiter.
+
+results turns an evaluation's folder into its EvalResult, whichever backend filled it.
 """
 
 from __future__ import annotations

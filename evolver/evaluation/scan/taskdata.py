@@ -12,8 +12,8 @@ from typing import Iterable, Iterator
 from evolver.evaluation.scan.findings import short
 
 TOKEN = re.compile(r"[A-Za-z0-9_#.@-]+")
-# A value as the failure digest masks it (evolver.evolution.digest.Masker): conversation text copied from the digest. The 1.5B
-# replaced state_reset's reset with a fixed customer message, "create a task called '<V1>' for <V2>", and the scripted gate kept it.
+# A value as the failure digest masks it (evolver.evolution.digest.Masker): conversation text copied from the digest, such
+# as a fixed customer message "create a task called '<V1>' for <V2>" written into the harness, which a gate could keep.
 PLACEHOLDER = re.compile(r"<V\d+>")
 
 

@@ -6,8 +6,10 @@ Pure Python and numpy, so it imports without tau2. Its modules:
                  (its plan), evaluate_set (the stage driver the loop runs), the verdicts
     permutation  the permutation engine: block layouts, the staged and the exact p-values
     power        power and sizing: sized, noise_floor, and the noise model pass_rates, shift_rates
-    search       the run's gate policy (audited or per-decision): what an iteration judges, and the audit
+    search       the run's gate policy (audited, per-decision or population): what an iteration judges, and the audit
+    population   the population search's decisions: a parent drawn from the pool, a child's screen, the pool's best
     compare      the two-sided staged comparison of `evolver compare` (and the audit's one-sided one)
+    sequential   the exact group-sequential boundaries compare tests against
 """
 
 from evolver.evolution.gate.set_gate import (

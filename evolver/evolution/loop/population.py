@@ -188,7 +188,7 @@ class PopulationSearch:
     def move_best(self) -> None:
         """The run's best: the member of the best mean gate score, among those no audit has rolled back."""
         ctx, state = self.ctx, self.ctx.state
-        failed = {a["best_commit"] for a in state.audits if not a["holds"]}
+        failed = {a.best_commit for a in state.audits if not a.holds}
         tables = {m.label: self.table(m.label) for m in self.members() if m.label == BASE or m.commit not in failed}
         label = pool_rules.pick(tables)
         member = next(m for m in self.members() if m.label == label)

@@ -11,7 +11,7 @@ from evolver.evaluation.metrics import rewards_by_task
 from evolver.evolution.gate import search
 from evolver.evolution.loop.context import RunContext, mostly_infra
 from evolver.evolution.loop.outcome import best_change
-from evolver.store.runstate import named, slug
+from evolver.store.runstate import Audit, named, slug
 
 
 class RunEnd:
@@ -26,7 +26,7 @@ class RunEnd:
         ends worse than it began at most alpha of the time. A resumed run replays the looks from disk."""
         ctx = self.ctx
         best = ctx.state.incumbent_commit
-        if ctx.policy.audit is None or ctx.state.incumbent == 0 or any(a["best_commit"] == best for a in ctx.state.audits):
+        if ctx.policy.audit is None or ctx.state.incumbent == 0 or any(a.best_commit == best for a in ctx.state.audits):
             return
         label = ctx.run.best_label(ctx.state) or str(ctx.state.incumbent)
         ctx.step(f"audit: {named(label)}, the run's best, against the base")
@@ -42,15 +42,15 @@ class RunEnd:
         holds = search.audit_holds(looks)
         decided = looks and looks[-1].decision != "continue"
         reason = looks[-1].reason if decided else "Undecided: most of the audit's simulations hit infrastructure errors, and nothing unshown is kept."
-        ctx.state.audits.append({"best": ctx.state.incumbent, "label": label, "best_commit": best, "holds": holds, "reason": reason,
-                                 "looks": [dataclasses.asdict(c) for c in looks]})
+        ctx.state.audits.append(Audit(best=ctx.state.incumbent, label=label, best_commit=best, holds=holds, reason=reason,
+                                      looks=[dataclasses.asdict(c) for c in looks]))
         if not holds:
             base = ctx.manifest.base_commit
             ctx.state.best_history.append(best_change(0, base, f"audit: {named(label)} not shown better than the base: {reason}"))
             ctx.state.incumbent, ctx.state.incumbent_commit, ctx.state.best_label = 0, base, ""
             ctx.state.generation += 1
             ctx.lineage.set_branch(ctx.lineage.best_branch, base)
-        ctx.run.log("audited", best=ctx.state.audits[-1]["best"], holds=holds, reason=reason)
+        ctx.run.log("audited", best=ctx.state.audits[-1].best, holds=holds, reason=reason)
         ctx.save_state()
         for _, worktree in arms:
             ctx.lineage.remove_worktree(worktree)

@@ -97,9 +97,9 @@ def broken(result: EvalResult) -> Optional[str]:
 
 def raised_at(error: str) -> str:
     """Where in agent/ the candidate raised, from its traceback: " (raised by this candidate's line 150 of agent/agent.py,
-    in generate_next_message)"; "" without a frame of agent/. Told only "TypeError: can only concatenate list (not "str")
-    to list", the 1.5B proposed the same patch six times more; told the line's code too, it quoted that code as the
-    current file's SEARCH text in four iterations of four (v12, v14), even when told it was not the current file's."""
+    in generate_next_message)"; "" without a frame of agent/. Told only the exception, a model proposes the same patch
+    again; told the line's code too, a small one quotes that code as the current file's SEARCH text, so the line is named
+    by its number and function only."""
     frames = FRAME.findall(error)
     if not frames:
         return ""

@@ -5,8 +5,9 @@ and its trajectories, the run's earlier candidates, the learnings, the guide; a 
 means to try an idea on analysis tasks) and gets back a ProposalResult (the edits, a title, a rationale,
 what the meta-LLM used, and a transcript on disk). Three implementations:
 
-- oneshot: one completion over the failure digest, answered with a patch (re-asked on format errors);
-- agent: the meta-LLM investigates with tools before it proposes (evolver.evolution.proposers.agent);
+- oneshot: one completion over the failure digest, answered with a patch (re-asked on format errors;
+  agent_source shortens the agent's files to fit its prompt);
+- agent: the meta-LLM investigates with tools (agent_tools) before it proposes (evolver.evolution.proposers.agent);
 - command: an external coding agent in a confined workspace (evolver.evolution.proposers.command).
 
 What each sends the meta-LLM is a file in prompts/<proposer>/ (evolver.evolution.proposers.prompts).

@@ -33,7 +33,7 @@ ANSWER_TOKENS = 1500
 
 def tool_choice(meta: RoleModel) -> dict:
     """A model on a local server is held to one call per reply (evolver.local.serving constrains its decoding):
-    the embedded 1.5B otherwise spent most turns on prose and empty tags. Hosted models call tools natively
+    a small model otherwise spends most turns on prose and empty tags. Hosted models call tools natively
     and keep the choice, so a provider without "required" is never asked for it."""
     return {"tool_choice": "required"} if meta.model.startswith("local/") else {}
 
@@ -197,7 +197,7 @@ class Session:
         if not self.scratch.changed():
             return sentences(short("next_step.edit"), self.tools.layer_step())
         why, _ = self.tools.refusal()
-        if why:  # the 1.5B was told to submit after each refused submit, and did, until its time ran out
+        if why:  # not "submit": told that after a refused submit, a model submits the same again until its time runs out
             return sentences(short("next_step.change", why=why[:160]), self.tools.layer_step())
         if not used.get("try_agent") and self.request.try_agent is not None and self.tally.tries < self.budget.tries:
             return short("next_step.try")

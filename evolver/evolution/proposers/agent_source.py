@@ -2,8 +2,8 @@
 context, shorter and shorter versions where functions of agent/'s Python files are shown by their first lines only.
 
 The functions whose lines the failure digest or the lines to start from name, and the turn itself, stay whole; of the
-rest the largest is shortened first. Cutting the digest instead left the 1.5B with none of it: with the embedded
-model's context, agent/ and the guide took all but about 1,300 characters."""
+rest the largest is shortened first. Cutting the digest instead would leave a small context with none of it: agent/
+and the guide alone can fill the embedded model's."""
 
 from __future__ import annotations
 

@@ -59,8 +59,8 @@ def starting_patch(evidence: Evidence) -> str:
     """What the digest's overview points to, as a patch: the one that takes out the lines of the parent that make the
     harness's most common change when the investigating proposer would be offered that (Place.removable_run), else its
     beginning, those lines quoted as a SEARCH block; and the whole patch that switches off the one layer making every
-    change, when there is one; "" when there is neither. A model without tools cannot read lines it is only pointed to:
-    the 1.5B's answers copied the guide's examples instead."""
+    change, when there is one; "" when there is neither. A model without tools cannot read lines it is only pointed to,
+    and a small one copies the guide's examples instead."""
     parts = []
     where = evidence.first_place()
     path = evidence.parent / where.path if where is not None and where.writes and evidence.parent else None
@@ -90,8 +90,8 @@ def starting_patch(evidence: Evidence) -> str:
 def _taking_out(path: Path, where) -> Optional[tuple[str, str, bool]]:
     """(SEARCH, REPLACE, whether only an `if`'s test goes) of the patch that takes out the lines where.removable_run() names:
     an `if` that leaves messages out loses its test and keeps its body (scratch.unguarded), other lines go as the
-    investigating proposer's remove_lines would take them; None when that would be refused. Given only the lines to start
-    from, the 1.5B wrote them back corrected, wrongly, every time (upper() became lower(), a cut of 10 characters one of 18)."""
+    investigating proposer's remove_lines would take them; None when that would be refused. A small model given only the
+    lines to start from writes them back "corrected" (upper() as lower(), one cut's length for another) rather than removed."""
     run = where.removable_run()
     before = _text(path) if run else ""
     test_only = unguarded(before, *run) if before and where.losing else None
@@ -102,8 +102,8 @@ def _taking_out(path: Path, where) -> Optional[tuple[str, str, bool]]:
 
 def _hunk(before: str, after: str) -> Optional[tuple[str, str]]:
     """(SEARCH, REPLACE) that turns ``before`` into ``after`` where their lines differ, widened downwards until SEARCH occurs
-    once in ``before``; None when it cannot. A removal is an empty REPLACE (a blank line stays): shown one that kept the
-    line above in both, the 1.5B wrote REPLACE empty and the file no longer parsed."""
+    once in ``before``; None when it cannot. A removal is an empty REPLACE (a blank line stays): shown one that keeps the
+    line above in both, a small model writes REPLACE empty and the file no longer parses."""
     old, new = before.splitlines(), after.splitlines()
     top = 0
     while top < min(len(old), len(new)) and old[top] == new[top]:
@@ -147,7 +147,7 @@ def build_messages(prompts_dir: Path, guide: str, agent_files: Sequence[str], di
                    start: str = "") -> list[dict]:
     """The meta prompt, shrunk to fit: older history entries go first, then the agent's files are shown shorter
     (``agent_files``: agent_source.versions, whole first), then the digest is cut; ``start`` (starting_patch) is never
-    cut: cut, the 1.5B copied the prompt on from where its quoted lines ended."""
+    cut: a small model shown it cut goes on copying the prompt from where its quoted lines end."""
     prompts = Prompts("oneshot", prompts_dir)
     system = prompts.text("system", harness_guide=guide)
     budget = (context_tokens - ANSWER_TOKENS) * CHARS_PER_TOKEN - len(system)
@@ -239,8 +239,8 @@ def propose(
 
 def copied_example(proposal: Proposal, guide: str) -> str:
     """The title of the guide's example patch that the proposal copies ("" if none): the SEARCH and REPLACE text of every edit
-    but the layer switches is in the guide, and one of them writes something. Every patch of the 1.5B that reached the gate in
-    the one-shot benchmark (v4, v5) was such a copy, with a layer switched on or off, whatever the digest said."""
+    but the layer switches is in the guide, and one of them writes something. A small model's patch is often such a copy, a
+    layer switched on or off with it, whatever the digest says."""
     edits = [e for e in proposal.edits if e.path != SWITCHES]
     code = [e for e in edits if e.replace.strip()]
     if not guide or not code or not all(e.search.strip() in guide and e.replace.strip() in guide for e in edits):
@@ -265,7 +265,7 @@ def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset, earlier
         if same is not None:
             return findings, f"it makes agent/ the same as {same.verdict()}", broken
         if files == agent_files(checkout):
-            copied = all(e.search.strip() == e.replace.strip() for e in proposal.edits)  # the 1.5B, given the lines to start from
+            copied = all(e.search.strip() == e.replace.strip() for e in proposal.edits)  # a small model, given the lines to start from
             return findings, f"it {UNCHANGED}" + (f": its lines after {DIVIDER} are its SEARCH lines unchanged; write them as they "
                                                    "should be, corrected or without what does harm" if copied else ""), broken
         return findings, inert_edit_reason(checkout, Path(tmp)), broken
