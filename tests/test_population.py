@@ -173,7 +173,7 @@ def test_run_from_the_command_line_shows_the_pool_in_history_show_the_report_and
     # git: each candidate's commit names its parent, its note what the pool made of it; best is the base's commit
     assert "Evolver-Parent: base" in git(repo, "log", "-1", "--format=%B", f"evolver/{run_id}/iter-001b")
     assert "evolver joined the pool" in git(repo, "notes", "show", f"evolver/{run_id}/iter-001b")
-    assert "evolver rejected: Screen screened out" in git(repo, "notes", "show", f"evolver/{run_id}/iter-001a")
+    assert "evolver rejected: Screened out" in git(repo, "notes", "show", f"evolver/{run_id}/iter-001a")
     assert git(repo, "rev-parse", f"evolver/{run_id}/best") == git(repo, "rev-parse", "main")
     markdown = run_cli(["report", run_id, "--repo", str(repo), "--markdown"], env=POP_ENV)
     assert markdown.returncode == 0 and "The best's path from the base: base." in markdown.stdout
