@@ -118,7 +118,7 @@ def policy_lines(manifest, state) -> list[str]:
     and each audit's outcome."""
     alpha, decisions = manifest.gate["alpha"], state.decisions
     policy = manifest.policy
-    if not policy or policy["name"] == "per-decision":
+    if not policy or not policy.get("audit"):  # each decision bounded on its own: no audit (per-decision, or a run before policies)
         return [f"{decisions} gate decision(s) at a false-accept rate of {alpha:g} each: expected false keeps {decisions * alpha:.2f}"]
     bound = f"the end-of-run audit of the best against the base lets a run end worse than it began at most {policy['audit']['alpha']:g} of the time"
     if policy.get("population"):

@@ -45,7 +45,7 @@ class Check:
 
 def checks(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -> list[Check]:
     """One request per distinct configuration among ``roles``, as each role's real requests are made."""
-    from evolver.evolution.proposers import meta_request, meta_shape
+    from evolver.evolution.proposers import meta_request, proposer_kind
     from evolver.llm import missing_key_line
     from evolver.models import PREFLIGHT_TOOL, placed_name, preflight_messages, shape
 
@@ -55,7 +55,7 @@ def checks(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -
         if missing := missing_key_line(name, role):
             raise UsageError(missing)
         if name == "meta":
-            extra = meta_shape(cfg.proposer, role)
+            extra = proposer_kind(cfg.proposer).meta_shape(role)
             if extra is None:  # a command proposer brings its own model
                 continue
             kwargs = meta_request(role, preflight_messages(), **extra)

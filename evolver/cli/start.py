@@ -23,14 +23,13 @@ from evolver.config_load import checked
 from evolver.config_requests import listing_request
 from evolver.errors import UsageError
 from evolver.evaluation.backends import Backend, TaskListing
-from evolver.evaluation.program_folders import command_problem
 from evolver.evaluation.sandbox import require_sandbox
 from evolver.events import Events
 from evolver.evolution.gate.search import recorded_policy
 from evolver.evolution.loop import Loop
 from evolver.evolution.loop.context import RunContext
 from evolver.evolution.plan import CACHED_SHARE, forecast, meta_prompt_tokens, policy_of
-from evolver.evolution.proposers import make_proposer
+from evolver.evolution.proposers import proposer_kind
 from evolver.llm import cached_prompt_price, missing_key_line, prepare_environment, price_of
 from evolver.local.server import CTX_PER_SLOT
 from evolver.store.lineage import Lineage, exclude_runs_dir, open_repo
@@ -128,12 +127,8 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     for line in unread(cfg):
         console.print(line, highlight=False)
     tracking.require(cfg.track)
-    if cfg.proposer == "command":
-        if not cfg.proposer_command.strip():
-            raise UsageError("--proposer command needs --proposer-command, the command line of the coding agent to run (see `evolver run --help`)")
-        problem = command_problem(cfg.proposer_command, tuple(cfg.proposer_read), repo)
-        if problem:
-            raise UsageError(problem)
+    if problem := proposer_kind(cfg.proposer).problem(cfg, repo):
+        raise UsageError(problem)
     check_servers(cfg, ("agent", "user", "meta"))
     if missing := missing_key_line("meta", cfg.role("meta")):  # agent and user keys are checked by the worker (and the preflight)
         raise UsageError(missing)
@@ -267,7 +262,7 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
     # The gate policy as the run recorded it, not as today's code would build it: an upgrade never changes a run
     # mid-way. A run from before the policies (no `policy`) gated per decision with its recorded gate.
     policy = recorded_policy(manifest.policy, manifest.gate)
-    proposer = make_proposer(cfg.proposer, command=cfg.proposer_command, command_env=tuple(cfg.proposer_env), command_read=tuple(cfg.proposer_read))
+    proposer = proposer_kind(cfg.proposer).from_config(cfg)
     return Loop(RunContext(run=run, manifest=manifest, state=state, cfg=cfg, policy=policy, lineage=lineage, proposer=proposer,
                            prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console, run, cfg), identifiers=identifiers,
                            backend=backend, local_api_base=local_api_base))

@@ -24,9 +24,9 @@ GATE_SHARE = 0.56
 # or second look (1 or 2 trials) usually decides. An assumption, not a measurement (a large gain stops at
 # the first: tests/test_compare.py's dry-run check); the budget checks hold a run to the audit's most.
 AUDIT_TRIALS = 1.5
-# The meta-LLM's side of a proposal, before any is measured: the investigating proposer is assumed to
-# use half its token budget; a one-shot answer is its prompt plus the answer, in about this split.
-META_SHARE, PROMPT_SHARE = 0.5, 0.9
+# The meta-LLM's side of a request, before any is measured: its prompt and its answer, in about this split (each
+# proposer kind says how many such requests, or what share of its budget, a proposal takes: Proposer.meta_tokens).
+PROMPT_SHARE = 0.9
 # The population search, expected: its parent runs this many minibatches an iteration (one it passes whole is drawn
 # again; at a pass rate of 0.6 about 1 in 5 is), and of its children this share passes the screen, and of those this
 # share the first part of the gate (benchmarks/search.py's large world: 0.31 and 0.66; barren and small: 0.23 and
@@ -61,9 +61,10 @@ def policy_of(cfg: Config):
 def proposer_budget(cfg: Config):
     """What one proposal may spend (evolver.evolution.proposers.Budget) under this configuration."""
     from evolver.evolution.proposers import Budget
+    from evolver.kinds import PROPOSERS
 
-    return Budget(turns=cfg.proposer_turns, tokens=cfg.proposer_tokens, tries=cfg.proposer_tries if cfg.proposer == "agent" else 0,
-                  seconds=cfg.proposer_seconds)
+    tries = cfg.proposer_tries if "proposer_tries" in PROPOSERS[cfg.proposer].settings else 0  # a kind that runs no tries
+    return Budget(turns=cfg.proposer_turns, tokens=cfg.proposer_tokens, tries=tries, seconds=cfg.proposer_seconds)
 
 
 def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True,
@@ -161,15 +162,10 @@ def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, itera
         price = (u.cost / u.tokens) if u.priced and u.tokens else (0.0 if not u.tokens else None)
         roles[role] = (round(expected * u.tokens), round(most * u.tokens),
                        None if price is None else expected * u.tokens * price, None if price is None else most * u.tokens * price)
-    proposals = iterations * cfg.candidates
-    if cfg.proposer == "agent":
-        per_most = cfg.proposer_tokens
-        per_expected = round(per_most * META_SHARE)
-    else:  # a prompt and its answer, asked again at most twice (proposers.oneshot)
-        per_expected = meta_prompt_tokens + round(meta_prompt_tokens * (1 - PROMPT_SHARE) / PROMPT_SHARE)
-        per_most = 3 * per_expected if cfg.proposer == "oneshot" else 0
-    if cfg.proposer == "command":
-        per_expected = per_most = 0  # the command calls its own model, which evolver never sees
+    from evolver.evolution.proposers import proposer_kind
+
+    proposals, kind = iterations * cfg.candidates, proposer_kind(cfg.proposer)
+    per_expected, per_most = kind.meta_tokens(cfg, meta_prompt_tokens + round(meta_prompt_tokens * (1 - PROMPT_SHARE) / PROMPT_SHARE))
 
     def dollars(tokens: int, prompt_price: Optional[float] = None) -> Optional[float]:
         if meta_price is None:
@@ -178,7 +174,7 @@ def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, itera
 
     roles["meta"] = (proposals * per_expected, proposals * per_most, dollars(proposals * per_expected), dollars(proposals * per_most))
     cached = None
-    if cfg.proposer == "agent" and meta_price is not None and meta_cached_prompt_price is not None:
+    if kind.reuses_prompt and meta_price is not None and meta_cached_prompt_price is not None:
         cached = (dollars(proposals * per_expected, meta_cached_prompt_price), dollars(proposals * per_most, meta_cached_prompt_price))
     return Forecast(simulations=expected, simulations_most=most, proposals=proposals, roles=roles, meta_cached=cached)
 

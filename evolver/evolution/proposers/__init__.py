@@ -74,7 +74,30 @@ class ProposalResult:
 
 
 class Proposer(Protocol):
+    """A kind of proposer (evolver.kinds.PROPOSERS names its class). The class answers for the kind before any
+    proposal is made: how it is built from the settings, what the preflight sends its meta-LLM, what the dry
+    run charges a proposal, what a run refuses to start without."""
+
     name: str
+    reuses_prompt: bool  # a conversation that sends its prefix again, so a provider's prompt cache prices it
+
+    @classmethod
+    def from_config(cls, cfg) -> "Proposer":
+        """The proposer the settings (evolver.config.Config) ask for."""
+
+    @classmethod
+    def meta_shape(cls, meta: RoleModel) -> Optional[dict]:
+        """What its meta-LLM requests carry besides the conversation (meta_call's extra arguments), for a request
+        shaped like them before a run; None when it calls no meta-LLM of evolver's."""
+
+    @classmethod
+    def meta_tokens(cls, cfg, one_request: int) -> tuple[int, int]:
+        """The meta-LLM tokens of one proposal, expected and at most, before any is measured; ``one_request``: the
+        tokens of one prompt and its answer as evolver would build it (evolver.evolution.plan)."""
+
+    @classmethod
+    def problem(cls, cfg, repo: Path) -> Optional[str]:
+        """Why a run with these settings cannot start (one line), or None."""
 
     def propose(self, request: Request) -> ProposalResult:
         """One candidate from the request's parent, or ProposalResult(proposal=None) with errors saying why not.
@@ -107,29 +130,8 @@ def meta_call(role: RoleModel, messages: list, retries: int, answer_tokens: Opti
     return response, usage_of(response, role.model)
 
 
-def meta_shape(name: str, meta: RoleModel) -> Optional[dict]:
-    """What the meta-LLM requests of the proposer ``name`` carry besides the conversation (meta_call's extra
-    arguments), for a request shaped like them before a run; None for a proposer that calls no meta-LLM."""
-    if name == "command":
-        return None
-    if name == "oneshot":
-        from evolver.evolution.proposers.oneshot import ANSWER_TOKENS
+def proposer_kind(name: str) -> type[Proposer]:
+    """The proposer class a kind's name stands for, as evolver.kinds.PROPOSERS declares it."""
+    from evolver.kinds import PROPOSERS
 
-        return {"answer_tokens": ANSWER_TOKENS}
-    from evolver.evolution.proposers.agent import request_shape
-
-    return request_shape(meta)
-
-
-def make_proposer(name: str, *, command: str = "", command_env: tuple[str, ...] = (), command_read: tuple[str, ...] = ()) -> Proposer:
-    if name == "oneshot":
-        from evolver.evolution.proposers.oneshot import OneShot
-
-        return OneShot()
-    if name == "command":
-        from evolver.evolution.proposers.command import CommandProposer
-
-        return CommandProposer(command, env_names=command_env, readable=command_read)
-    from evolver.evolution.proposers.agent import Investigator
-
-    return Investigator()
+    return PROPOSERS[name].load(__name__)

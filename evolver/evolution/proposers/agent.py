@@ -29,6 +29,7 @@ from evolver.models import takes
 
 TEMPERATURE = 0.4  # a retry, or a second proposal from the same parent, should not repeat the first word for word
 ANSWER_TOKENS = 1500
+TOKEN_SHARE = 0.5  # of its token budget, what a proposal is assumed to use before any is measured (the dry run's figure)
 
 
 def tool_choice(meta: RoleModel) -> dict:
@@ -45,6 +46,23 @@ def request_shape(meta: RoleModel) -> dict:
 
 class Investigator:
     name = "agent"
+    reuses_prompt = True
+
+    @classmethod
+    def from_config(cls, cfg) -> "Investigator":
+        return cls()
+
+    @classmethod
+    def meta_shape(cls, meta: RoleModel) -> dict:
+        return request_shape(meta)
+
+    @classmethod
+    def meta_tokens(cls, cfg, one_request: int) -> tuple[int, int]:
+        return round(cfg.proposer_tokens * TOKEN_SHARE), cfg.proposer_tokens
+
+    @classmethod
+    def problem(cls, cfg, repo: Path) -> None:
+        return None
 
     def propose(self, request: Request) -> ProposalResult:
         session = Session(request)

@@ -30,8 +30,9 @@ import stat
 import subprocess
 import time
 from pathlib import Path
+from typing import Optional
 
-from evolver.evaluation.program_folders import ProgramFolders, exposed, installed_bins, program_folders, search_path
+from evolver.evaluation.program_folders import ProgramFolders, command_problem, exposed, installed_bins, program_folders, search_path
 from evolver.evaluation.scan import in_baseline
 from evolver.evolution.evidence import Evidence
 from evolver.evolution.noop import agent_files
@@ -47,9 +48,28 @@ LOG_TAIL = 2000
 
 class CommandProposer:
     name = "command"
+    reuses_prompt = False
 
     def __init__(self, command: str, env_names: tuple[str, ...] = (), readable: tuple[str, ...] = ()):
         self.command, self.env_names, self.readable = command, tuple(env_names), tuple(readable)
+
+    @classmethod
+    def from_config(cls, cfg) -> "CommandProposer":
+        return cls(cfg.proposer_command, env_names=tuple(cfg.proposer_env), readable=tuple(cfg.proposer_read))
+
+    @classmethod
+    def meta_shape(cls, meta) -> None:
+        return None  # the command calls its own model, which evolver never sees
+
+    @classmethod
+    def meta_tokens(cls, cfg, one_request: int) -> tuple[int, int]:
+        return 0, 0
+
+    @classmethod
+    def problem(cls, cfg, repo: Path) -> Optional[str]:
+        if not cfg.proposer_command.strip():
+            return "--proposer command needs --proposer-command, the command line of the coding agent to run (see `evolver run --help`)"
+        return command_problem(cfg.proposer_command, tuple(cfg.proposer_read), repo)
 
     def propose(self, request: Request) -> ProposalResult:
         workspace = request.workdir / "workspace"

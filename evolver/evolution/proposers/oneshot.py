@@ -33,6 +33,23 @@ MAX_QUOTED = 12  # lines of the parent quoted where the prompt starts a patch
 
 class OneShot:
     name = "oneshot"
+    reuses_prompt = False
+
+    @classmethod
+    def from_config(cls, cfg) -> "OneShot":
+        return cls()
+
+    @classmethod
+    def meta_shape(cls, meta) -> dict:
+        return {"answer_tokens": ANSWER_TOKENS}
+
+    @classmethod
+    def meta_tokens(cls, cfg, one_request: int) -> tuple[int, int]:
+        return one_request, 3 * one_request  # a prompt and its answer, asked again at most twice
+
+    @classmethod
+    def problem(cls, cfg, repo) -> None:
+        return None
 
     def propose(self, request: Request) -> ProposalResult:
         focus = request.focus
