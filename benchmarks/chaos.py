@@ -40,10 +40,16 @@ def valid_patches(template: str) -> dict[str, dict[str, str]]:
             (Path(tmp) / "agent" / "agent.py").write_text(template)
             (Path(tmp) / "agent" / "harness.toml").write_text((ROOT / "agent" / "harness.toml").read_text())
             out[f"harness_md_example_{n}"] = apply_edits(Path(tmp), parse_proposal(text).edits)
-    switches = "\n".join(f"{k} = true" for k in ("h2_action_realization", "h3_environment_contract", "h4_trajectory_regulation", "h5_procedural_skills"))
+    switches = "\n".join(
+        f"{k} = true" for k in ("h2_action_realization", "h3_environment_contract", "h4_trajectory_regulation", "h5_procedural_skills")
+    )
     out["all_layers_on"] = {"agent/harness.toml": switches + "\n"}
-    out["prompt_fix"] = {"agent/agent.py": template.replace("Try to be helpful and always follow the policy.",
-                                                            "Try to be helpful and always follow the policy.\nUse the exact title the user gives.")}
+    out["prompt_fix"] = {
+        "agent/agent.py": template.replace(
+            "Try to be helpful and always follow the policy.",
+            "Try to be helpful and always follow the policy.\nUse the exact title the user gives.",
+        )
+    }
     return out
 
 
@@ -71,9 +77,21 @@ def main() -> None:
             source = hostile.candidate_source(template, case, canaries.values(repo))
             findings = scan_text("agent/agent.py", source, identifiers)
             outcome = hostile.run_case(case, repo, canaries, template, env)
-            rows.append(("hostile", case.name, findings[0].rule if findings else "-", "kept" if outcome.problems else "neutralised", outcome.problems))
+            rows.append(
+                (
+                    "hostile",
+                    case.name,
+                    findings[0].rule if findings else "-",
+                    "kept" if outcome.problems else "neutralised",
+                    outcome.problems,
+                )
+            )
         for name, files in hostile.SCAN_ONLY.items():
-            findings = [f for path, text in files.items() for f in scan_text(path, (template if path == "agent/agent.py" else "") + text, identifiers)]
+            findings = [
+                f
+                for path, text in files.items()
+                for f in scan_text(path, (template if path == "agent/agent.py" else "") + text, identifiers)
+            ]
             rows.append(("scan", name, findings[0].rule if findings else "-", "refused" if findings else "MISSED", []))
         for case in hostile.FAULTS:
             outcome = hostile.run_case(case, repo, canaries, template, env)
@@ -87,7 +105,15 @@ def main() -> None:
             hostile.git(repo, "commit", "-qam", "layers back", "--allow-empty")
             scored = outcome.summary["avg_reward"] if outcome.summary else None
             ok = not findings and not outcome.problems and scored == hostile.BASELINE
-            rows.append(("valid", name, findings[0].rule if findings else "-", f"scored {scored}" if ok else "WRONG", [str(f) for f in findings] + outcome.problems))
+            rows.append(
+                (
+                    "valid",
+                    name,
+                    findings[0].rule if findings else "-",
+                    f"scored {scored}" if ok else "WRONG",
+                    [str(f) for f in findings] + outcome.problems,
+                )
+            )
     finally:
         canaries.close()
         zygote_client.stop_all()
@@ -100,12 +126,18 @@ def main() -> None:
     refused = sum(r[2] != "-" for r in hostile_rows)
     kept = sum(r[3] == "kept" for r in hostile_rows)
     print()
-    print(f"hostile patches tried {len(hostile_rows)} / refused by the scan {refused} / "
-          f"neutralised by the sandbox with the scan skipped {len(hostile_rows) - kept} / kept {kept} (must be 0)")
+    print(
+        f"hostile patches tried {len(hostile_rows)} / refused by the scan {refused} / "
+        f"neutralised by the sandbox with the scan skipped {len(hostile_rows) - kept} / kept {kept} (must be 0)"
+    )
     scan_only = [r for r in rows if r[0] == "scan"]
-    print(f"task data copied into the harness (only the scan can catch it) tried {len(scan_only)} / refused {sum(r[3] == 'refused' for r in scan_only)}")
-    print(f"valid patches wrongly refused {sum(r[2] != '-' for r in valid)} of {len(valid)} (must be 0); "
-          f"scored like the honest agent {sum(r[3].startswith('scored') for r in valid)} of {len(valid)}")
+    print(
+        f"task data copied into the harness (only the scan can catch it) tried {len(scan_only)} / refused {sum(r[3] == 'refused' for r in scan_only)}"
+    )
+    print(
+        f"valid patches wrongly refused {sum(r[2] != '-' for r in valid)} of {len(valid)} (must be 0); "
+        f"scored like the honest agent {sum(r[3].startswith('scored') for r in valid)} of {len(valid)}"
+    )
     print(f"faults tried {len(faults)} / scored as candidate failure {sum(r[3] == 'candidate failure' for r in faults)}")
     print(f"({time.monotonic() - started:.0f} s)")
 

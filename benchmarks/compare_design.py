@@ -65,8 +65,10 @@ def spending_design(looks: float, alpha_shape, beta_shape, step: float = 0.03) -
     expected = {0: 0.0, 1: 0.0}
     for k in range(1, last + 1):
         if k > 1:
-            density = {0: np.convolve(density[0], kernel, "same"),
-                       1: np.interp(x - theta, x, np.convolve(density[1], kernel, "same"), left=0, right=0)}
+            density = {
+                0: np.convolve(density[0], kernel, "same"),
+                1: np.interp(x - theta, x, np.convolve(density[1], kernel, "same"), left=0, right=0),
+            }
         for h in (0, 1):
             expected[h] += density[h].sum()
         tau = k / looks
@@ -122,6 +124,7 @@ def optimum(looks: float, cost_alpha: float, cost_beta: float, cap: float, step:
 
 def tuned_optimum(looks: float, cap: float = UNCAPPED) -> dict:
     """optimum() with its costs bisected until alpha is 0.05 and power 0.80."""
+
     def for_beta(cost_beta: float) -> dict:
         low, high = np.log(2.0), np.log(5000.0)
         for _ in range(18):
@@ -163,21 +166,29 @@ def main() -> None:
     args = parser.parse_args()
     grid = tuple(float(v) for v in args.looks.split(","))
     shapes = fit(grid) if args.fit else (ALPHA_SHAPE, BETA_SHAPE)
-    print(f"alpha {ALPHA} two-sided, power {1 - BETA:.2f} at the effect; spending shapes (half-way tau, steepness): alpha "
-          f"{tuple(round(float(v), 2) for v in shapes[0])}, beta {tuple(round(float(v), 2) for v in shapes[1])}, all spent at tau {MOST}")
+    print(
+        f"alpha {ALPHA} two-sided, power {1 - BETA:.2f} at the effect; spending shapes (half-way tau, steepness): alpha "
+        f"{tuple(round(float(v), 2) for v in shapes[0])}, beta {tuple(round(float(v), 2) for v in shapes[1])}, all spent at tau {MOST}"
+    )
     print(f"Wald's test, looking after every trial: {wald():.3f} of a fixed-size test's trials at the effect\n")
-    print("| looks per fixed test | optimum: trials at effect (at none) | compare's shape: power | trials at effect (at none) "
-          "| over a fixed test at its power |")
+    print(
+        "| looks per fixed test | optimum: trials at effect (at none) | compare's shape: power | trials at effect (at none) "
+        "| over a fixed test at its power |"
+    )
     print("|---|---|---|---|---|")
     for looks in grid:
         best, ours = tuned_optimum(looks), spending_design(looks, *shapes)
-        print(f"| {looks:g} | {best['at effect']:.3f} ({best['at none']:.3f}) | {ours['power']:.3f} | {ours['at effect']:.3f} "
-              f"({ours['at none']:.3f}) | {ours['at effect'] / fixed_share(ours['power']):.3f} |")
+        print(
+            f"| {looks:g} | {best['at effect']:.3f} ({best['at none']:.3f}) | {ours['power']:.3f} | {ours['at effect']:.3f} "
+            f"({ours['at none']:.3f}) | {ours['at effect'] / fixed_share(ours['power']):.3f} |"
+        )
     middle = grid[len(grid) // 2]
     free = tuned_optimum(middle)["at effect"]
-    print(f"\nthe optimum at {middle:g} looks, every decision taken by 1.5x / 2x a fixed-size test's information: "
-          + " / ".join(f"{100 * (tuned_optimum(middle, cap)['at effect'] / free - 1):+.1f}%" for cap in (1.5, MOST))
-          + f" trials at the effect over no cap ({free:.3f})")
+    print(
+        f"\nthe optimum at {middle:g} looks, every decision taken by 1.5x / 2x a fixed-size test's information: "
+        + " / ".join(f"{100 * (tuned_optimum(middle, cap)['at effect'] / free - 1):+.1f}%" for cap in (1.5, MOST))
+        + f" trials at the effect over no cap ({free:.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,10 @@ def compare_cell(job: tuple) -> dict:
         lost_a, lost_b = uniforms.random((tasks, looks)) < missing, uniforms.random((tasks, looks)) < missing
 
         def table(u, rates_now, lost) -> dict:
-            return {f"t{i}": [None if gone else float(x) for x, gone in zip(row, lost_row)]
-                    for i, (row, lost_row) in enumerate(zip(u < rates_now, lost))}
+            return {
+                f"t{i}": [None if gone else float(x) for x, gone in zip(row, lost_row)]
+                for i, (row, lost_row) in enumerate(zip(u < rates_now, lost))
+            }
 
         a, b = table(u_a, now, lost_a), table(u_b, moved, lost_b)
         verdict = run_compare(a, b, config)
@@ -83,14 +85,21 @@ def fixed_rejects(a: dict, b: dict, config: CompareConfig) -> bool:
 
 def compare_row(shape: str, cells: dict, config: CompareConfig, tasks: int, rng: np.random.Generator) -> str:
     """The table's row of one shape; the ratio's 95% interval by bootstrap over decisions."""
+
     def share(effect: float, words: tuple[str, ...]) -> float:
         return float(np.mean([d in words for d in cells[effect]["decision"]]))
 
     wrong = share(0.0, ("better", "worse"))
     right = {e: share(e, ("better",) if e > 0 else ("worse",)) for e in COMPARE_EFFECTS if e}
     sims = {e: float(np.mean(cells[e]["sims"])) for e in COMPARE_EFFECTS}
-    arms = [(np.array([d == ("better" if e > 0 else "worse") for d in cells[e]["decision"]]), np.array(cells[e]["sims"]),
-             np.array(cells[e]["fixed"])) for e in (0.10, -0.10)]
+    arms = [
+        (
+            np.array([d == ("better" if e > 0 else "worse") for d in cells[e]["decision"]]),
+            np.array(cells[e]["sims"]),
+            np.array(cells[e]["fixed"]),
+        )
+        for e in (0.10, -0.10)
+    ]
 
     def ratio(picks: list) -> tuple[float, float, float]:
         power = np.mean([called[i].mean() for (called, _, _), i in zip(arms, picks)])
@@ -104,25 +113,33 @@ def compare_row(shape: str, cells: dict, config: CompareConfig, tasks: int, rng:
     boot = sorted(ratio([rng.integers(0, len(i), len(i)) for i in whole])[0] for _ in range(400))
     looks = sorted(cells[0.10]["looks"] + cells[-0.10]["looks"])
     exact = float(np.mean(cells[0.0]["error"]))
-    return (f"| {shape} | {wrong:.3f} ({exact:.4f}) | {right[-0.15]:.3f} | {right[-0.10]:.3f} | {right[-0.05]:.3f} | {right[0.05]:.3f} | {right[0.10]:.3f} "
-            f"| {right[0.15]:.3f} | {sims[0.0]:.0f} | {(sims[0.10] + sims[-0.10]) / 2:.0f} | {looks[len(looks) // 2]}, "
-            f"{looks[int(0.9 * len(looks))]} | {size:.0f} | {point:.2f} ({boot[10]:.2f}-{boot[389]:.2f}) |")
+    return (
+        f"| {shape} | {wrong:.3f} ({exact:.4f}) | {right[-0.15]:.3f} | {right[-0.10]:.3f} | {right[-0.05]:.3f} | {right[0.05]:.3f} | {right[0.10]:.3f} "
+        f"| {right[0.15]:.3f} | {sims[0.0]:.0f} | {(sims[0.10] + sims[-0.10]) / 2:.0f} | {looks[len(looks) // 2]}, "
+        f"{looks[int(0.9 * len(looks))]} | {size:.0f} | {point:.2f} ({boot[10]:.2f}-{boot[389]:.2f}) |"
+    )
 
 
 def run_compare_table(args, shared: dict) -> None:
-    jobs = [(shape, e, args.decisions * (NULL_SHARE if e == 0 else 1), args.seed, shared) for shape in COMPARE_SHAPES for e in COMPARE_EFFECTS]
+    jobs = [
+        (shape, e, args.decisions * (NULL_SHARE if e == 0 else 1), args.seed, shared) for shape in COMPARE_SHAPES for e in COMPARE_EFFECTS
+    ]
     with ProcessPoolExecutor(args.jobs) as pool:
         cells = dict(zip(((j[0], j[1]) for j in jobs), pool.map(compare_cell, jobs, chunksize=1)))
     config = CompareConfig()
     null = NULL_SHARE * args.decisions
-    print(f"evolver compare, two-sided: {shared['tasks']} tasks; alpha {config.alpha}, sized for {config.power:.0%} power at "
-          f"{100 * config.effect:g} points; a look per trial per task, at most {config.max_trials}; {args.decisions} decisions per cell "
-          f"(2 SE of a power near 0.8: {2 * math.sqrt(0.16 / args.decisions):.3f}), {null} with no effect (2 SE near 0.05: "
-          f"{2 * math.sqrt(0.05 * 0.95 / null):.3f}); seed {args.seed}")
+    print(
+        f"evolver compare, two-sided: {shared['tasks']} tasks; alpha {config.alpha}, sized for {config.power:.0%} power at "
+        f"{100 * config.effect:g} points; a look per trial per task, at most {config.max_trials}; {args.decisions} decisions per cell "
+        f"(2 SE of a power near 0.8: {2 * math.sqrt(0.16 / args.decisions):.3f}), {null} with no effect (2 SE near 0.05: "
+        f"{2 * math.sqrt(0.05 * 0.95 / null):.3f}); seed {args.seed}"
+    )
     print("'look drift +d': both arms move d points at every look (the fixed test gets one window, no drift)\n")
-    print("| shape | no-op called better or worse (exact) | -15 worse | -10 worse | -5 worse | +5 better | +10 better | +15 better "
-          "| sims (no-op) | sims (+/-10) | looks (+/-10: median, 90th pct) | fixed-size test's sims at the same power (+/-10) "
-          "| ratio (95% interval) |")
+    print(
+        "| shape | no-op called better or worse (exact) | -15 worse | -10 worse | -5 worse | +5 better | +10 better | +15 better "
+        "| sims (no-op) | sims (+/-10) | looks (+/-10: median, 90th pct) | fixed-size test's sims at the same power (+/-10) "
+        "| ratio (95% interval) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(args.seed)
     for shape in COMPARE_SHAPES:

@@ -58,9 +58,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TASKS = ["create_task_1", "create_task_1_with_env_assertions", "update_task_1", "update_task_with_message_history",
-         "update_task_with_initialization_data", "update_task_with_initialization_actions",
-         "update_task_with_history_and_env_assertions", "impossible_task_1"]
+TASKS = [
+    "create_task_1",
+    "create_task_1_with_env_assertions",
+    "update_task_1",
+    "update_task_with_message_history",
+    "update_task_with_initialization_data",
+    "update_task_with_initialization_actions",
+    "update_task_with_history_and_env_assertions",
+    "impossible_task_1",
+]
 
 TAU2_DIRECT = r"""
 import json, sys, time
@@ -95,9 +102,26 @@ def run_evolver(trials: int, concurrency: int, repo: Path, cold: bool) -> dict:
         zygote_client.stop_all()
         while zygote_client.running() or list(zygote_client.runtime_dir().glob("*.sock")):
             time.sleep(0.05)
-    cmd = [sys.executable, "-m", "evolver", "eval", str(repo), "--json", "--task-ids", ",".join(TASKS),
-           "--trials", str(trials), "--concurrency", str(concurrency),
-           "--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "evolver",
+        "eval",
+        str(repo),
+        "--json",
+        "--task-ids",
+        ",".join(TASKS),
+        "--trials",
+        str(trials),
+        "--concurrency",
+        str(concurrency),
+        "--agent-model",
+        "scripted/agent",
+        "--user-model",
+        "scripted/user",
+        "--judge-model",
+        "scripted/judge",
+    ]
     launched = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
     elapsed = time.time() - launched
@@ -108,13 +132,23 @@ def run_evolver(trials: int, concurrency: int, repo: Path, cold: bool) -> dict:
         data = json.loads((result_file.parent / sim["trajectory_file"]).read_text())
         calls += sum(1 for m in data["messages"] if m["role"] in ("assistant", "user")) - 1
     running_at = min(json.loads(p.read_text())["running_at"] for p in result_file.parent.glob("status-*.json"))
-    return {"seconds": elapsed, "sims": len(result["simulations"]), "calls": calls,
-            "startup": running_at - launched, "infra": result["summary"]["infra_errors"]}
+    return {
+        "seconds": elapsed,
+        "sims": len(result["simulations"]),
+        "calls": calls,
+        "startup": running_at - launched,
+        "infra": result["summary"]["infra_errors"],
+    }
 
 
 def run_tau2(trials: int, concurrency: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", TAU2_DIRECT, json.dumps(TASKS), str(trials), str(concurrency)],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", TAU2_DIRECT, json.dumps(TASKS), str(trials), str(concurrency)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -138,8 +172,15 @@ def proxy_overhead(repo: Path, turns: int, starts: int) -> dict:
     source = stage_candidate(repo, staging)
     factory = zygote_client.WorkerConnection(zygote_client.connect().sock.detach())
     proxy_agent.settings = proxy_agent.Settings(
-        role=RoleModel(model="scripted/agent"), source=source, scratch_root=staging, sandbox=True,
-        limits={"memory_mb": 1024}, turn_timeout=60, completion=retrying(litellm.completion, 1, "agent"), factory=factory)
+        role=RoleModel(model="scripted/agent"),
+        source=source,
+        scratch_root=staging,
+        sandbox=True,
+        limits={"memory_mb": 1024},
+        turn_timeout=60,
+        completion=retrying(litellm.completion, 1, "agent"),
+        factory=factory,
+    )
     env = get_environment()
     tools, policy = env.get_tools(), env.get_policy()
     message = UserMessage(role="user", content="Hi, please mark task_1 as completed.")
@@ -196,8 +237,10 @@ def turns_cost(args) -> None:
     os.environ["EVOLVER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="evrt-bench-")
     repo = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     init_repo(repo)
-    print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'s/sim on':>8} {'off':>7} {'on/off':>6} {'each pair':>11} | "
-          f"{'cpu ms/sim on':>13} {'off':>5} | {'view bytes/sim':>14} {'trajectory':>10}")
+    print(
+        f"{'latency':>7} {'sims':>5} {'conc':>4} | {'s/sim on':>8} {'off':>7} {'on/off':>6} {'each pair':>11} | "
+        f"{'cpu ms/sim on':>13} {'off':>5} | {'view bytes/sim':>14} {'trajectory':>10}"
+    )
     try:
         for latency in [float(x) for x in args.latencies.split(",")]:
             os.environ["EVOLVER_SCRIPTED_LATENCY"] = str(latency)  # before the backend starts: its workers inherit it
@@ -210,15 +253,21 @@ def turns_cost(args) -> None:
                         pairs = []
                         for i in range(args.repeats):
                             order = (True, False) if i % 2 == 0 else (False, True)
-                            runs = {record: with_cpu(lambda record=record: run_backend(backend, trials, conc, repo, record_turns=record)) for record in order}
+                            runs = {
+                                record: with_cpu(lambda record=record: run_backend(backend, trials, conc, repo, record_turns=record))
+                                for record in order
+                            }
                             pairs.append((runs[True], runs[False]))
                         on, off = median([a for a, _ in pairs]), median([b for _, b in pairs])
                         assert on["infra"] == off["infra"] == 0, "infrastructure errors in the benchmark"
                         per = lambda r: r["seconds"] / r["sims"]  # noqa: E731
                         ratios = sorted(per(a) / per(b) for a, b in pairs)
-                        print(f"{latency:>7.2f} {grid:>5} {conc:>4} | {per(on):>8.3f} {per(off):>7.3f} {per(on) / per(off):>6.3f} "
-                              f"{ratios[0]:>5.2f}-{ratios[-1]:<5.2f} | {on['cpu_ms']:>13.0f} {off['cpu_ms']:>5.0f} | "
-                              f"{on['turns'] / on['sims']:>14,.0f} {on['trajectories'] / on['sims']:>10,.0f}", flush=True)
+                        print(
+                            f"{latency:>7.2f} {grid:>5} {conc:>4} | {per(on):>8.3f} {per(off):>7.3f} {per(on) / per(off):>6.3f} "
+                            f"{ratios[0]:>5.2f}-{ratios[-1]:<5.2f} | {on['cpu_ms']:>13.0f} {off['cpu_ms']:>5.0f} | "
+                            f"{on['turns'] / on['sims']:>14,.0f} {on['trajectories'] / on['sims']:>10,.0f}",
+                            flush=True,
+                        )
             finally:
                 backend.close()
     finally:
@@ -234,7 +283,10 @@ def start_ray(repo: Path):
     backend = RayBackend("")
     init = time.perf_counter() - start
     first = run_backend(backend, 1, 1, repo, TASKS[:1])["seconds"]
-    print(f"ray: local instance started in {init:.1f} s; first evaluation (1 simulation, the node's zygote starting) {first:.1f} s", flush=True)
+    print(
+        f"ray: local instance started in {init:.1f} s; first evaluation (1 simulation, the node's zygote starting) {first:.1f} s",
+        flush=True,
+    )
     return backend
 
 
@@ -293,15 +345,21 @@ def main() -> None:
     init_repo(repo)
     if args.proxy_turns:
         cost = proxy_overhead(repo, args.proxy_turns, starts=30)
-        print(f"sandbox cost: {cost['proxy_ms']:.2f} ms per agent turn through the agent process vs {cost['direct_ms']:.2f} ms "
-              f"in-process (overhead {cost['proxy_ms'] - cost['direct_ms']:.2f} ms per turn, instant LLM); "
-              f"{cost['start_ms']:.1f} ms to start and confine one agent process", flush=True)
-    print("evolver: `evolver eval` CLI, launch to exit; warm: its worker daemon already running, cold: started by "
-          "the command. tau2: timed after its imports (tau2+imp: including them).")
-    print(f"{'latency':>7} {'sims':>5} {'conc':>4} | {'warm/s':>7} {'cold/s':>7} {'tau2/s':>7} {'tau2+imp/s':>10} {'limit/s':>7} | "
-          f"{'warm/tau2':>9} {'cold/tau2':>9} {'cold/tau2+imp':>13} {'warm/lim':>8} {'tau2/lim':>8} | {'start warm':>10} {'cold':>5}"
-          f" | cpu ms/sim warm tau2 | warm/tau2 of each pair"
-          + (f" | {'local/s':>7} {'ray/s':>7} {'ray/local':>9}" if args.ray else ""))
+        print(
+            f"sandbox cost: {cost['proxy_ms']:.2f} ms per agent turn through the agent process vs {cost['direct_ms']:.2f} ms "
+            f"in-process (overhead {cost['proxy_ms'] - cost['direct_ms']:.2f} ms per turn, instant LLM); "
+            f"{cost['start_ms']:.1f} ms to start and confine one agent process",
+            flush=True,
+        )
+    print(
+        "evolver: `evolver eval` CLI, launch to exit; warm: its worker daemon already running, cold: started by "
+        "the command. tau2: timed after its imports (tau2+imp: including them)."
+    )
+    print(
+        f"{'latency':>7} {'sims':>5} {'conc':>4} | {'warm/s':>7} {'cold/s':>7} {'tau2/s':>7} {'tau2+imp/s':>10} {'limit/s':>7} | "
+        f"{'warm/tau2':>9} {'cold/tau2':>9} {'cold/tau2+imp':>13} {'warm/lim':>8} {'tau2/lim':>8} | {'start warm':>10} {'cold':>5}"
+        f" | cpu ms/sim warm tau2 | warm/tau2 of each pair" + (f" | {'local/s':>7} {'ray/s':>7} {'ray/local':>9}" if args.ray else "")
+    )
     ray_backend = local_backend = None
     try:
         for latency in [float(x) for x in args.latencies.split(",")]:
@@ -311,8 +369,10 @@ def main() -> None:
                     trials = grid // len(TASKS)
                     cold = run_evolver(trials, conc, repo, cold=True)
                     # Alternated, so that the machine's drift (a shared VM) weighs on both sides alike.
-                    pairs = [(with_cpu(lambda: run_evolver(trials, conc, repo, cold=False)), with_cpu(lambda: run_tau2(trials, conc)))
-                             for _ in range(args.repeats)]
+                    pairs = [
+                        (with_cpu(lambda: run_evolver(trials, conc, repo, cold=False)), with_cpu(lambda: run_tau2(trials, conc)))
+                        for _ in range(args.repeats)
+                    ]
                     warm, tau = median([w for w, _ in pairs]), median([t for _, t in pairs])
                     spread = sorted((w["sims"] / w["seconds"]) / (t["sims"] / t["seconds"]) for w, t in pairs)
                     # The limit: every LLM call's injected latency, spread over `conc` parallel slots.
@@ -320,10 +380,12 @@ def main() -> None:
                     warm_rate, cold_rate = warm["sims"] / warm["seconds"], cold["sims"] / cold["seconds"]
                     tau_rate, tau_imp = tau["sims"] / tau["seconds"], tau["sims"] / tau["with_import"]
                     lim_rate = warm["sims"] / limit_seconds
-                    row = (f"{latency:>7.1f} {grid:>5} {conc:>4} | {warm_rate:>7.2f} {cold_rate:>7.2f} {tau_rate:>7.2f} {tau_imp:>10.2f} {lim_rate:>7.2f} | "
-                           f"{warm_rate / tau_rate:>9.2f} {cold_rate / tau_rate:>9.2f} {cold_rate / tau_imp:>13.2f} {warm_rate / lim_rate:>8.2f} "
-                           f"{tau_rate / lim_rate:>8.2f} | {warm['startup']:>9.2f}s {cold['startup']:>4.1f}s | {warm['cpu_ms']:>5.0f} {tau['cpu_ms']:>5.0f}"
-                           f" | {spread[0]:.2f}-{spread[-1]:.2f}")
+                    row = (
+                        f"{latency:>7.1f} {grid:>5} {conc:>4} | {warm_rate:>7.2f} {cold_rate:>7.2f} {tau_rate:>7.2f} {tau_imp:>10.2f} {lim_rate:>7.2f} | "
+                        f"{warm_rate / tau_rate:>9.2f} {cold_rate / tau_rate:>9.2f} {cold_rate / tau_imp:>13.2f} {warm_rate / lim_rate:>8.2f} "
+                        f"{tau_rate / lim_rate:>8.2f} | {warm['startup']:>9.2f}s {cold['startup']:>4.1f}s | {warm['cpu_ms']:>5.0f} {tau['cpu_ms']:>5.0f}"
+                        f" | {spread[0]:.2f}-{spread[-1]:.2f}"
+                    )
                     assert warm["infra"] == cold["infra"] == 0, "infrastructure errors in the benchmark"
                     if args.ray:
                         if ray_backend is None:  # for each latency: its workers get the environment it starts with
@@ -368,8 +430,11 @@ def main_ray(args) -> None:
                 for conc in [int(x) for x in args.concurrency.split(",")]:
                     local, ray = compare_backends(ray_backend, local_backend, grid // len(TASKS), conc, args.repeats, repo)
                     local_rate, ray_rate = local["sims"] / local["seconds"], ray["sims"] / ray["seconds"]
-                    print(f"{latency:>7.1f} {grid:>5} {conc:>4} | {local_rate:>7.2f} {ray_rate:>7.2f} {ray_rate / local_rate:>9.2f} | "
-                          f"{local['seconds']:>6.1f}s {ray['seconds']:>5.1f}s", flush=True)
+                    print(
+                        f"{latency:>7.1f} {grid:>5} {conc:>4} | {local_rate:>7.2f} {ray_rate:>7.2f} {ray_rate / local_rate:>9.2f} | "
+                        f"{local['seconds']:>6.1f}s {ray['seconds']:>5.1f}s",
+                        flush=True,
+                    )
             close(ray_backend, local_backend)
             ray_backend = local_backend = None
     finally:

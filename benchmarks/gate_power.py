@@ -62,7 +62,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from benchmarks.compare_power import run_compare_table  # noqa: E402
 from benchmarks.noise_shapes import NULL_SHARE, cut, drift_of, interpolated_size, shape_rates  # noqa: E402
 from evolver.evolution.gate import (  # noqa: E402
-    GateConfig, RewardTable, Stage, Verdict, decide_set, evaluate_set, pass_rates, set_stages, shift_rates, sized,
+    GateConfig,
+    RewardTable,
+    Stage,
+    Verdict,
+    decide_set,
+    evaluate_set,
+    pass_rates,
+    set_stages,
+    shift_rates,
+    sized,
 )
 from evolver.evolution.gate.permutation import Block  # noqa: E402
 from evolver.evolution.gate.set_gate import look  # noqa: E402
@@ -89,8 +98,10 @@ class World:
 
     def draw(self, rates: list[float], n: int) -> dict[str, list[float | None]]:
         rng, missing = self.rng, self.missing
-        return {f"t{i}": [None if missing and rng.random() < missing else float(rng.random() < p) for _ in range(n)]
-                for i, p in enumerate(rates)}
+        return {
+            f"t{i}": [None if missing and rng.random() < missing else float(rng.random() < p) for _ in range(n)]
+            for i, p in enumerate(rates)
+        }
 
     def arm(self, effect: float, n: int) -> dict[str, list[float | None]]:
         """Trials in the iteration's window of an arm `effect` better than the incumbent."""
@@ -165,6 +176,7 @@ def run_bonferroni(world: World, effects: list[float], config: GateConfig) -> tu
     arms = {f"c{j}": world.arm(e, config.stages[-1]) for j, e in enumerate(effects)}
     passed, ran, inc_ran = {}, 0, 0
     for name, table in arms.items():
+
         def run(stage: Stage, name: str = name, table: dict = table) -> tuple[dict, dict]:
             return cut(incumbent, stage.incumbent_trials), {name: cut(table, stage.candidate_trials)}
 
@@ -248,8 +260,12 @@ def has_fixed(shape: str, design: str, k: int) -> bool:
     """Rows compared with a fixed-size test: one candidate; not today's gate under drift (both keep
     no-ops far more often than alpha, so "the same error rates" means nothing); not with missing
     trials (its exact test then takes seconds per decision)."""
-    return (k == 1 and design in ("today", "new", "new, no ref") and shape != "10% errors"
-            and not (design == "today" and shape.startswith("drift")))
+    return (
+        k == 1
+        and design in ("today", "new", "new, no ref")
+        and shape != "10% errors"
+        and not (design == "today" and shape.startswith("drift"))
+    )
 
 
 def rows_to_run(shapes: list[str]) -> list[tuple[str, str, int]]:
@@ -272,18 +288,29 @@ def summarise(shape: str, design: str, k: int, parts: dict[str, dict], decisions
     size = interpolated_size(power, rate["0.1"]) if has_fixed(shape, design, k) else math.nan
     arms = 1 if design == "today" else 2  # today's reference is reused, not counted
     fixed = arms * size * tasks
-    return {"shape": shape, "design": design, "k": k, "false": rate["0.0"], **{f"+{round(100 * e)}": rate[str(e)] for e in POWER},
-            "noop_beside": parts["0.1"]["noop_kept"] / decisions, "sims": mix, "fixed": fixed,
-            "final": parts["0.0"]["final"] / count["0.0"]}
+    return {
+        "shape": shape,
+        "design": design,
+        "k": k,
+        "false": rate["0.0"],
+        **{f"+{round(100 * e)}": rate[str(e)] for e in POWER},
+        "noop_beside": parts["0.1"]["noop_kept"] / decisions,
+        "sims": mix,
+        "fixed": fixed,
+        "final": parts["0.0"]["final"] / count["0.0"],
+    }
 
 
 def print_table(results: list[dict]) -> None:
-    print(f"{'shape':<12}{'design':<13}{'K':>2}{'final':>6}{'false keep':>11}{'+5':>7}{'+10':>7}{'+15':>7}"
-          f"{'sims':>7}{'fixed':>7}{'ratio':>7}")
+    print(
+        f"{'shape':<12}{'design':<13}{'K':>2}{'final':>6}{'false keep':>11}{'+5':>7}{'+10':>7}{'+15':>7}{'sims':>7}{'fixed':>7}{'ratio':>7}"
+    )
     for r in results:
         fixed = f"{r['fixed']:>7.0f}{r['sims'] / r['fixed']:>7.2f}" if math.isfinite(r["fixed"]) else f"{'-':>7}{'-':>7}"
-        print(f"{r['shape']:<12}{r['design']:<13}{r['k']:>2}{r['final']:>6.1f}{r['false']:>11.3f}{r['+5']:>7.3f}"
-              f"{r['+10']:>7.3f}{r['+15']:>7.3f}{r['sims']:>7.0f}{fixed}")
+        print(
+            f"{r['shape']:<12}{r['design']:<13}{r['k']:>2}{r['final']:>6.1f}{r['false']:>11.3f}{r['+5']:>7.3f}"
+            f"{r['+10']:>7.3f}{r['+15']:>7.3f}{r['sims']:>7.0f}{fixed}"
+        )
 
 
 def load_rates(path: str) -> list[float]:
@@ -314,27 +341,37 @@ def main() -> None:
     shapes = [*SHAPES, *([f"from {Path(args.from_result).name}"] if rates else [])]
     shared = {"tasks": len(rates) if rates else args.tasks, "rates": rates}
     rows = rows_to_run(shapes)
-    jobs = [(shape, design, k, s, args.decisions * (NULL_SHARE if s == "0.0" else 1), args.seed, shared)
-            for shape, design, k in rows for s in scenarios_of(k)]
+    jobs = [
+        (shape, design, k, s, args.decisions * (NULL_SHARE if s == "0.0" else 1), args.seed, shared)
+        for shape, design, k in rows
+        for s in scenarios_of(k)
+    ]
     with ProcessPoolExecutor(args.jobs) as pool:
         parts = iter(pool.map(run_row, jobs, chunksize=1))
-    results = [summarise(shape, design, k, {s: next(parts) for s in scenarios_of(k)}, args.decisions, shared["tasks"])
-               for shape, design, k in rows]
+    results = [
+        summarise(shape, design, k, {s: next(parts) for s in scenarios_of(k)}, args.decisions, shared["tasks"]) for shape, design, k in rows
+    ]
 
     config = GateConfig()
     null = NULL_SHARE * args.decisions
-    print(f"{shared['tasks']} tasks; {args.decisions} decisions per cell, {null} for false keeps (2 SE: at most "
-          f"{2 * math.sqrt(0.25 / args.decisions):.3f}; {2 * math.sqrt(0.05 * 0.95 / null):.3f} near 0.05); "
-          f"seed {args.seed}; alpha {config.alpha}; base stages {config.stages}, futility {config.futility}; "
-          f"screen {config.screen} trial(s) per task; {PERMUTATIONS} relabellings per final test")
+    print(
+        f"{shared['tasks']} tasks; {args.decisions} decisions per cell, {null} for false keeps (2 SE: at most "
+        f"{2 * math.sqrt(0.25 / args.decisions):.3f}; {2 * math.sqrt(0.05 * 0.95 / null):.3f} near 0.05); "
+        f"seed {args.seed}; alpha {config.alpha}; base stages {config.stages}, futility {config.futility}; "
+        f"screen {config.screen} trial(s) per task; {PERMUTATIONS} relabellings per final test"
+    )
     print()
     print_table(results)
     print()
     beside = [r for r in results if r["k"] > 1]
-    print("a candidate that does nothing kept beside a +10 one: "
-          + ", ".join(f"{r['shape']} {r['design']} K={r['k']}: {r['noop_beside']:.3f}" for r in beside if r["shape"] == "uniform"))
-    print("(incumbent trials, candidate trials) per task after each stage, before sizing: "
-          + "; ".join(f"K={k} {set_stages(config, k)}" for k in (1, 2)))
+    print(
+        "a candidate that does nothing kept beside a +10 one: "
+        + ", ".join(f"{r['shape']} {r['design']} K={r['k']}: {r['noop_beside']:.3f}" for r in beside if r["shape"] == "uniform")
+    )
+    print(
+        "(incumbent trials, candidate trials) per task after each stage, before sizing: "
+        + "; ".join(f"K={k} {set_stages(config, k)}" for k in (1, 2))
+    )
     print(f"({time.perf_counter() - started:.0f} s)")
 
 

@@ -32,20 +32,45 @@ def evaluate(agent_model: str, layers: list[str], args: argparse.Namespace) -> d
         repo = Path(tmp)
         subprocess.run([sys.executable, "-m", "evolver", "init", str(repo)], check=True, capture_output=True)
         (repo / "agent" / "harness.toml").write_text("".join(f"{k} = {str(k in layers).lower()}\n" for k in LAYERS))
-        cmd = [sys.executable, "-m", "evolver", "eval", str(repo), "--json", "--domain", "mock",
-               "--agent-model", agent_model, "--user-model", args.user_model, "--judge-model", args.judge_model,
-               "--trials", str(args.trials), "--max-steps", str(args.max_steps), "--concurrency", str(args.concurrency)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "evolver",
+            "eval",
+            str(repo),
+            "--json",
+            "--domain",
+            "mock",
+            "--agent-model",
+            agent_model,
+            "--user-model",
+            args.user_model,
+            "--judge-model",
+            args.judge_model,
+            "--trials",
+            str(args.trials),
+            "--max-steps",
+            str(args.max_steps),
+            "--concurrency",
+            str(args.concurrency),
+        ]
         if args.api_base:
             cmd += ["--agent-api-base", args.api_base]
-        env = {**os.environ, "EVOLVER_SCRIPT": "tests.scripts.harness_agents:script",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "EVOLVER_SCRIPT": "tests.scripts.harness_agents:script",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise SystemExit(f"evolver eval failed for {agent_model} with {layers or 'no layers'}:\n{proc.stderr[-2000:]}")
         summary = json.loads(proc.stdout)
         sims = json.loads(Path(summary["result_file"]).read_text())["simulations"]
-        return {"reward": summary["avg_reward"], "steps": sum(s["steps"] for s in sims) / len(sims),
-                "agent_tokens": summary["usage"]["agent"]["prompt_tokens"] + summary["usage"]["agent"]["completion_tokens"]}
+        return {
+            "reward": summary["avg_reward"],
+            "steps": sum(s["steps"] for s in sims) / len(sims),
+            "agent_tokens": summary["usage"]["agent"]["prompt_tokens"] + summary["usage"]["agent"]["completion_tokens"],
+        }
 
 
 def main() -> None:

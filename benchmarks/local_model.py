@@ -73,27 +73,61 @@ MAX_TOKENS = 256  # the same cap for every variant; a right answer here is under
 
 
 def _call(name, args, cid="call_1"):
-    return {"role": "assistant", "content": None, "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}],
+    }
 
 
 # (conversation after the system prompt, expected call as (name, args) with "*" = any value, or None = a text reply)
 CASES = [
-    ([{"role": "user", "content": "Hi, please create a task called 'Important Meeting' for user_1."}], ("create_task", {"user_id": "user_1", "title": "Important Meeting"})),
-    ([{"role": "user", "content": "Please mark task_1 as completed."}], ("update_task_status", {"task_id": "task_1", "status": "completed"})),
+    (
+        [{"role": "user", "content": "Hi, please create a task called 'Important Meeting' for user_1."}],
+        ("create_task", {"user_id": "user_1", "title": "Important Meeting"}),
+    ),
+    (
+        [{"role": "user", "content": "Please mark task_1 as completed."}],
+        ("update_task_status", {"task_id": "task_1", "status": "completed"}),
+    ),
     ([{"role": "user", "content": "I want to delete all my current tasks."}], ("transfer_to_human_agents", {"summary": "*"})),
     ([{"role": "user", "content": "Can you list all the users in the database?"}], ("get_users", {})),
-    ([{"role": "user", "content": "Create a task 'Buy milk' for user_2 with the description 'two liters'."}], ("create_task", {"user_id": "user_2", "title": "Buy milk", "description": "two liters"})),
-    ([{"role": "user", "content": "task_2 is not done after all, set it back to pending please."}], ("update_task_status", {"task_id": "task_2", "status": "pending"})),
+    (
+        [{"role": "user", "content": "Create a task 'Buy milk' for user_2 with the description 'two liters'."}],
+        ("create_task", {"user_id": "user_2", "title": "Buy milk", "description": "two liters"}),
+    ),
+    (
+        [{"role": "user", "content": "task_2 is not done after all, set it back to pending please."}],
+        ("update_task_status", {"task_id": "task_2", "status": "pending"}),
+    ),
     ([{"role": "user", "content": "I want to talk to a human agent, please transfer me."}], ("transfer_to_human_agents", {"summary": "*"})),
-    ([{"role": "user", "content": "I need a new task."}, {"role": "assistant", "content": "Sure. What is the title, and which user is it for?"},
-      {"role": "user", "content": "Title 'Groceries', for user_1."}], ("create_task", {"user_id": "user_1", "title": "Groceries"})),
-    ([{"role": "user", "content": "Please create a task 'Report' for user_1."}, _call("create_task", {"user_id": "user_1", "title": "Report"}),
-      {"role": "tool", "tool_call_id": "call_1", "content": '{"task_id": "task_3", "title": "Report", "status": "pending"}'},
-      {"role": "user", "content": "Great, now mark it as completed."}], ("update_task_status", {"task_id": "task_3", "status": "completed"})),
+    (
+        [
+            {"role": "user", "content": "I need a new task."},
+            {"role": "assistant", "content": "Sure. What is the title, and which user is it for?"},
+            {"role": "user", "content": "Title 'Groceries', for user_1."},
+        ],
+        ("create_task", {"user_id": "user_1", "title": "Groceries"}),
+    ),
+    (
+        [
+            {"role": "user", "content": "Please create a task 'Report' for user_1."},
+            _call("create_task", {"user_id": "user_1", "title": "Report"}),
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"task_id": "task_3", "title": "Report", "status": "pending"}'},
+            {"role": "user", "content": "Great, now mark it as completed."},
+        ],
+        ("update_task_status", {"task_id": "task_3", "status": "completed"}),
+    ),
     ([{"role": "user", "content": "Hi there!"}], None),
     ([{"role": "user", "content": "Could you give me a compliment?"}], None),
-    ([{"role": "user", "content": "Please create a task 'Report' for user_1."}, _call("create_task", {"user_id": "user_1", "title": "Report"}),
-      {"role": "tool", "tool_call_id": "call_1", "content": '{"task_id": "task_3", "title": "Report", "status": "pending"}'}], None),
+    (
+        [
+            {"role": "user", "content": "Please create a task 'Report' for user_1."},
+            _call("create_task", {"user_id": "user_1", "title": "Report"}),
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"task_id": "task_3", "title": "Report", "status": "pending"}'},
+        ],
+        None,
+    ),
 ]
 
 
@@ -123,8 +157,14 @@ def _matches(call: dict, expected: tuple) -> bool:
 
 
 def _constrained_schema(tools: list[dict]) -> dict:
-    options = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]}, "arguments": t["function"]["parameters"]},
-                "required": ["name", "arguments"]} for t in tools]
+    options = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t["function"]["name"]}, "arguments": t["function"]["parameters"]},
+            "required": ["name", "arguments"],
+        }
+        for t in tools
+    ]
     options.append({"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]})
     return {"anyOf": options}
 
@@ -134,9 +174,17 @@ def ask(variant: str, api_base: str, messages: list, tools: list) -> tuple[list[
     import litellm
 
     if variant == "constrained":
-        body = {"model": "local", "messages": messages, "tools": tools, "temperature": 0, "max_tokens": MAX_TOKENS,
-                "response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": _constrained_schema(tools)}}}
-        req = urllib.request.Request(api_base + "/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        body = {
+            "model": "local",
+            "messages": messages,
+            "tools": tools,
+            "temperature": 0,
+            "max_tokens": MAX_TOKENS,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": _constrained_schema(tools)}},
+        }
+        req = urllib.request.Request(
+            api_base + "/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=600) as resp:
             content = json.loads(resp.read())["choices"][0]["message"].get("content") or ""
         try:
@@ -147,7 +195,16 @@ def ask(variant: str, api_base: str, messages: list, tools: list) -> tuple[list[
             return [], value["message"] or None
         return [{"name": value["name"], "arguments": value.get("arguments") or {}}], None
     model = {"native": "openai/local", "parsed": "local/bench"}[variant]
-    r = litellm.completion(model=model, api_base=api_base, api_key="not-needed", messages=messages, tools=tools, tool_choice="auto", temperature=0.0, max_tokens=MAX_TOKENS)
+    r = litellm.completion(
+        model=model,
+        api_base=api_base,
+        api_key="not-needed",
+        messages=messages,
+        tools=tools,
+        tool_choice="auto",
+        temperature=0.0,
+        max_tokens=MAX_TOKENS,
+    )
     m = r.choices[0].message
     calls = [{"name": c.function.name, "arguments": json.loads(c.function.arguments or "{}")} for c in m.tool_calls or []]
     return calls, (m.content or None)
@@ -184,11 +241,20 @@ def bench_toolcalls(api_base: str, variants: list[str]) -> dict:
 
 def bench_speed(address: str) -> dict:
     system, tools = mock_context()
-    body = {"model": "local", "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Tell me about the policy in detail."}],
-            "tools": tools, "max_tokens": 128, "temperature": 0, "cache_prompt": False, "ignore_eos": True}
+    body = {
+        "model": "local",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Tell me about the policy in detail."}],
+        "tools": tools,
+        "max_tokens": 128,
+        "temperature": 0,
+        "cache_prompt": False,
+        "ignore_eos": True,
+    }
     runs = []
     for _ in range(3):
-        req = urllib.request.Request(address + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            address + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=600) as resp:
             runs.append(json.loads(resp.read())["timings"])
     return {
@@ -206,9 +272,14 @@ def bench_speed(address: str) -> dict:
 CREATE = (r"creat|\bnew\b|\badd|\bmake|set up", r"\btask|meeting")
 COMPLETE = (r"complet|\bdone\b|finish|status", r"\btask|project review")
 STATES_TASK = {
-    "create_task_1": CREATE, "create_task_1_with_env_assertions": CREATE, "create_task_1_nl_eval": CREATE,
-    "update_task_1": COMPLETE, "update_task_with_message_history": COMPLETE, "update_task_with_initialization_data": COMPLETE,
-    "update_task_with_initialization_actions": COMPLETE, "update_task_with_history_and_env_assertions": COMPLETE,
+    "create_task_1": CREATE,
+    "create_task_1_with_env_assertions": CREATE,
+    "create_task_1_nl_eval": CREATE,
+    "update_task_1": COMPLETE,
+    "update_task_with_message_history": COMPLETE,
+    "update_task_with_initialization_data": COMPLETE,
+    "update_task_with_initialization_actions": COMPLETE,
+    "update_task_with_history_and_env_assertions": COMPLETE,
     "impossible_task_1": (r"delet|remov|clear", r"\btask"),
 }
 
@@ -274,8 +345,9 @@ def bench_customer(api_base: str, presentations: list[str]) -> dict:
     return out
 
 
-def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, user: str, adapter: bool, trials: int,
-               task_ids: list[str] | None = None) -> dict:
+def bench_sims(
+    api_base: str, handling: bool, num_tasks: int, max_steps: int, user: str, adapter: bool, trials: int, task_ids: list[str] | None = None
+) -> dict:
     from evolver.cli.scaffold import init_repo
     from evolver.data import EvalRequest, RoleModel
     from evolver.evaluation.backends.local import LocalBackend
@@ -287,17 +359,30 @@ def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, us
 
     def role(label: str) -> RoleModel:
         if not handling:
-            return RoleModel(model="openai/local", api_base=api_base, llm_args={"temperature": 0.0, "api_key": "not-needed", "max_tokens": serving.DEFAULT_MAX_TOKENS})
+            return RoleModel(
+                model="openai/local",
+                api_base=api_base,
+                llm_args={"temperature": 0.0, "api_key": "not-needed", "max_tokens": serving.DEFAULT_MAX_TOKENS},
+            )
         extra = {serving.USER_ADAPTER: adapter} if label == "user" else {}
         return RoleModel(model=f"local/{label}", api_base=api_base, llm_args={"temperature": 0.0, **extra})
 
     # user "scripted": evolver's deterministic mock customer states the task, so the
     # figures show the agent's tool calling alone (the small models often fail as the user).
     scripted = RoleModel(model="scripted/user")
-    req = EvalRequest(checkout=str(work), out_dir=str(work / "runs" / "bench"), domain="mock", num_tasks=num_tasks, task_ids=task_ids, trials=trials,
-                      concurrency=1, max_steps=max_steps,
-                      agent=role("agent"), user=scripted if user == "scripted" else role("user"),
-                      judge=RoleModel(model="scripted/judge") if user == "scripted" else role("judge"))
+    req = EvalRequest(
+        checkout=str(work),
+        out_dir=str(work / "runs" / "bench"),
+        domain="mock",
+        num_tasks=num_tasks,
+        task_ids=task_ids,
+        trials=trials,
+        concurrency=1,
+        max_steps=max_steps,
+        agent=role("agent"),
+        user=scripted if user == "scripted" else role("user"),
+        judge=RoleModel(model="scripted/judge") if user == "scripted" else role("judge"),
+    )
     load_before = os.getloadavg()
     with LocalBackend() as backend:
         result = backend.evaluate(req, "bench", timeout=4 * 3600)
@@ -313,7 +398,9 @@ def bench_sims(api_base: str, handling: bool, num_tasks: int, max_steps: int, us
         "avg_reward": result.summary.avg_reward,
         "rewards": _per_task(sims, lambda s: s.reward),
         "states_task": f"{sum(states_task(k[0], v) for k, v in firsts.items())}/{len(firsts)}",
-        "states_task_per_task": _per_task(sims, lambda s: states_task(s.task_id, firsts[(s.task_id, s.trial)]) if s.trajectory_file else None),
+        "states_task_per_task": _per_task(
+            sims, lambda s: states_task(s.task_id, firsts[(s.task_id, s.trial)]) if s.trajectory_file else None
+        ),
         "assistant_like_first": f"{sum(customer.reads_like_assistant(v) for v in firsts.values())}/{len(firsts)}",
         "first_customer_messages": {f"{k[0]}#{k[1]}": (v or "")[:200] for k, v in firsts.items()},
         "mean_steps": round(statistics.mean(s.steps for s in sims if s.trajectory_file), 1) if firsts else None,
@@ -361,11 +448,15 @@ def main() -> int:
     ap.add_argument("--parts", default="speed,toolcalls,sims")
     ap.add_argument("--sim-handling", default="off,on", help="sims without (off) and/or with (on) the tool-call handling")
     ap.add_argument("--sim-users", default="local", help="who plays the customer: local (the same model) and/or scripted")
-    ap.add_argument("--sim-user-adapter", default="off,on", help="with handling and the local customer: its user-role adapter off and/or on")
+    ap.add_argument(
+        "--sim-user-adapter", default="off,on", help="with handling and the local customer: its user-role adapter off and/or on"
+    )
     ap.add_argument("--presentations", default=",".join(PRESENTATIONS), help="customer part: which presentations of the user-role adapter")
     ap.add_argument("--trials", type=int, default=1, help="sims part: trials per task")
     ap.add_argument("--num-tasks", type=int, default=9)
-    ap.add_argument("--task-ids", help="sims part: only these mock tasks, comma-separated (a loaded machine may need the 9 split over runs)")
+    ap.add_argument(
+        "--task-ids", help="sims part: only these mock tasks, comma-separated (a loaded machine may need the 9 split over runs)"
+    )
     ap.add_argument("--max-steps", type=int, default=30)
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
@@ -387,10 +478,21 @@ def main() -> int:
                     entry.setdefault("toolcalls", {})[tname] = bench_toolcalls(srv.api_base, ["native", "parsed", "constrained"])
                 # Simulations run once, with the template the product serves.
                 if "sims" in parts and tname == list(templates)[-1]:
-                    entry["sims"] = [bench_sims(srv.api_base, h == "on", args.num_tasks, args.max_steps, u, a == "on", args.trials,
-                                                 args.task_ids.split(",") if args.task_ids else None)
-                                     for u in args.sim_users.split(",") for h in args.sim_handling.split(",")
-                                     for a in (args.sim_user_adapter.split(",") if h == "on" and u == "local" else ["off"])]
+                    entry["sims"] = [
+                        bench_sims(
+                            srv.api_base,
+                            h == "on",
+                            args.num_tasks,
+                            args.max_steps,
+                            u,
+                            a == "on",
+                            args.trials,
+                            args.task_ids.split(",") if args.task_ids else None,
+                        )
+                        for u in args.sim_users.split(",")
+                        for h in args.sim_handling.split(",")
+                        for a in (args.sim_user_adapter.split(",") if h == "on" and u == "local" else ["off"])
+                    ]
         report["load_average_end"] = os.getloadavg()
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=2))

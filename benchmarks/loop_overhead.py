@@ -43,9 +43,20 @@ def main() -> None:
     init_repo(repo)
     for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init"]):
         subprocess.run(["git", *cmd], cwd=repo, check=True)
-    cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge",
-                             "meta_model": "scripted/meta", "domain": "evolver_gen", "plugins": ["tests.scripts.gen_domain"],
-                             "iterations": args.iterations, "concurrency": 8}, environ={})
+    cfg = load_config(
+        repo,
+        {
+            "agent_model": "scripted/agent",
+            "user_model": "scripted/user",
+            "judge_model": "scripted/judge",
+            "meta_model": "scripted/meta",
+            "domain": "evolver_gen",
+            "plugins": ["tests.scripts.gen_domain"],
+            "iterations": args.iterations,
+            "concurrency": 8,
+        },
+        environ={},
+    )
 
     windows: list[float] = []
     meta_seconds: list[float] = []

@@ -49,10 +49,23 @@ def one_iteration(k: int, concurrency: int, stages: list[str]) -> tuple[float, l
     init_repo(repo)
     for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init"]):
         subprocess.run(["git", *cmd], cwd=repo, check=True)
-    cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge",
-                             "meta_model": "scripted/meta", "domain": "evolver_gen", "plugins": ["tests.scripts.gen_domain"],
-                             "iterations": 1, "candidates": k, "concurrency": concurrency, "gate_stages": stages, "holdout": "off"},
-                      environ={})
+    cfg = load_config(
+        repo,
+        {
+            "agent_model": "scripted/agent",
+            "user_model": "scripted/user",
+            "judge_model": "scripted/judge",
+            "meta_model": "scripted/meta",
+            "domain": "evolver_gen",
+            "plugins": ["tests.scripts.gen_domain"],
+            "iterations": 1,
+            "candidates": k,
+            "concurrency": concurrency,
+            "gate_stages": stages,
+            "holdout": "off",
+        },
+        environ={},
+    )
     with LocalBackend() as backend:
         console = Console(stderr=True, quiet=True)
         loop = start_run(new_run(repo, cfg, f"run-k{k}", backend, allow_dirty=False, dry_run=False, console=console), cfg, backend, console)
@@ -79,8 +92,10 @@ def main() -> None:
     gates = args.gates.split(",")
     if not set(gates) <= set(GATES):
         parser.error(f"--gates: choose from {', '.join(GATES)}")
-    print(f"one iteration, {args.latency:g} s per LLM call, {args.concurrency} simulations at once per candidate, "
-          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; 40 gate tasks")
+    print(
+        f"one iteration, {args.latency:g} s per LLM call, {args.concurrency} simulations at once per candidate, "
+        f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; 40 gate tasks"
+    )
     print(f"{'gate':>8} {'K':>2} {'wall s':>7} {'x K=1':>6}  candidates")
     try:
         for gate in gates:

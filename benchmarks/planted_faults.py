@@ -57,14 +57,22 @@ RECOVERED = 0.9  # of what the fault cost, won back
 REACHED = ("accepted", "rejected", "undecided")
 # The steps of each layer, by the switch that turns the layer on: a best whose turn method no longer reaches one
 # of them has taken that layer out, as a switch turned off does.
-LAYER_STEPS = {"realize_action": "h2_action_realization", "should_stop": "h4_trajectory_regulation",
-               "regulation_notes": "h4_trajectory_regulation", "tool_schemas": "h3_environment_contract",
-               "skill_texts": "h5_procedural_skills"}
+LAYER_STEPS = {
+    "realize_action": "h2_action_realization",
+    "should_stop": "h4_trajectory_regulation",
+    "regulation_notes": "h4_trajectory_regulation",
+    "tool_schemas": "h3_environment_contract",
+    "skill_texts": "h5_procedural_skills",
+}
 
 
 def env(runtime: str) -> dict:
-    return {**os.environ, "EVOLVER_SCRIPT": "tests.scripts.planted:script", "EVOLVER_RUNTIME_DIR": runtime,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        "EVOLVER_SCRIPT": "tests.scripts.planted:script",
+        "EVOLVER_RUNTIME_DIR": runtime,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
 
 
 def evolver(runtime: str, *args: str, timeout: float = 7200) -> subprocess.CompletedProcess:
@@ -72,8 +80,13 @@ def evolver(runtime: str, *args: str, timeout: float = 7200) -> subprocess.Compl
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid", *args], cwd=repo, check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def make_repo(path: Path, runtime: str, fault=None) -> Path:
@@ -100,14 +113,18 @@ def make_repo(path: Path, runtime: str, fault=None) -> Path:
 def rewards(repo: Path, runtime: str, ref: str = "HEAD") -> dict[str, float]:
     """The average reward of ``ref`` on the gate split and on the held-back one (one evaluation of both)."""
     ids = {task.id: split for split in SPLITS for task in DOMAIN_SPLITS[split]}
-    proc = evolver(runtime, "eval", str(repo), "--ref", ref, "--json", "--task-ids", ",".join(ids), *SCRIPTED, "--concurrency", "8", "--no-preflight")
+    proc = evolver(
+        runtime, "eval", str(repo), "--ref", ref, "--json", "--task-ids", ",".join(ids), *SCRIPTED, "--concurrency", "8", "--no-preflight"
+    )
     if proc.returncode != 0:
         raise SystemExit(f"evolver eval failed:\n{proc.stderr[-2000:]}")
     simulations = json.loads(Path(json.loads(proc.stdout)["result_file"]).read_text())["simulations"]
     missing = sorted(set(ids) - {s["task_id"] for s in simulations if s["outcome"] != "infra_error"})
     if missing:  # an average over fewer tasks would not compare with the others
         raise SystemExit(f"evolver eval of {ref} scored no reward for {len(missing)} task(s): {', '.join(missing[:5])}")
-    return {split: sum(s["reward"] or 0.0 for s in simulations if ids[s["task_id"]] == split) / len(DOMAIN_SPLITS[split]) for split in SPLITS}
+    return {
+        split: sum(s["reward"] or 0.0 for s in simulations if ids[s["task_id"]] == split) / len(DOMAIN_SPLITS[split]) for split in SPLITS
+    }
 
 
 def reached_steps(source: str) -> set[str] | None:
@@ -122,13 +139,20 @@ def reached_steps(source: str) -> set[str] | None:
         if name in seen or name not in methods:
             continue
         seen.add(name)
-        todo += [n.func.attr for n in ast.walk(methods[name]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                 and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+        todo += [
+            n.func.attr
+            for n in ast.walk(methods[name])
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == "self"
+        ]
     return seen
 
 
 def taken_out(repo: Path, base: str, best: str) -> list[str]:
     """What ``best`` took out of ``base``'s harness: layers switched off, layer steps or the turn method no longer reached."""
+
     def read(commit: str, path: str) -> str:
         return git(repo, "show", f"{commit}:{path}")
 
@@ -138,8 +162,11 @@ def taken_out(repo: Path, base: str, best: str) -> list[str]:
     before, after = reached_steps(read(base, "agent/agent.py")), reached_steps(read(best, "agent/agent.py"))
     if before is not None and after is None:
         return out + ["the turn method removed"]
-    out += [f"{step} ({layer}) no longer called" for step, layer in LAYER_STEPS.items()
-            if layer in on & still_on and before and step in before and step not in after]
+    out += [
+        f"{step} ({layer}) no longer called"
+        for step, layer in LAYER_STEPS.items()
+        if layer in on & still_on and before and step in before and step not in after
+    ]
     return out
 
 
@@ -181,12 +208,34 @@ def evolve(fault, proposer: str, meta: list[str], args, honest: dict[str, float]
     started, run_id, best = time.monotonic(), None, {}
     for n in range(1, args.iterations + 1):
         if run_id is None:
-            proc = evolver(runtime, "run", str(repo), "--iterations", "1", "--gate-policy", "audited", "--candidates", "1", "--gate-stages", args.gate_stages,
-                           "--no-holdout", "--stall", "0", "--concurrency", "8", "--proposer", proposer, *SCRIPTED, *meta)
+            proc = evolver(
+                runtime,
+                "run",
+                str(repo),
+                "--iterations",
+                "1",
+                "--gate-policy",
+                "audited",
+                "--candidates",
+                "1",
+                "--gate-stages",
+                args.gate_stages,
+                "--no-holdout",
+                "--stall",
+                "0",
+                "--concurrency",
+                "8",
+                "--proposer",
+                proposer,
+                *SCRIPTED,
+                *meta,
+            )
         else:
             proc = evolver(runtime, "run", str(repo), "--resume", run_id, "--iterations", str(n))
         if proc.returncode != 0:
-            trial.notes.append(f"iteration {n}: exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
+            trial.notes.append(
+                f"iteration {n}: exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}"
+            )
             break
         run_id = run_id or next(p.name for p in (repo / "runs").glob("run-*"))
         trial.iterations = n
@@ -218,14 +267,20 @@ def shown(scores: dict[str, float] | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--meta-model", default="scripted/meta", help="the meta-LLM: scripted/meta (the scripted meta-agent), local (the embedded 1.5B), or any litellm model")
+    parser.add_argument(
+        "--meta-model",
+        default="scripted/meta",
+        help="the meta-LLM: scripted/meta (the scripted meta-agent), local (the embedded 1.5B), or any litellm model",
+    )
     parser.add_argument("--local-size", default="default")
     parser.add_argument("--proposers", default="agent,oneshot")
     parser.add_argument("--faults", default=",".join(f.name for f in FAULTS))
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--gate-stages", default="1,2")
     parser.add_argument("--out", help="write every trial as JSON here (rewritten after each fault)")
-    parser.add_argument("--keep", metavar="DIR", help="work in this folder and keep it (the runs, transcripts and logs); default: a temporary one")
+    parser.add_argument(
+        "--keep", metavar="DIR", help="work in this folder and keep it (the runs, transcripts and logs); default: a temporary one"
+    )
     args = parser.parse_args()
     meta = ["--meta-model", args.meta_model] + (["--local-size", args.local_size] if args.meta_model == "local" else [])
     unknown = set(args.faults.split(",")) - {f.name for f in FAULTS}
@@ -244,18 +299,25 @@ def main() -> None:
                 for fault in chosen:
                     trial = evolve(fault, proposer, meta, args, honest, work, runtime)
                     results.setdefault(proposer, []).append(trial)
-                    print(f"{proposer:8s} {fault.name:22s} {trial.label}: faulty {shown(trial.faulty)} -> best {shown(trial.kept)}"
-                          f"{' (' + ', '.join(trial.removed) + ')' if trial.removed else ''} proposals={trial.proposals} reached={trial.reached}"
-                          f" sims={trial.simulations} meta_tokens={trial.meta_tokens} {trial.seconds / 60:.1f} min", flush=True)
+                    print(
+                        f"{proposer:8s} {fault.name:22s} {trial.label}: faulty {shown(trial.faulty)} -> best {shown(trial.kept)}"
+                        f"{' (' + ', '.join(trial.removed) + ')' if trial.removed else ''} proposals={trial.proposals} reached={trial.reached}"
+                        f" sims={trial.simulations} meta_tokens={trial.meta_tokens} {trial.seconds / 60:.1f} min",
+                        flush=True,
+                    )
                     for note in trial.notes:
                         print(f"    {note}", flush=True)
                     if args.out:  # after every fault: a long run stopped part-way keeps what it measured
                         Path(args.out).write_text(json.dumps({p: [t.__dict__ for t in ts] for p, ts in results.items()}, indent=2))
     finally:
         evolver(runtime, "daemon", "stop")
-    print(f"\nmeta model {args.meta_model}; template gate / held back {shown(honest)}; up to {args.iterations} iteration(s) per fault; "
-          f"recovered: at least {RECOVERED:.0%} of what the fault cost won back on both\n")
-    print("| proposer | fixed | reverted | fitted | not recovered | proposals | reached the gate | simulations | meta tokens | minutes | minutes per fix | s per proposal (median) |")
+    print(
+        f"\nmeta model {args.meta_model}; template gate / held back {shown(honest)}; up to {args.iterations} iteration(s) per fault; "
+        f"recovered: at least {RECOVERED:.0%} of what the fault cost won back on both\n"
+    )
+    print(
+        "| proposer | fixed | reverted | fitted | not recovered | proposals | reached the gate | simulations | meta tokens | minutes | minutes per fix | s per proposal (median) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for proposer, trials in results.items():
         count = {name: sum(t.label == name for t in trials) for name in ("fixed", "reverted", "fitted", "not recovered")}
@@ -264,16 +326,20 @@ def main() -> None:
         per = sorted(s for t in trials for s in t.proposal_seconds)
         median = per[len(per) // 2] if per else 0.0
         per_fix = f"{minutes / count['fixed']:.1f}" if count["fixed"] else "-"
-        print(f"| {proposer} | {count['fixed']} of {len(trials)} | {count['reverted']} | {count['fitted']} | {count['not recovered']} | {proposals} "
-              f"| {sum(t.reached for t in trials)} of {proposals} | {sum(t.simulations for t in trials):,} | {sum(t.meta_tokens for t in trials):,} "
-              f"| {minutes:.1f} | {per_fix} | {median:.0f} |")
+        print(
+            f"| {proposer} | {count['fixed']} of {len(trials)} | {count['reverted']} | {count['fitted']} | {count['not recovered']} | {proposals} "
+            f"| {sum(t.reached for t in trials)} of {proposals} | {sum(t.simulations for t in trials):,} | {sum(t.meta_tokens for t in trials):,} "
+            f"| {minutes:.1f} | {per_fix} | {median:.0f} |"
+        )
     print("\n| proposer | fault | counted | gate: faulty -> best | held back: faulty -> best | iterations | taken out |")
     print("|---|---|---|---|---|---|---|")
     for proposer, trials in results.items():
         for t in trials:
             best = {s: f"{t.kept[s]:.3f}" if t.kept else "-" for s in SPLITS}
-            print(f"| {proposer} | {t.fault} | {t.label} | {t.faulty['test']:.3f} -> {best['test']} | {t.faulty['holdout']:.3f} -> {best['holdout']} "
-                  f"| {t.iterations} | {', '.join(t.removed) or '-'} |")
+            print(
+                f"| {proposer} | {t.fault} | {t.label} | {t.faulty['test']:.3f} -> {best['test']} | {t.faulty['holdout']:.3f} -> {best['holdout']} "
+                f"| {t.iterations} | {', '.join(t.removed) or '-'} |"
+            )
 
 
 if __name__ == "__main__":

@@ -71,25 +71,41 @@ def main() -> None:
         analysis = EvalResult.model_validate_json(result_file.read_text())
         log = Path(tmp) / "server.log"
         with LocalServer(resolve_model(args.size), log_path=log) as server:
-            request = Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(analysis, result_file.parent), learnings=[],
-                              guide=(ROOT / "Harness.md").read_text(), identifiers=frozenset(),
-                              meta=RoleModel(model="local/meta", api_base=server.api_base), llm_retries=2, context_tokens=12288,
-                              budget=Budget(turns=args.turns, tokens=10**7, tries=0, seconds=3600), workdir=Path(tmp) / "proposal",
-                              prompts_dir=ROOT / "prompts")
+            request = Request(
+                label="1",
+                focus=(0, 1),
+                parent=repo,
+                evidence=Evidence(analysis, result_file.parent),
+                learnings=[],
+                guide=(ROOT / "Harness.md").read_text(),
+                identifiers=frozenset(),
+                meta=RoleModel(model="local/meta", api_base=server.api_base),
+                llm_retries=2,
+                context_tokens=12288,
+                budget=Budget(turns=args.turns, tokens=10**7, tries=0, seconds=3600),
+                workdir=Path(tmp) / "proposal",
+                prompts_dir=ROOT / "prompts",
+            )
             started = time.monotonic()
             outcome = Session(request).run()
             seconds = time.monotonic() - started
         rows = requests(log.read_text())
-    print(f"{args.size} model, fault {fault.name}, {outcome.stats['turns']} turn(s) in {seconds:.0f} s; stopped: {outcome.stats['stopped']}")
+    print(
+        f"{args.size} model, fault {fault.name}, {outcome.stats['turns']} turn(s) in {seconds:.0f} s; stopped: {outcome.stats['stopped']}"
+    )
     print("| request | prompt tokens | evaluated | reused | prompt s | answer tokens | answer s |")
     print("|---|---|---|---|---|---|---|")
     for n, r in enumerate(rows, 1):
-        print(f"| {n} | {r['prompt']:.0f} | {r['evaluated']:.0f} | {1 - r['evaluated'] / max(1, r['prompt']):.0%} | {r['prompt_ms'] / 1000:.1f} "
-              f"| {r['generated']:.0f} | {r['eval_ms'] / 1000:.1f} |")
+        print(
+            f"| {n} | {r['prompt']:.0f} | {r['evaluated']:.0f} | {1 - r['evaluated'] / max(1, r['prompt']):.0%} | {r['prompt_ms'] / 1000:.1f} "
+            f"| {r['generated']:.0f} | {r['eval_ms'] / 1000:.1f} |"
+        )
     prompt, evaluated = sum(r["prompt"] for r in rows), sum(r["evaluated"] for r in rows)
     later = rows[1:]
-    print(f"\nall requests: {prompt:.0f} prompt tokens, {evaluated:.0f} evaluated, {1 - evaluated / max(1, prompt):.0%} reused from the cache; "
-          f"after the first: {1 - sum(r['evaluated'] for r in later) / max(1, sum(r['prompt'] for r in later)):.0%} reused")
+    print(
+        f"\nall requests: {prompt:.0f} prompt tokens, {evaluated:.0f} evaluated, {1 - evaluated / max(1, prompt):.0%} reused from the cache; "
+        f"after the first: {1 - sum(r['evaluated'] for r in later) / max(1, sum(r['prompt'] for r in later)):.0%} reused"
+    )
 
 
 if __name__ == "__main__":

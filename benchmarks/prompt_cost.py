@@ -35,16 +35,27 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.scripts.meta_agent import investigate  # noqa: E402
-from tests.scripts.planted import FAULTS, fixes, script as planted_script  # noqa: E402
+from tests.scripts.planted import FAULTS, fixes  # noqa: E402
+from tests.scripts.planted import script as planted_script  # noqa: E402
 
 MODELS = ("openai/gpt-5", "anthropic/claude-sonnet-4-5", "gemini/gemini-2.5-pro")
 KEYS = {"OPENAI_API_KEY": "sk-bench-not-a-key", "ANTHROPIC_API_KEY": "sk-ant-bench-not-a-key", "GEMINI_API_KEY": "bench-not-a-key"}
 # What the scripted meta-agent reads before it edits, in order (the last read is the file it then edits).
-READS = [("list_failures", {}), ("read_trajectory", {"task": "T1"}), ("read_trajectory", {"task": "T1", "page": 2}), ("list_files", {}),
-         ("read_file", {"path": "Harness.md", "start": 1, "end": 80}), ("search_code", {"pattern": "def generate_next_message"}),
-         ("read_trajectory", {"task": "T2"}), ("list_candidates", {}), ("search_trajectories", {"pattern": "ended by"}),
-         ("read_file", {"path": "agent/agent.py", "start": 1, "end": 120}), ("read_file", {"path": "agent/agent.py", "start": 120, "end": 240}),
-         ("read_file", {"path": "agent/agent.py", "start": 240, "end": 360}), ("read_file", {"path": "agent/agent.py", "start": 360, "end": 480})]
+READS = [
+    ("list_failures", {}),
+    ("read_trajectory", {"task": "T1"}),
+    ("read_trajectory", {"task": "T1", "page": 2}),
+    ("list_files", {}),
+    ("read_file", {"path": "Harness.md", "start": 1, "end": 80}),
+    ("search_code", {"pattern": "def generate_next_message"}),
+    ("read_trajectory", {"task": "T2"}),
+    ("list_candidates", {}),
+    ("search_trajectories", {"pattern": "ended by"}),
+    ("read_file", {"path": "agent/agent.py", "start": 1, "end": 120}),
+    ("read_file", {"path": "agent/agent.py", "start": 120, "end": 240}),
+    ("read_file", {"path": "agent/agent.py", "start": 240, "end": 360}),
+    ("read_file", {"path": "agent/agent.py", "start": 360, "end": 480}),
+]
 
 
 def script(name, messages, tools):
@@ -78,10 +89,21 @@ def propose(repo: Path, result_file: Path, meta: str, api_base: str, turns: int,
     from evolver.evolution.proposers.agent import Session
 
     analysis = EvalResult.model_validate_json(result_file.read_text())
-    request = Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(analysis, result_file.parent), learnings=[],
-                      guide=(ROOT / "Harness.md").read_text(), identifiers=frozenset(), meta=RoleModel(model=meta, api_base=api_base),
-                      llm_retries=1, context_tokens=200_000, budget=Budget(turns=turns, tokens=10**7, tries=0, seconds=3600), workdir=workdir,
-                      prompts_dir=ROOT / "prompts")
+    request = Request(
+        label="1",
+        focus=(0, 1),
+        parent=repo,
+        evidence=Evidence(analysis, result_file.parent),
+        learnings=[],
+        guide=(ROOT / "Harness.md").read_text(),
+        identifiers=frozenset(),
+        meta=RoleModel(model=meta, api_base=api_base),
+        llm_retries=1,
+        context_tokens=200_000,
+        budget=Budget(turns=turns, tokens=10**7, tries=0, seconds=3600),
+        workdir=workdir,
+        prompts_dir=ROOT / "prompts",
+    )
     return Session(request).run()
 
 
@@ -98,8 +120,14 @@ def main() -> None:
     parser.add_argument("--fault", default="lost_instruction", choices=[f.name for f in FAULTS])
     parser.add_argument("--turns", type=int, default=16)
     args = parser.parse_args()
-    os.environ.update({"EVOLVER_SCRIPT": "benchmarks.prompt_cost:script", "BENCH_READS": str(max(1, args.turns - 3)), **KEYS,
-                       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+    os.environ.update(
+        {
+            "EVOLVER_SCRIPT": "benchmarks.prompt_cost:script",
+            "BENCH_READS": str(max(1, args.turns - 3)),
+            **KEYS,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+    )
     from benchmarks.planted_faults import make_repo
     from evolver.llm import prepare_environment
     from tests.scripts.fake_anthropic import FakeAnthropic
@@ -109,21 +137,37 @@ def main() -> None:
     prepare_environment()
     roles = {m.split("/", 1)[1]: "meta" for m in MODELS}
     rows = []
-    with tempfile.TemporaryDirectory(prefix="evolver-cost-") as tmp, FakeOpenAI(roles=roles) as openai, FakeAnthropic(roles=roles) as anthropic, \
-            FakeGemini(roles=roles) as gemini:
+    with (
+        tempfile.TemporaryDirectory(prefix="evolver-cost-") as tmp,
+        FakeOpenAI(roles=roles) as openai,
+        FakeAnthropic(roles=roles) as anthropic,
+        FakeGemini(roles=roles) as gemini,
+    ):
         repo = make_repo(Path(tmp) / "repo", next(f for f in FAULTS if f.name == args.fault))
         result_file = analysis(repo)
         for meta, server in zip(MODELS, (openai, anthropic, gemini)):
             outcome = propose(repo, result_file, meta, server.api_base, args.turns, Path(tmp) / meta.replace("/", "-"))
             u, plain = outcome.usage, uncached_cost(meta, outcome.usage)
-            rows.append((meta, outcome.stats["turns"], u.prompt_tokens, u.completion_tokens, u.cached_tokens / max(1, u.prompt_tokens), plain, u.cost,
-                         outcome.proposal is not None))
+            rows.append(
+                (
+                    meta,
+                    outcome.stats["turns"],
+                    u.prompt_tokens,
+                    u.completion_tokens,
+                    u.cached_tokens / max(1, u.prompt_tokens),
+                    plain,
+                    u.cost,
+                    outcome.proposal is not None,
+                )
+            )
     print(f"one proposal on the planted fault {args.fault}, {args.turns} turns, at litellm's list prices (meta side only)\n")
     print("| meta model | turns | prompt tokens | completion tokens | read from the cache | without caching | with caching | cheaper |")
     print("|---|---|---|---|---|---|---|---|")
     for meta, turns, prompt, completion, share, plain, cached, submitted in rows:
-        print(f"| {meta} | {turns}{'' if submitted else ' (no submission)'} | {prompt:,} | {completion:,} | {share:.0%} | ${plain:.4f} | ${cached:.4f} "
-              f"| {plain / cached:.1f}x |")
+        print(
+            f"| {meta} | {turns}{'' if submitted else ' (no submission)'} | {prompt:,} | {completion:,} | {share:.0%} | ${plain:.4f} | ${cached:.4f} "
+            f"| {plain / cached:.1f}x |"
+        )
 
 
 if __name__ == "__main__":

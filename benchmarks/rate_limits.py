@@ -56,13 +56,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 MODEL = "shared"  # the one model name every role uses: one lane, one limit
-TASKS = ["create_task_1", "create_task_1_with_env_assertions", "update_task_1", "update_task_with_message_history",
-         "update_task_with_initialization_data", "update_task_with_initialization_actions",
-         "update_task_with_history_and_env_assertions", "impossible_task_1"]
+TASKS = [
+    "create_task_1",
+    "create_task_1_with_env_assertions",
+    "update_task_1",
+    "update_task_with_message_history",
+    "update_task_with_initialization_data",
+    "update_task_with_initialization_actions",
+    "update_task_with_history_and_env_assertions",
+    "impossible_task_1",
+]
 LEARNT_AFTER = 20.0  # seconds: 429s after this count as "once learnt"
 
 
 # ---- the learning rules in virtual time -------------------------------------------------------
+
 
 class AIMD:
     """Plain additive increase, multiplicative decrease, for comparison: halve the rate on a 429 (once
@@ -87,8 +95,9 @@ class AIMD:
 QUIET = 30.0  # seconds: with quiet=True, demand stops for this long after every QUIET seconds of calls
 
 
-def simulate(learner, rpm: float, burst: float, latency: float, demand: float, seconds: float, retry_after: bool = True,
-             quiet: bool = False) -> dict:
+def simulate(
+    learner, rpm: float, burst: float, latency: float, demand: float, seconds: float, retry_after: bool = True, quiet: bool = False
+) -> dict:
     """Callers in a closed loop (each: permit, call, next) against a token bucket of ``rpm`` holding
     ``burst`` seconds of it; evolver's Limiter with ``learner`` on a virtual clock, asked and told as
     evolver.llm does. ``quiet``: the callers stop every other QUIET seconds, as a run's calls do between
@@ -149,34 +158,45 @@ def simulate(learner, rpm: float, burst: float, latency: float, demand: float, s
             queue.pop(0)
             send()
     late_seconds = max(1.0, seconds - 60) / (2 if quiet else 1)  # the seconds calls were asked for
-    return {"achieved": answered_late / late_seconds / rate, "share_429_late": limited_late / max(1, limited_late + answered_late),
-            "share_429": limited / max(1, limited + answered), "final_rpm": None if learner.rate is None else learner.rate * 60}
+    return {
+        "achieved": answered_late / late_seconds / rate,
+        "share_429_late": limited_late / max(1, limited_late + answered_late),
+        "share_429": limited / max(1, limited + answered),
+        "final_rpm": None if learner.rate is None else learner.rate * 60,
+    }
 
 
 def controllers(args) -> None:
     from evolver.ratelimit.learning import Learner
 
-    rules = {"additive +1% of the limit/s, halve": lambda rpm: AIMD(step=rpm / 60 * 0.01),
-             "additive +5% of the limit/s, halve": lambda rpm: AIMD(step=rpm / 60 * 0.05),
-             "+5%/s, halve (evolver)": lambda rpm: Learner(),
-             "+3%/s, x0.7": lambda rpm: Learner(cut=0.7, growth=0.03),
-             "+2%/s, x0.9 of measured throughput": lambda rpm: Learner(cut=0.9, growth=0.02, measured=True),
-             "+3%/s, x0.8 of measured throughput": lambda rpm: Learner(cut=0.8, growth=0.03, measured=True),
-             "+5%/s, x0.5 of measured throughput": lambda rpm: Learner(cut=0.5, growth=0.05, measured=True)}
+    rules = {
+        "additive +1% of the limit/s, halve": lambda rpm: AIMD(step=rpm / 60 * 0.01),
+        "additive +5% of the limit/s, halve": lambda rpm: AIMD(step=rpm / 60 * 0.05),
+        "+5%/s, halve (evolver)": lambda rpm: Learner(),
+        "+3%/s, x0.7": lambda rpm: Learner(cut=0.7, growth=0.03),
+        "+2%/s, x0.9 of measured throughput": lambda rpm: Learner(cut=0.9, growth=0.02, measured=True),
+        "+3%/s, x0.8 of measured throughput": lambda rpm: Learner(cut=0.8, growth=0.03, measured=True),
+        "+5%/s, x0.5 of measured throughput": lambda rpm: Learner(cut=0.5, growth=0.05, measured=True),
+    }
     print(f"virtual time, {args.rpm:g} rpm, latency {args.latency:g} s, demand {args.demand:g}x the limit, 600 s; after the first minute:")
-    print(f"{'rule (growth, cut)':38} {'bucket':>7} {'Retry-After':>12} {'demand':>7} {'achieved/limit':>15} {'429 share':>10} "
-          f"{'(all 600 s)':>11} {'final rpm':>10}")
+    print(
+        f"{'rule (growth, cut)':38} {'bucket':>7} {'Retry-After':>12} {'demand':>7} {'achieved/limit':>15} {'429 share':>10} "
+        f"{'(all 600 s)':>11} {'final rpm':>10}"
+    )
     for name, make in rules.items():
         for retry_after in (True, False):
             for burst in (2.0, 60.0):
                 for quiet in (False, True):
                     got = simulate(make(args.rpm), args.rpm, burst, args.latency, args.demand, 600.0, retry_after, quiet)
-                    print(f"{name:38} {burst:>6g}s {'read' if retry_after else 'none':>12} {'gaps' if quiet else 'steady':>7} "
-                          f"{got['achieved']:>15.3f} {got['share_429_late']:>10.3f} {got['share_429']:>11.3f} {got['final_rpm'] or 0:>10.0f}",
-                          flush=True)
+                    print(
+                        f"{name:38} {burst:>6g}s {'read' if retry_after else 'none':>12} {'gaps' if quiet else 'steady':>7} "
+                        f"{got['achieved']:>15.3f} {got['share_429_late']:>10.3f} {got['share_429']:>11.3f} {got['final_rpm'] or 0:>10.0f}",
+                        flush=True,
+                    )
 
 
 # ---- evolver against the fake provider --------------------------------------------------------
+
 
 def _repo(root: Path) -> Path:
     from tests.conftest import init_repo
@@ -186,8 +206,12 @@ def _repo(root: Path) -> Path:
 
 def _env(mode: str, runtime: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("EVOLVER_")}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), EVOLVER_RUNTIME_DIR=str(runtime),
-               EVOLVER_ZYGOTE_IDLE="120", EVOLVER_RETRY_WAIT="0.5")
+    env.update(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        EVOLVER_RUNTIME_DIR=str(runtime),
+        EVOLVER_ZYGOTE_IDLE="120",
+        EVOLVER_RETRY_WAIT="0.5",
+    )
     if mode == "off":
         env["EVOLVER_RATE_LIMITER"] = "off"
     return env
@@ -212,11 +236,34 @@ def ray_cluster(cpus: int = 4):
         port = probe.getsockname()[1]
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # its own token, as tests/test_ray.py's cluster
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.update(auth, RAY_USAGE_STATS_ENABLED="0", EVOLVER_RUNTIME_DIR=str(root / "zygote"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    start = subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port), "--num-cpus", str(cpus),
-                            "--object-store-memory", "100000000", "--include-dashboard", "false", "--temp-dir", str(root / "ray"),
-                            "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=300)
+    env.update(
+        auth,
+        RAY_USAGE_STATS_ENABLED="0",
+        EVOLVER_RUNTIME_DIR=str(root / "zygote"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    start = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            str(cpus),
+            "--object-store-memory",
+            "100000000",
+            "--include-dashboard",
+            "false",
+            "--temp-dir",
+            str(root / "ray"),
+            "--disable-usage-stats",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     try:
         if start.returncode:
             raise SystemExit(f"ray start failed: {start.stderr[-2000:]}")
@@ -249,8 +296,9 @@ def measure(kind: str, backend: str, mode: str, args, root: Path, address: str =
         os.environ.pop("EVOLVER_SCRIPT", None)
     runtime = Path(tempfile.mkdtemp(prefix="evolver-rl-rt-"))
     concurrency = max(1, round(args.demand * args.rpm / 60 * args.latency))
-    limit = Limit(rpm=args.rpm, tpm=args.tpm, burst=args.burst, latency=args.latency, errors=args.errors, slow=args.slow,
-                  headers=mode == "headers")
+    limit = Limit(
+        rpm=args.rpm, tpm=args.tpm, burst=args.burst, latency=args.latency, errors=args.errors, slow=args.slow, headers=mode == "headers"
+    )
     env = _env(mode, runtime)
     with FakeOpenAI(limit=limit, lifetime=3600) as fake:
         started = time.monotonic()
@@ -258,10 +306,29 @@ def measure(kind: str, backend: str, mode: str, args, root: Path, address: str =
             trials = max(1, -(-args.sims // len(TASKS)))
             cmd = ["eval", str(repo), "--json", "--task-ids", ",".join(TASKS), "--trials", str(trials), "--concurrency", str(concurrency)]
         else:
-            cmd = ["run", str(repo), "--iterations", "1", "--candidates", "4", "--gate-stages", "1", "--no-holdout", "--proposer", "oneshot",
-                   "--concurrency", str(concurrency)]
-        proc = subprocess.run([sys.executable, "-m", "evolver", *cmd, *_flags(kind, mode, fake, args, backend, address)], cwd=repo, env=env,
-                              capture_output=True, text=True, timeout=3600)
+            cmd = [
+                "run",
+                str(repo),
+                "--iterations",
+                "1",
+                "--candidates",
+                "4",
+                "--gate-stages",
+                "1",
+                "--no-holdout",
+                "--proposer",
+                "oneshot",
+                "--concurrency",
+                str(concurrency),
+            ]
+        proc = subprocess.run(
+            [sys.executable, "-m", "evolver", *cmd, *_flags(kind, mode, fake, args, backend, address)],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         wall = time.monotonic() - started
         answered, limited, refused = list(fake.answered), sum(fake.limited.values()), list(fake.refused)
     subprocess.run([sys.executable, "-m", "evolver", "daemon", "stop"], env=env, capture_output=True)
@@ -272,14 +339,26 @@ def measure(kind: str, backend: str, mode: str, args, root: Path, address: str =
     span = (answered[-1] - answered[0]) if len(answered) > 1 else wall
     late = [t for t in answered if t - started >= LEARNT_AFTER]
     late_refused = [t for t in refused if t - started >= LEARNT_AFTER]
-    return {"kind": kind, "backend": backend, "mode": mode, "exit": proc.returncode, "completed": len(sims) - lost, "lost": lost,
-            "infra_rate_limited": infra_rate, "calls": len(answered), "limited": limited,
-            "share_429": limited / max(1, limited + len(answered)),
-            "achieved": (len(answered) / span * 60 / args.rpm) if span else 0.0,
-            "wall": wall, "ideal": len(answered) / (args.rpm / 60), "late_calls": len(late),
-            "share_429_late": len(late_refused) / max(1, len(late_refused) + len(late)),
-            "timeline": _timeline(answered, refused, started),
-            "summary": [r["summary"].get("rate_limits") for r in results], "stderr": proc.stderr[-1500:] if proc.returncode else ""}
+    return {
+        "kind": kind,
+        "backend": backend,
+        "mode": mode,
+        "exit": proc.returncode,
+        "completed": len(sims) - lost,
+        "lost": lost,
+        "infra_rate_limited": infra_rate,
+        "calls": len(answered),
+        "limited": limited,
+        "share_429": limited / max(1, limited + len(answered)),
+        "achieved": (len(answered) / span * 60 / args.rpm) if span else 0.0,
+        "wall": wall,
+        "ideal": len(answered) / (args.rpm / 60),
+        "late_calls": len(late),
+        "share_429_late": len(late_refused) / max(1, len(late_refused) + len(late)),
+        "timeline": _timeline(answered, refused, started),
+        "summary": [r["summary"].get("rate_limits") for r in results],
+        "stderr": proc.stderr[-1500:] if proc.returncode else "",
+    }
 
 
 def _timeline(answered: list[float], refused: list[float], started: float, step: float = 5.0) -> list[list[int]]:
@@ -293,13 +372,17 @@ def _timeline(answered: list[float], refused: list[float], started: float, step:
 
 
 def table(rows: list[dict], args) -> str:
-    head = (f"| run | backend | limiter | sims completed | lost | infra errors (429) | calls answered | 429s (share) | "
-            f"429 share after {LEARNT_AFTER:g} s | achieved rpm / limit | wall s | ideal s |")
+    head = (
+        f"| run | backend | limiter | sims completed | lost | infra errors (429) | calls answered | 429s (share) | "
+        f"429 share after {LEARNT_AFTER:g} s | achieved rpm / limit | wall s | ideal s |"
+    )
     lines = [head, "|" + "---|" * 12]
     for r in rows:
-        lines.append(f"| {r['kind']} | {r['backend']} | {r['mode']} | {r['completed']} | {r['lost']} | {r['infra_rate_limited']} | {r['calls']} | "
-                     f"{r['limited']} ({100 * r['share_429']:.1f}%) | {100 * r['share_429_late']:.1f}% | {r['achieved']:.2f} | {r['wall']:.0f} | "
-                     f"{r['ideal']:.0f} |")
+        lines.append(
+            f"| {r['kind']} | {r['backend']} | {r['mode']} | {r['completed']} | {r['lost']} | {r['infra_rate_limited']} | {r['calls']} | "
+            f"{r['limited']} ({100 * r['share_429']:.1f}%) | {100 * r['share_429_late']:.1f}% | {r['achieved']:.2f} | {r['wall']:.0f} | "
+            f"{r['ideal']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -331,8 +414,10 @@ def main(argv=None) -> int:
                         row = measure(kind, backend, mode, args, Path(tmp), address)
                         rows.append(row)
                         print(json.dumps({k: v for k, v in row.items() if k not in ("summary", "timeline")}), file=sys.stderr, flush=True)
-    print(f"limit {args.rpm:g} rpm" + (f", {args.tpm:g} tpm" if args.tpm else "") + f", latency {args.latency:g} s, "
-          f"demand {args.demand:g}x the limit, provider bucket {args.burst:g} s")
+    print(
+        f"limit {args.rpm:g} rpm" + (f", {args.tpm:g} tpm" if args.tpm else "") + f", latency {args.latency:g} s, "
+        f"demand {args.demand:g}x the limit, provider bucket {args.burst:g} s"
+    )
     print(json.dumps(rows, indent=2) if args.json else table(rows, args))
     return 0
 

@@ -135,8 +135,9 @@ class Sim:
         self.proposal_cost, self.tries, self.sims = proposal_cost, tries, 0
         self.rng = np.random.default_rng(seed)
         third = 2 * TASKS // 3
-        rates = np.concatenate([self.rng.uniform(0, 0.1, third), self.rng.uniform(0.9, 1, third),
-                                self.rng.uniform(0.1, 0.9, 2 * TASKS - 2 * third)])
+        rates = np.concatenate(
+            [self.rng.uniform(0, 0.1, third), self.rng.uniform(0.9, 1, third), self.rng.uniform(0.1, 0.9, 2 * TASKS - 2 * third)]
+        )
         self.base = Harness(self.rng.permutation(rates))
         self.gap = float(np.mean(1 - self.base.rates))
         self.offset = 0.0
@@ -185,7 +186,7 @@ class Sim:
         u, rates = self.rng.random(), parent.rates.copy()
         if u < harm:
             self._break(rates, self.rng.integers(3, 9), self.rng.integers(3, 9))
-        if not harm <= u < harm + helps * 0.9 ** parent.fixes:  # the helpful share lost along the lineage does nothing
+        if not harm <= u < harm + helps * 0.9**parent.fixes:  # the helpful share lost along the lineage does nothing
             return Harness(rates, parent.fixes)
         target = self.rng.uniform(*self.world.gain) / 100
         chance = min(1.0, target / (0.75 * self.gap))  # from the base, the mean rises by `target`
@@ -426,8 +427,9 @@ def proposal_cost() -> float:
 
     prepare_environment()
     cfg = replace(Config(), candidates=1)
-    meta = forecast(cfg, 0, 0, 0, iterations=1, per_simulation={}, meta_price=price_of("gpt-4.1"), meta_prompt_tokens=0,
-                    baseline=False).roles["meta"][2]
+    meta = forecast(
+        cfg, 0, 0, 0, iterations=1, per_simulation={}, meta_price=price_of("gpt-4.1"), meta_prompt_tokens=0, baseline=False
+    ).roles["meta"][2]
     prompt, completion = price_of("gpt-4.1-mini")
     return meta / (SIM_TOKENS * (0.9 * prompt + 0.1 * completion))
 
@@ -447,8 +449,11 @@ def one_run(job: tuple) -> tuple[str, str, list[tuple]]:
     if strategy == "evolver defaults":  # `evolver run --iterations 10`: the default policy, candidates and stall
         sim, cfg = sim_of(1 << 30), Config()
         policy = policy_of(cfg.gate_policy)
-        return strategy, world, [ended(sim, "own", population_run(sim, policy, cfg.candidates, [], seed, iterations=cfg.iterations,
-                                                                   stall=cfg.stall))]
+        return (
+            strategy,
+            world,
+            [ended(sim, "own", population_run(sim, policy, cfg.candidates, [], seed, iterations=cfg.iterations, stall=cfg.stall))],
+        )
     if strategy == "auto-harness stall 5":
         sim = sim_of(1 << 30)
         return strategy, world, [ended(sim, "own", auto_harness(sim, [], stall=5))]
@@ -492,7 +497,9 @@ def main() -> None:
     parser.add_argument("--worlds", default=",".join(WORLDS))
     parser.add_argument("--strategies", default=",".join(STRATEGIES + DEFAULT_RUNS))
     parser.add_argument("--proposal-cost", type=float, default=None, help="a proposal's price in simulations (default: from the estimator)")
-    parser.add_argument("--tries", type=int, default=None, help="try simulations charged per proposal of evolver's (default: proposer_tries)")
+    parser.add_argument(
+        "--tries", type=int, default=None, help="try simulations charged per proposal of evolver's (default: proposer_tries)"
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true", help="a few runs of every cell, for a test")
     args = parser.parse_args()
@@ -504,15 +511,20 @@ def main() -> None:
     worlds, strategies = args.worlds.split(","), args.strategies.split(",")
     unknown = [w for w in worlds if w not in SPECS] + [s for s in strategies if s not in STRATEGIES + DEFAULT_RUNS]
     if unknown or min(budgets) < 1 or args.runs < 1 or not seeds:
-        print(f"search.py: unknown {', '.join(unknown) or 'budgets, seeds or runs'}; worlds: {', '.join(SPECS)}; "
-              f"strategies: {', '.join(STRATEGIES + DEFAULT_RUNS)}", file=sys.stderr)
+        print(
+            f"search.py: unknown {', '.join(unknown) or 'budgets, seeds or runs'}; worlds: {', '.join(SPECS)}; "
+            f"strategies: {', '.join(STRATEGIES + DEFAULT_RUNS)}",
+            file=sys.stderr,
+        )
         sys.exit(2)
     price = proposal_cost() if args.proposal_cost is None else args.proposal_cost
     tries = Config().proposer_tries if args.tries is None else args.tries
     runs = 4 if args.quick else args.runs
     jobs = [(s, w, budgets, seed * 1_000_003 + i, price, tries) for w in worlds for s in strategies for seed in seeds for i in range(runs)]
-    print(f"# a proposal costs {price:.2f} simulations; each of evolver's charges {tries} try simulations; "
-          f"{runs} runs per cell and seed, seeds {', '.join(map(str, seeds))}")
+    print(
+        f"# a proposal costs {price:.2f} simulations; each of evolver's charges {tries} try simulations; "
+        f"{runs} runs per cell and seed, seeds {', '.join(map(str, seeds))}"
+    )
     started = time.monotonic()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(one_run, jobs, chunksize=4))
@@ -521,15 +533,19 @@ def main() -> None:
         for budget, *row in rows:
             cells.setdefault((world, strategy, budget), []).append(tuple(row))
     rng = np.random.default_rng(seeds[0])
-    print(f"{'world':<7} {'strategy':<21} {'budget':>6} {'runs':>5} {'proposals':>9} {'sims':>6} {'cost':>6} {'true gain':>9} "
-          f"{'95% interval':>13} {'worse':>6} {'95% interval':>13}")
+    print(
+        f"{'world':<7} {'strategy':<21} {'budget':>6} {'runs':>5} {'proposals':>9} {'sims':>6} {'cost':>6} {'true gain':>9} "
+        f"{'95% interval':>13} {'worse':>6} {'95% interval':>13}"
+    )
     for (world, strategy, budget), rows in cells.items():
         gains, proposals, sims, cost = (np.array(column, dtype=float) for column in zip(*rows))
         worse = int((gains < -1e-9).sum())
         low, high = bootstrap(gains, rng)
         w_low, w_high = wilson(worse, len(gains))
-        print(f"{world:<7} {strategy:<21} {budget:>6} {len(gains):>5} {proposals.mean():>9.1f} {sims.mean():>6.0f} {cost.mean():>6.0f} "
-              f"{gains.mean():>9.1f} {f'[{low:.1f}, {high:.1f}]':>13} {worse / len(gains):>6.3f} {f'[{w_low:.3f}, {w_high:.3f}]':>13}")
+        print(
+            f"{world:<7} {strategy:<21} {budget:>6} {len(gains):>5} {proposals.mean():>9.1f} {sims.mean():>6.0f} {cost.mean():>6.0f} "
+            f"{gains.mean():>9.1f} {f'[{low:.1f}, {high:.1f}]':>13} {worse / len(gains):>6.3f} {f'[{w_low:.3f}, {w_high:.3f}]':>13}"
+        )
     print(f"# {len(jobs)} runs in {time.monotonic() - started:.0f} s with {args.jobs} process(es)")
 
 

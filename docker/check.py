@@ -56,8 +56,12 @@ class Check:
 
     def env(self) -> dict:
         """podman with its storage, settings and temporary files in the work folder, nothing in /etc changed."""
-        return {**os.environ, "CONTAINERS_CONF": str(self.work / "containers.conf"),
-                "CONTAINERS_STORAGE_CONF": str(self.work / "storage.conf"), "TMPDIR": str(self.work / "tmp")}
+        return {
+            **os.environ,
+            "CONTAINERS_CONF": str(self.work / "containers.conf"),
+            "CONTAINERS_STORAGE_CONF": str(self.work / "storage.conf"),
+            "TMPDIR": str(self.work / "tmp"),
+        }
 
     def podman(self, *args: str, log: str = "", check: bool = True, timeout: float = 7200) -> subprocess.CompletedProcess:
         """Run podman; with ``log``, its output goes to logs/<log> and is returned too."""
@@ -66,7 +70,9 @@ class Check:
             (self.logs / log).write_text(proc.stdout + proc.stderr)
         if check and proc.returncode != 0:
             where = f"; see {self.logs / log}" if log else ""
-            raise SystemExit(f"podman {args[0]} failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}{where}")
+            raise SystemExit(
+                f"podman {args[0]} failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}{where}"
+            )
         return proc
 
     def step(self, text: str) -> float:
@@ -88,9 +94,11 @@ class Check:
         nproc = min(4096, resource.getrlimit(resource.RLIMIT_NPROC)[1])
         (self.work / "containers.conf").write_text(
             f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'
-            '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n')
+            '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
+        )
         (self.work / "storage.conf").write_text(
-            f'[storage]\ndriver = "overlay"\ngraphroot = "{self.work / "storage"}"\nrunroot = "{self.work / "runroot"}"\n')
+            f'[storage]\ndriver = "overlay"\ngraphroot = "{self.work / "storage"}"\nrunroot = "{self.work / "runroot"}"\n'
+        )
 
     def base(self) -> None:
         if self.podman("image", "exists", BASE_IMAGE, check=False).returncode == 0:
@@ -98,8 +106,11 @@ class Check:
             return
         t = self.step(f"debootstrap: Debian bookworm with Python 3.11 from {MIRROR}")
         rootfs = self.work / "rootfs"
-        proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv", "bookworm", str(rootfs), MIRROR],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase", "--include=python3,python3-venv", "bookworm", str(rootfs), MIRROR],
+            capture_output=True,
+            text=True,
+        )
         (self.logs / "debootstrap.log").write_text(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             raise SystemExit(f"debootstrap failed ({proc.returncode}); see {self.logs / 'debootstrap.log'}")
@@ -114,8 +125,18 @@ class Check:
 
     def build(self, extras: str, ca_bundle: str) -> None:
         t = self.step(f"podman build -f docker/Dockerfile (EXTRAS={extras}, BASE={BASE_IMAGE})")
-        args = ["build", "--pull=never", "-f", str(ROOT / "docker" / "Dockerfile"), "--build-arg", f"BASE={BASE_IMAGE}",
-                "--build-arg", f"EXTRAS={extras}", "-t", IMAGE]
+        args = [
+            "build",
+            "--pull=never",
+            "-f",
+            str(ROOT / "docker" / "Dockerfile"),
+            "--build-arg",
+            f"BASE={BASE_IMAGE}",
+            "--build-arg",
+            f"EXTRAS={extras}",
+            "-t",
+            IMAGE,
+        ]
         if ca_bundle:  # mounted for the build's steps only; the image keeps no copy of it
             args += ["-v", f"{ca_bundle}:/run/evolver-build-ca.crt:ro", "--build-arg", "CA_BUNDLE=/run/evolver-build-ca.crt"]
         self.podman(*args, str(ROOT), log="build.log")
@@ -128,17 +149,35 @@ class Check:
     def probe(self, seccomp: str) -> dict:
         """The sandbox confining a forked process inside the container, and what that process could still reach."""
         opts = ["--security-opt", f"seccomp={seccomp}"] if seccomp else []
-        proc = self.podman("run", "--rm", *RUN_OPTS, *opts, "--workdir", "/opt/evolver", "--entrypoint", "sh", IMAGE, "-c",
-                           "mkdir -p /tmp/probe && python -m tests.scripts.confine_probe mount /tmp/probe",
-                           log=f"probe{'-' + Path(seccomp).stem if seccomp else ''}.log", check=False)
+        proc = self.podman(
+            "run",
+            "--rm",
+            *RUN_OPTS,
+            *opts,
+            "--workdir",
+            "/opt/evolver",
+            "--entrypoint",
+            "sh",
+            IMAGE,
+            "-c",
+            "mkdir -p /tmp/probe && python -m tests.scripts.confine_probe mount /tmp/probe",
+            log=f"probe{'-' + Path(seccomp).stem if seccomp else ''}.log",
+            check=False,
+        )
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         out = json.loads(lines[-1]) if proc.returncode == 0 and lines else {}
         iso, p = out.get("isolation", {}), out.get("probes", {})
         print(f"    isolation: {json.dumps({k: v for k, v in iso.items() if k != 'limits'})}", flush=True)
-        self.expect(iso.get("mode") == "sandbox" and iso.get("seccomp") is True and (iso.get("landlock_abi") or 0) >= 1,
-                    "Landlock and seccomp confine the agent process inside the container")
-        self.expect(p.get("tau2 tasks.json") in ("FileNotFoundError", "PermissionError") and p.get("home listing") == "PermissionError"
-                    and p.get("etc passwd") == "PermissionError", "tau2's task data, the home folder and /etc/passwd stay out of its reach")
+        self.expect(
+            iso.get("mode") == "sandbox" and iso.get("seccomp") is True and (iso.get("landlock_abi") or 0) >= 1,
+            "Landlock and seccomp confine the agent process inside the container",
+        )
+        self.expect(
+            p.get("tau2 tasks.json") in ("FileNotFoundError", "PermissionError")
+            and p.get("home listing") == "PermissionError"
+            and p.get("etc passwd") == "PermissionError",
+            "tau2's task data, the home folder and /etc/passwd stay out of its reach",
+        )
         if not iso.get("namespaces"):
             self.expect(bool(iso.get("namespaces_refused")), f"without namespaces, result.json says why: {iso.get('namespaces_refused')}")
         return iso
@@ -158,49 +197,90 @@ class Check:
         proc = self.podman("run", "--rm", "--init", *RUN_OPTS, "-v", f"{repo}:/repo", IMAGE, *command, log="main.log", check=False)
         minutes = (time.monotonic() - t) / 60
         print("    " + "\n    ".join(proc.stdout.strip().splitlines()[-12:]), flush=True)
-        self.expect(proc.returncode == 0, f"the main command exited 0 in {minutes:.1f} min (exit {proc.returncode}; {self.logs / 'main.log'})")
-        results = sorted(p for p in (repo / "runs").rglob("result*.json") if re.fullmatch(r"result(-\d+)?\.json", p.name))  # result-<T>.json in a run
-        isolations = {json.dumps({k: v for k, v in json.loads(r.read_text()).get("isolation", {}).items() if k not in ("limits", "readable_paths")},
-                                 sort_keys=True) for r in results}
+        self.expect(
+            proc.returncode == 0, f"the main command exited 0 in {minutes:.1f} min (exit {proc.returncode}; {self.logs / 'main.log'})"
+        )
+        results = sorted(
+            p for p in (repo / "runs").rglob("result*.json") if re.fullmatch(r"result(-\d+)?\.json", p.name)
+        )  # result-<T>.json in a run
+        isolations = {
+            json.dumps(
+                {k: v for k, v in json.loads(r.read_text()).get("isolation", {}).items() if k not in ("limits", "readable_paths")},
+                sort_keys=True,
+            )
+            for r in results
+        }
         print(f"    {len(results)} result.json files; isolation recorded: {sorted(isolations)}", flush=True)
         sandboxed = [json.loads(i) for i in isolations]
-        self.expect(bool(results) and all(i.get("mode") == "sandbox" and i.get("seccomp") is True and (i.get("landlock_abi") or 0) >= 1
-                                          for i in sandboxed), "every evaluation of the run was sandboxed (result.json's isolation)")
+        self.expect(
+            bool(results)
+            and all(i.get("mode") == "sandbox" and i.get("seccomp") is True and (i.get("landlock_abi") or 0) >= 1 for i in sandboxed),
+            "every evaluation of the run was sandboxed (result.json's isolation)",
+        )
         after = self._git_state(repo)
-        self.expect(after["head"] == before["head"] and after["branch"] == before["branch"],
-                    "the checked-out branch and its commit are unchanged")
+        self.expect(
+            after["head"] == before["head"] and after["branch"] == before["branch"], "the checked-out branch and its commit are unchanged"
+        )
         self.expect(after["status"] == before["status"] == "", "the working tree is unchanged (git status is clean; runs/ is ignored)")
         new_refs = sorted(set(after["refs"]) - set(before["refs"]))
-        self.expect(all(r.startswith(("refs/heads/evolver/", "refs/notes/")) for r in new_refs),
-                    f"new refs are the run's own only ({len(new_refs)}: {', '.join(new_refs[:4])}{' ...' if len(new_refs) > 4 else ''})")
+        self.expect(
+            all(r.startswith(("refs/heads/evolver/", "refs/notes/")) for r in new_refs),
+            f"new refs are the run's own only ({len(new_refs)}: {', '.join(new_refs[:4])}{' ...' if len(new_refs) > 4 else ''})",
+        )
         foreign = [str(p.relative_to(repo)) for p in repo.rglob("*") if p.lstat().st_uid != USER_ID]
         self.expect(not foreign, f"everything in the repository belongs to the container's user ({foreign[:3]})")
-        self.expect(sorted(p.name for p in host.iterdir()) == beside and sentinel.read_text().startswith("nothing"),
-                    "nothing appeared or changed beside the mounted repository")
+        self.expect(
+            sorted(p.name for p in host.iterdir()) == beside and sentinel.read_text().startswith("nothing"),
+            "nothing appeared or changed beside the mounted repository",
+        )
 
     @staticmethod
     def _git_state(repo: Path) -> dict:
         def git(*args: str) -> str:  # --no-optional-locks: a status run as root here must not rewrite the index as root
-            return subprocess.run(["git", "--no-optional-locks", "-c", "safe.directory=*", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
-        return {"head": git("rev-parse", "HEAD"), "branch": git("symbolic-ref", "HEAD"), "status": git("status", "--porcelain"),
-                "refs": git("for-each-ref", "--format=%(refname)").splitlines()}
+            return subprocess.run(
+                ["git", "--no-optional-locks", "-c", "safe.directory=*", "-C", str(repo), *args], capture_output=True, text=True, check=True
+            ).stdout.strip()
+
+        return {
+            "head": git("rev-parse", "HEAD"),
+            "branch": git("symbolic-ref", "HEAD"),
+            "status": git("status", "--porcelain"),
+            "refs": git("for-each-ref", "--format=%(refname)").splitlines(),
+        }
 
     def chaos(self, seccomp: str) -> None:
         opts = ["--security-opt", f"seccomp={seccomp}"] if seccomp else []
         name = f"chaos{'-' + Path(seccomp).stem if seccomp else ''}.log"
         t = self.step(f"inside the container: python benchmarks/chaos.py{' under ' + seccomp if seccomp else ''}")
-        proc = self.podman("run", "--rm", "--init", *RUN_OPTS, *opts, "--workdir", "/opt/evolver", "--entrypoint", "python", IMAGE,
-                           "benchmarks/chaos.py", log=name, check=False)
+        proc = self.podman(
+            "run",
+            "--rm",
+            "--init",
+            *RUN_OPTS,
+            *opts,
+            "--workdir",
+            "/opt/evolver",
+            "--entrypoint",
+            "python",
+            IMAGE,
+            "benchmarks/chaos.py",
+            log=name,
+            check=False,
+        )
         found = {key: re.search(pattern, proc.stdout) for key, pattern in CHAOS_SUMMARY.items()}
         print("    " + "\n    ".join(m.group(0) for m in found.values() if m) + f"\n    ({time.monotonic() - t:.0f} s)", flush=True)
-        self.expect(proc.returncode == 0 and all(found.values()), f"chaos.py ran to its summary (exit {proc.returncode}; {self.logs / name})")
+        self.expect(
+            proc.returncode == 0 and all(found.values()), f"chaos.py ran to its summary (exit {proc.returncode}; {self.logs / name})"
+        )
         if all(found.values()):
             tried, _, _, kept = map(int, found["hostile"].groups())
             self.expect(tried > 0 and kept == 0, f"hostile patches kept: {kept} of {tried}")
             copied, refused = map(int, found["scan"].groups())
             self.expect(copied == refused, f"task data copied into the harness: {refused} of {copied} refused by the scan")
             wrongly, valid, scored, _ = map(int, found["valid"].groups())
-            self.expect(wrongly == 0 and scored == valid, f"valid patches: {wrongly} refused, {scored} of {valid} scored like the honest agent")
+            self.expect(
+                wrongly == 0 and scored == valid, f"valid patches: {wrongly} refused, {scored} of {valid} scored like the honest agent"
+            )
             faults, failures = map(int, found["faults"].groups())
             self.expect(faults == failures, f"faults: {failures} of {faults} scored as the candidate's failure")
 
@@ -218,11 +298,18 @@ class Check:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=Path("/var/tmp/evolver-container-check"), help="storage, logs and the cloned repository")
-    ap.add_argument("--extras", choices=("local", "local-small"), default="local",
-                    help="the embedded model to build in: local (1.5B, the README's) or local-small (0.5B, faster)")
+    ap.add_argument(
+        "--extras",
+        choices=("local", "local-small"),
+        default="local",
+        help="the embedded model to build in: local (1.5B, the README's) or local-small (0.5B, faster)",
+    )
     ap.add_argument("--seccomp-profile", default="", help="also probe the sandbox and run chaos.py under this seccomp profile")
-    ap.add_argument("--ca-bundle", default=next((os.environ[v] for v in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE") if os.environ.get(v)), ""),
-                    help="a CA bundle for pip during the build, where a proxy re-signs TLS (default: $PIP_CERT, $REQUESTS_CA_BUNDLE or $SSL_CERT_FILE)")
+    ap.add_argument(
+        "--ca-bundle",
+        default=next((os.environ[v] for v in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE") if os.environ.get(v)), ""),
+        help="a CA bundle for pip during the build, where a proxy re-signs TLS (default: $PIP_CERT, $REQUESTS_CA_BUNDLE or $SSL_CERT_FILE)",
+    )
     ap.add_argument("--skip-main", action="store_true", help="skip the main command (the probe and chaos.py only)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder and its images for a rerun")
     return ap.parse_args(argv)

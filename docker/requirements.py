@@ -23,7 +23,7 @@ def requirements(pyproject: dict, extras: list[str]) -> list[str]:
     expanded = []
     for req in wanted:
         if req.startswith(own + "["):
-            expanded += requirements(pyproject, req[len(own) + 1:req.index("]")].split(","))
+            expanded += requirements(pyproject, req[len(own) + 1 : req.index("]")].split(","))
         else:
             expanded.append(req)
     return list(dict.fromkeys(expanded))

@@ -88,7 +88,9 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
         except tomllib.TOMLDecodeError as exc:
             raise UsageError(f"{path} is not valid TOML ({exc}); fix the file or remove it") from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {path} ({getattr(exc, 'strerror', None) or exc}); make it a readable TOML file or remove it") from None
+            raise UsageError(
+                f"cannot read {path} ({getattr(exc, 'strerror', None) or exc}); make it a readable TOML file or remove it"
+            ) from None
         for key, value in data.items():
             if key in known and SPECS[key].flag_only:
                 raise UsageError(f"{path}: '{key}' may only be given as the --{key.replace('_', '-')} flag")
@@ -98,7 +100,9 @@ def load_config(repo: Path, overrides: Optional[dict] = None, environ: Optional[
     for key in known:
         env_value = environ.get(ENV_PREFIX + key.upper())
         if env_value not in (None, "") and SPECS[key].flag_only:
-            raise UsageError(f"{ENV_PREFIX + key.upper()} is not read: '{key}' may only be given as the --{key.replace('_', '-')} flag; unset it")
+            raise UsageError(
+                f"{ENV_PREFIX + key.upper()} is not read: '{key}' may only be given as the --{key.replace('_', '-')} flag; unset it"
+            )
         if env_value not in (None, ""):
             _set(values, key, _coerce(key, f"environment variable {ENV_PREFIX + key.upper()}", env_value, values[key]))
     for key, value in (overrides or {}).items():

@@ -21,6 +21,7 @@ def _whole(low: Optional[int]):
         if not isinstance(value, int) or isinstance(value, bool):
             return "is not a whole number"
         return f"must be at least {low}" if low is not None and value < low else None
+
     return check
 
 
@@ -31,6 +32,7 @@ def _number(low: float, high: float, above: bool = False):
         if (value <= low if above else value < low) or value > high:
             return f"must be more than {low:g}" if above else f"must be between {low:g} and {high:g}"
         return None
+
     return check
 
 
@@ -80,7 +82,7 @@ LLM_ARGS: dict[str, tuple[Any, str]] = {
     "parallel_tool_calls": (_boolean, "true, false"),
     "drop_params": (_boolean, "true, false: litellm drops what the model does not take (evolver leaves that out already: docs/models.md)"),
     "extra_body": (_body, "a table of the provider's own options, sent in the request body (not model, messages, tools)"),
-    "thinking": (_table, "a table, e.g. {type = \"enabled\", budget_tokens = 2048} (Anthropic)"),
+    "thinking": (_table, 'a table, e.g. {type = "enabled", budget_tokens = 2048} (Anthropic)'),
 }
 # Arguments that have a place of their own, or that evolver must set itself: refused in a table, with where they go.
 REFUSED_ARGS: dict[str, str] = {
@@ -98,8 +100,10 @@ REFUSED_ARGS: dict[str, str] = {
     USER_ADAPTER: "the embedded user's adapter is local_user_adapter",
 }
 # Arguments that have a setting of their own for some roles: role -> setting.
-OWN_SETTINGS = {"temperature": {"agent": "agent_temperature", "user": "user_temperature"},
-                "reasoning_effort": {r: f"{r}_reasoning_effort" for r in ("agent", "user", "meta")}}
+OWN_SETTINGS = {
+    "temperature": {"agent": "agent_temperature", "user": "user_temperature"},
+    "reasoning_effort": {r: f"{r}_reasoning_effort" for r in ("agent", "user", "meta")},
+}
 
 
 def _arg_value(text: str) -> Any:
@@ -124,8 +128,9 @@ def parse_llm_args(name: str, where: str, raw: Any) -> dict:
             raise UsageError(f"{where} {item} is not KEY=VALUE (e.g. {where} max_tokens=2048); fix it")
         return key.strip(), _arg_value(text.strip())
 
-    table, subject = _table_of(name, where, raw, argument, '{max_tokens = 2048} or {"max_tokens": 2048}',
-                               f"model arguments ([{name}] with one key per line)")
+    table, subject = _table_of(
+        name, where, raw, argument, '{max_tokens = 2048} or {"max_tokens": 2048}', f"model arguments ([{name}] with one key per line)"
+    )
     for key, value in table.items():
         if key in OWN_SETTINGS and role in OWN_SETTINGS[key]:
             raise UsageError(f"{subject}: '{key}' has a setting of its own: set {OWN_SETTINGS[key][role]} instead")
@@ -185,7 +190,15 @@ def parse_rate_limits(name: str, where: str, raw: Any) -> dict:
             raise UsageError(f"{subject}: '{model}' = {json.dumps(limit)} is not a limit{hint}; write {example}; fix it")
         for key, value in limit.items():
             if key not in LIMIT_KEYS:
-                raise UsageError(f"{subject}: '{model}' has '{key}': a limit takes rpm (requests per minute) and tpm (tokens per minute); fix it")
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value == value or value in (float("inf"),) or value <= 0:
+                raise UsageError(
+                    f"{subject}: '{model}' has '{key}': a limit takes rpm (requests per minute) and tpm (tokens per minute); fix it"
+                )
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not value == value
+                or value in (float("inf"),)
+                or value <= 0
+            ):
                 raise UsageError(f"{subject}: '{model}' {key} = {json.dumps(value)} is not a number more than 0; fix it")
     return {model: dict(limit) for model, limit in table.items()}

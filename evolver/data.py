@@ -13,7 +13,6 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
-
 # The llm_args key that turns a `local/` user's adapter (evolver.local.customer) on (true, the
 # default), off (false) or to some of its steps: evolver.config sets it, the `local/` provider
 # (evolver.local.serving) takes it off before the request reaches the server.
@@ -90,8 +89,10 @@ class EvalRequest(BaseModel):
             for name in ("agent", "user", "judge"):
                 role = getattr(self, name)
                 if role.model.startswith(LOCAL_PROVIDER + "/") and not role.api_base:
-                    raise ValueError(f"the {name} model {role.model} has no api_base: the embedded model's server must be "
-                                     "running and its address passed on before a request for it is built")
+                    raise ValueError(
+                        f"the {name} model {role.model} has no api_base: the embedded model's server must be "
+                        "running and its address passed on before a request for it is built"
+                    )
         return self
 
 
@@ -250,11 +251,7 @@ def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
 
     No fsync: this guards against a killed process, not against power loss, and
     an fsync per trajectory costs more than the simulation's own bookkeeping."""
-    text = (
-        data.model_dump_json(indent=2)
-        if isinstance(data, BaseModel)
-        else json.dumps(data, indent=2)
-    )
+    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2)
     write_text_atomic(path, text)
 
 

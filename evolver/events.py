@@ -121,5 +121,8 @@ class Events:
             except Exception as exc:  # noqa: BLE001
                 if id(subscriber) not in self.failed:  # once per subscriber: a broken view would repeat it at every event
                     self.failed.add(id(subscriber))
-                    print(f"evolver: warning: {type(subscriber).__name__} failed on {type(event).__name__} ({type(exc).__name__}: {exc}); "
-                          "the run goes on", file=sys.stderr)
+                    print(
+                        f"evolver: warning: {type(subscriber).__name__} failed on {type(event).__name__} ({type(exc).__name__}: {exc}); "
+                        "the run goes on",
+                        file=sys.stderr,
+                    )

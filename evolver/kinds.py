@@ -34,27 +34,45 @@ def registry(*kinds: Kind) -> dict[str, Kind]:
 
 
 PROPOSERS = registry(
-    Kind("agent", "the meta model reads trajectories and code, edits a copy and tries it, with tools",
-         "agent:Investigator", ("proposer_turns", "proposer_tokens", "proposer_tries", "proposer_seconds")),
+    Kind(
+        "agent",
+        "the meta model reads trajectories and code, edits a copy and tries it, with tools",
+        "agent:Investigator",
+        ("proposer_turns", "proposer_tokens", "proposer_tries", "proposer_seconds"),
+    ),
     Kind("oneshot", "one answer to the failure digest", "oneshot:OneShot", ("digest_chars",)),
-    Kind("command", "an external coding agent in a confined workspace", "command:CommandProposer",
-         ("proposer_command", "proposer_env", "proposer_read", "proposer_seconds")),
+    Kind(
+        "command",
+        "an external coding agent in a confined workspace",
+        "command:CommandProposer",
+        ("proposer_command", "proposer_env", "proposer_read", "proposer_seconds"),
+    ),
 )
 
 GATE_POLICIES = registry(
-    Kind("population", "a pool of candidates, each child screened on a few analysis tasks beside its parent before any gate trial; "
-                       "the pool's best audited against the base",
-         "search:population_policy"),
-    Kind("audited", "one lineage under a lenient gate; its best audited against the base",
-         "search:audited_policy", ("gate_stages", "gate_min_effect")),
-    Kind("per-decision", "one lineage; every keep's false-accept rate at most gate_alpha, no audit",
-         "search:per_decision_policy", ("gate_stages", "gate_min_effect")),
+    Kind(
+        "population",
+        "a pool of candidates, each child screened on a few analysis tasks beside its parent before any gate trial; "
+        "the pool's best audited against the base",
+        "search:population_policy",
+    ),
+    Kind(
+        "audited",
+        "one lineage under a lenient gate; its best audited against the base",
+        "search:audited_policy",
+        ("gate_stages", "gate_min_effect"),
+    ),
+    Kind(
+        "per-decision",
+        "one lineage; every keep's false-accept rate at most gate_alpha, no audit",
+        "search:per_decision_policy",
+        ("gate_stages", "gate_min_effect"),
+    ),
 )
 
 BACKENDS = registry(
     Kind("local", "this machine", "local:open_local"),
-    Kind("ray", "a Ray cluster (with no address, a local Ray instance evolver starts and stops)",
-         "ray:open_ray", ("ray_address",)),
+    Kind("ray", "a Ray cluster (with no address, a local Ray instance evolver starts and stops)", "ray:open_ray", ("ray_address",)),
 )
 
 

@@ -63,8 +63,12 @@ PROBE = "probe"  # the agent's 400: the candidate's request, unless evolver's ow
 CONTEXT_OVERFLOW, CONTENT_POLICY = "context_overflow", "content_policy"  # what the conversation did to a trusted role
 ROLES = ("agent", "user", "judge", "meta")
 # Where each role's model and options are set, for the line that says a configuration error.
-FIXES = {"agent": "--agent-model, --agent-arg or --agent-reasoning-effort", "user": "--user-model, --user-arg or --user-reasoning-effort",
-         "judge": "--judge-model or --judge-arg", "meta": "--meta-model, --meta-arg or --meta-reasoning-effort"}
+FIXES = {
+    "agent": "--agent-model, --agent-arg or --agent-reasoning-effort",
+    "user": "--user-model, --user-arg or --user-reasoning-effort",
+    "judge": "--judge-model or --judge-arg",
+    "meta": "--meta-model, --meta-arg or --meta-reasoning-effort",
+}
 
 
 def error_table() -> list[tuple[type, dict[str, str]]]:
@@ -122,8 +126,11 @@ def configuration_line(role: str, model: str, exc: BaseException) -> str:
     own = next((e for e in _chain(exc) if isinstance(e, ConfigurationError)), None)
     if own is not None:
         return str(own)
-    fix = {401: f"the provider's API key in the environment, or {FIXES[role]}", 403: f"the key's access to the model, or {FIXES[role]}",
-           404: f"--{role}-model (the provider has no such model)"}.get(_status(exc), FIXES[role])
+    fix = {
+        401: f"the provider's API key in the environment, or {FIXES[role]}",
+        403: f"the key's access to the model, or {FIXES[role]}",
+        404: f"--{role}-model (the provider has no such model)",
+    }.get(_status(exc), FIXES[role])
     if role == "meta" and "ContextWindow" in type(exc).__name__:
         fix = "--meta-model, or lower meta_context_tokens to the model's context"
     return f"{role} model {model} refused the request ({failure_words(exc)}); fix {fix}"
@@ -186,7 +193,11 @@ def retrying(fn: Callable, attempts: int, role: str) -> Callable:
         kwargs = models.shape(kwargs).kwargs  # what is left out was said once, by the command's preflight
         if kwargs.get("messages"):
             kwargs["messages"] = memory.restore(kwargs["messages"])
-        if kwargs.get("api_base") and str(kwargs.get("model", "")).startswith("openai/") and not (kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY")):
+        if (
+            kwargs.get("api_base")
+            and str(kwargs.get("model", "")).startswith("openai/")
+            and not (kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY"))
+        ):
             kwargs["api_key"] = "no-key"  # a vLLM, Ollama or llama.cpp server wants none, but the OpenAI client insists on one
         failed = {"limited": 0, "other": 0}  # a 429 waits in the rate limiter's queue: it has attempts of its own
         paced = not ratelimit.switched_off()
@@ -214,7 +225,9 @@ def retrying(fn: Callable, attempts: int, role: str) -> Callable:
             if isinstance(exc, ProviderError) or meaning in (None, CANDIDATE):
                 raise
             if meaning in (CONTEXT_OVERFLOW, CONTENT_POLICY):
-                raise ConversationError(f"the {role}'s provider refused the conversation: {type(exc).__name__}: {exc}", role, meaning) from exc
+                raise ConversationError(
+                    f"the {role}'s provider refused the conversation: {type(exc).__name__}: {exc}", role, meaning
+                ) from exc
             if meaning == CONFIG:
                 raise ConfigurationError(configuration_line(role, str(kwargs.get("model", "")), exc), role) from exc
             raise ProviderError(f"{role}: {type(exc).__name__} after {sum(failed.values())} attempt(s): {exc}", role) from exc
@@ -281,8 +294,9 @@ def price_of(model: str) -> tuple[float, float] | None:
         prompt, completion = entry.get("input_cost_per_token") or 0.0, entry.get("output_cost_per_token") or 0.0
         if not (prompt or completion):
             try:
-                prompt, completion = (c / 1_000_000 for c in litellm.cost_per_token(model=name, prompt_tokens=1_000_000,
-                                                                                     completion_tokens=1_000_000))
+                prompt, completion = (
+                    c / 1_000_000 for c in litellm.cost_per_token(model=name, prompt_tokens=1_000_000, completion_tokens=1_000_000)
+                )
             except Exception:  # litellm raises for a model it has no entry for
                 continue
         if prompt or completion:
@@ -305,7 +319,9 @@ def cached_prompt_price(model: str, api_base: str | None, share: float) -> float
     written = million - read if needs_cache_marks(model, api_base) else 0
     for name in (model, model.split("/", 1)[-1]):  # a custom provider's model is priced by its bare name
         try:
-            prompt, _ = litellm.cost_per_token(model=name, prompt_tokens=million, cache_read_input_tokens=read, cache_creation_input_tokens=written)
+            prompt, _ = litellm.cost_per_token(
+                model=name, prompt_tokens=million, cache_read_input_tokens=read, cache_creation_input_tokens=written
+            )
         except Exception:  # noqa: BLE001 - litellm raises for a model it has no entry for
             continue
         return prompt / million
@@ -338,9 +354,13 @@ def token_counts(response) -> dict[str, int]:
     details = getattr(usage, "prompt_tokens_details", None)
     read = (getattr(usage, "cache_read_input_tokens", None), getattr(details, "cached_tokens", None))
     prompt = getattr(usage, "prompt_tokens", 0)
-    counts = (prompt, getattr(usage, "completion_tokens", 0), read[0] or read[1],
-              getattr(usage, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None),
-              prompt if any(n is not None for n in read) else 0)  # the provider said how much it read, none included
+    counts = (
+        prompt,
+        getattr(usage, "completion_tokens", 0),
+        read[0] or read[1],
+        getattr(usage, "cache_creation_input_tokens", None) or getattr(details, "cache_creation_tokens", None),
+        prompt if any(n is not None for n in read) else 0,
+    )  # the provider said how much it read, none included
     return {name: int(count or 0) for name, count in zip(TOKEN_FIELDS, counts)}
 
 
@@ -363,8 +383,10 @@ def missing_key_line(name: str, role: RoleModel) -> str | None:
     missing = missing_api_key(role)
     if not missing:
         return None
-    return (f"the {name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{name}-model "
-            "(any OpenAI-compatible server works with --api-base)")
+    return (
+        f"the {name} model '{role.model}' needs {missing} in the environment; set it, or choose another model with --{name}-model "
+        "(any OpenAI-compatible server works with --api-base)"
+    )
 
 
 def check_api_base(url: str, roles: list[str], flag: str) -> None:
@@ -382,5 +404,6 @@ def check_api_base(url: str, roles: list[str], flag: str) -> None:
         return  # it answered: reachable (it may want a key for /models)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ProviderUnavailable(f"{whose} API base {url} does not answer ({reason}); nothing was spent: start its server and try "
-                                  f"again, or fix {flag}") from None
+        raise ProviderUnavailable(
+            f"{whose} API base {url} does not answer ({reason}); nothing was spent: start its server and try again, or fix {flag}"
+        ) from None

@@ -30,9 +30,27 @@ from typing import Any, Optional
 # Options litellm maps per model (its OpenAI parameters): each is checked against the model. Everything
 # else passes as it is: the conversation (messages, tools), the client's settings (api_base, timeout,
 # extra_body, drop_params) and the arguments of evolver's own providers.
-CHECKED = ("temperature", "top_p", "n", "stop", "max_tokens", "max_completion_tokens", "presence_penalty", "frequency_penalty",
-           "logit_bias", "seed", "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs", "reasoning_effort", "thinking",
-           "response_format", "verbosity", "service_tier")
+CHECKED = (
+    "temperature",
+    "top_p",
+    "n",
+    "stop",
+    "max_tokens",
+    "max_completion_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "seed",
+    "tool_choice",
+    "parallel_tool_calls",
+    "logprobs",
+    "top_logprobs",
+    "reasoning_effort",
+    "thinking",
+    "response_format",
+    "verbosity",
+    "service_tier",
+)
 CONTEXT = ("reasoning_effort", "thinking")  # what decides whether the model reasons: every other option is judged with them
 THINKING_ON = ("enabled", "adaptive")
 MIN_TOP_P_THINKING = 0.95  # Anthropic takes top_p from 0.95 to 1 while it thinks
@@ -40,9 +58,14 @@ DEFAULT_EFFORT = "medium"  # the effort a reasoning model is budgeted for when n
 
 # The preflight's request (evolver.cli.preflight): one short exchange, shaped like a role's real ones.
 PREFLIGHT_TEXT = "evolver checks that this model takes its requests: answer with the single word ok."
-PREFLIGHT_TOOL = {"type": "function", "function": {
-    "name": "evolver_preflight", "description": "Does nothing: evolver checks that the model takes tools. Do not call it.",
-    "parameters": {"type": "object", "properties": {"note": {"type": "string", "description": "any text"}}, "required": []}}}
+PREFLIGHT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "evolver_preflight",
+        "description": "Does nothing: evolver checks that the model takes tools. Do not call it.",
+        "parameters": {"type": "object", "properties": {"note": {"type": "string", "description": "any text"}}, "required": []},
+    },
+}
 
 
 def preflight_messages() -> list[dict]:
@@ -136,8 +159,9 @@ def _rules(model: str, name: str, provider: str, options_text: str) -> Rules:
 
     options = json.loads(options_text)
     try:  # litellm's own fallback for a provider with no list of its own: OpenAI's
-        supported = (litellm.get_supported_openai_params(model=name, custom_llm_provider=provider)
-                     or litellm.get_supported_openai_params(model=name, custom_llm_provider="openai"))
+        supported = litellm.get_supported_openai_params(model=name, custom_llm_provider=provider) or litellm.get_supported_openai_params(
+            model=name, custom_llm_provider="openai"
+        )
     except Exception:  # noqa: BLE001 - a provider litellm knows no parameters of
         supported = None
     if not supported:
@@ -150,8 +174,11 @@ def _rules(model: str, name: str, provider: str, options_text: str) -> Rules:
 
     for key, value in options.items():
         if key not in left_out and key not in context and mapped({key: value}) is None:
-            left_out[key] = f"{name} takes {'only 1' if key == 'temperature' else 'none'} while it reasons" \
-                if context or litellm.supports_reasoning(model=model) else f"{name} does not take {json.dumps(value)}"
+            left_out[key] = (
+                f"{name} takes {'only 1' if key == 'temperature' else 'none'} while it reasons"
+                if context or litellm.supports_reasoning(model=model)
+                else f"{name} does not take {json.dumps(value)}"
+            )
     kept = {k: v for k, v in options.items() if k not in left_out and k not in context}
     sent = mapped(kept) or {}
     thinking = sent.get("thinking") if isinstance(sent.get("thinking"), dict) else None
@@ -164,9 +191,12 @@ def _rules(model: str, name: str, provider: str, options_text: str) -> Rules:
     moved = renamed and "max_tokens" in kept and "max_completion_tokens" not in kept
     asked_only = "thinking" in (_mapped(name, provider, {"reasoning_effort": "low"}) or {})
     reasons = not asked_only and litellm.supports_reasoning(model=model) and options.get("reasoning_effort") != "none"
-    return Rules(left_out=left_out, replaced={"max_completion_tokens": kept["max_tokens"]} if moved else {},
-                 removed=("max_tokens",) if moved else (),
-                 reasoning_budget=thinking_budget(options.get("reasoning_effort") or DEFAULT_EFFORT) if reasons else None)
+    return Rules(
+        left_out=left_out,
+        replaced={"max_completion_tokens": kept["max_tokens"]} if moved else {},
+        removed=("max_tokens",) if moved else (),
+        reasoning_budget=thinking_budget(options.get("reasoning_effort") or DEFAULT_EFFORT) if reasons else None,
+    )
 
 
 _STRICT = threading.Lock()

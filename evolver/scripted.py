@@ -65,8 +65,9 @@ def register() -> None:
             limit = int(os.environ.get("EVOLVER_SCRIPTED_CONTEXT", "0") or 0)
             used = sum(len(str(m.get("content") or "")) for m in messages)
             if limit and used > limit:  # as a provider answers a conversation longer than its context window
-                raise litellm.ContextWindowExceededError(message=f"scripted/{name}: {used} characters, the context holds {limit}",
-                                                         model=model, llm_provider=PROVIDER)
+                raise litellm.ContextWindowExceededError(
+                    message=f"scripted/{name}: {used} characters, the context holds {limit}", model=model, llm_provider=PROVIDER
+                )
             _wait_while_held(os.environ.get("EVOLVER_SCRIPTED_HOLD"))
             reply = load_script()(name, messages, tools)  # read per call: tests switch scripts
             _price(litellm, name)
@@ -105,8 +106,9 @@ def _price(litellm, name: str) -> None:
     price = float(os.environ.get("EVOLVER_SCRIPTED_PRICE", "0") or 0)
     if price and name not in litellm.model_cost:
         per_token = price / 1000
-        litellm.register_model({name: {"input_cost_per_token": per_token, "output_cost_per_token": per_token,
-                                       "litellm_provider": "openai", "mode": "chat"}})
+        litellm.register_model(
+            {name: {"input_cost_per_token": per_token, "output_cost_per_token": per_token, "litellm_provider": "openai", "mode": "chat"}}
+        )
 
 
 def _to_model_response(ModelResponse, model: str, messages: list[dict], reply: Reply):

@@ -29,9 +29,7 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n?(.*?)(?:```|\Z)", re.S)
 _DECODER = json.JSONDecoder()
 
 
-def parse_text_tool_calls(
-    text: Optional[str], tool_names: Optional[Iterable[str]] = None
-) -> tuple[list[dict], Optional[str]]:
+def parse_text_tool_calls(text: Optional[str], tool_names: Optional[Iterable[str]] = None) -> tuple[list[dict], Optional[str]]:
     """Return (calls, remaining_text); each call is {"name": str, "arguments": dict}.
 
     remaining_text is the text with the recognised calls (and the fences or

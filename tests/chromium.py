@@ -22,8 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 INSTALL_HINT = "headless Chromium is needed to check the HTML report: install it with `apt-get install -y chromium` (Debian)"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium() -> str:
@@ -95,9 +102,14 @@ def visit(page: Path, probe: str, shots: dict[Path, tuple[int, int]], *, width: 
     stray = " ".join(f"{fd}>&-" for fd in (to_read, to_write) if fd not in (3, 4))
     shell = f'exec "$0" "$@" 3<&{to_read} 4>&{to_write} {stray}'
     # A session of its own: whatever the browser leaves running when it exits can be stopped as one group.
-    proc = subprocess.Popen(["bash", "-c", shell, binary, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"],
-                            pass_fds=(to_read, to_write), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "-c", shell, binary, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"],
+        pass_fds=(to_read, to_write),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     os.close(to_read)
     os.close(to_write)
     result = Visit()

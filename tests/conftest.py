@@ -29,7 +29,16 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTED_MODELS = ["--agent-model", "scripted/agent", "--user-model", "scripted/user", "--judge-model", "scripted/judge", "--meta-model", "scripted/meta"]
+SCRIPTED_MODELS = [
+    "--agent-model",
+    "scripted/agent",
+    "--user-model",
+    "scripted/user",
+    "--judge-model",
+    "scripted/judge",
+    "--meta-model",
+    "scripted/meta",
+]
 # The one-lineage story most run tests tell: the audited policy, one candidate an iteration. The default search, the
 # population, has tests of its own (tests/test_population.py).
 LINEAGE = ["--gate-policy", "audited", "--candidates", "1"]
@@ -79,12 +88,14 @@ def repo(tmp_path: Path) -> Path:
     return init_repo(tmp_path / "target")
 
 
-def run_cli(args: list[str], cwd: Path | None = None, env: dict | None = None, timeout: float = 600,
-            python: Path | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], cwd: Path | None = None, env: dict | None = None, timeout: float = 600, python: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run `python -m evolver ...` as a user would, in a subprocess (with ``python``: from that environment)."""
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([str(python or sys.executable), "-m", "evolver", *args], cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [str(python or sys.executable), "-m", "evolver", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
     return proc
 
 
@@ -96,9 +107,24 @@ def eval_json(repo: Path, *extra: str, env: dict | None = None) -> dict:
 
 # The files that take longest (`pytest --durations=0`, docs/performance.md) start first: pytest-xdist hands out
 # one file at a time, so a long file taken last would leave the other worker idle until it ends.
-LONGEST_FIRST = ("test_stops.py", "test_gate_replay.py", "test_loop.py", "test_loop_policy.py", "test_ray.py", "test_report.py",
-                 "test_compare.py", "test_candidates.py", "test_hosted_models.py", "test_daemon.py", "test_local_model.py", "test_compat.py",
-                 "test_proposer.py", "test_bad_input.py", "test_kill_anywhere.py", "test_turns.py")
+LONGEST_FIRST = (
+    "test_stops.py",
+    "test_gate_replay.py",
+    "test_loop.py",
+    "test_loop_policy.py",
+    "test_ray.py",
+    "test_report.py",
+    "test_compare.py",
+    "test_candidates.py",
+    "test_hosted_models.py",
+    "test_daemon.py",
+    "test_local_model.py",
+    "test_compat.py",
+    "test_proposer.py",
+    "test_bad_input.py",
+    "test_kill_anywhere.py",
+    "test_turns.py",
+)
 
 
 def pytest_collection_modifyitems(items):
@@ -131,4 +157,6 @@ def pytest_terminal_summary(terminalreporter):
     """The bad-input table's totals, in every run's output."""
     t = {key: _BAD_INPUTS[key] + value for key, value in _bad_input_totals().items()}
     if t["cases"]:
-        terminalreporter.write_line(f"bad inputs: {t['clean']} of {t['cases']} answered with exit 2, one line on stderr, no traceback, nothing changed")
+        terminalreporter.write_line(
+            f"bad inputs: {t['clean']} of {t['cases']} answered with exit 2, one line on stderr, no traceback, nothing changed"
+        )

@@ -32,8 +32,15 @@ class CountingFactory:
 @pytest.fixture
 def settings(repo, tmp_path):
     return proxy_agent.Settings(
-        role=RoleModel(model="scripted/agent"), source=stage_candidate(repo, tmp_path), scratch_root=tmp_path,
-        sandbox=True, limits={"memory_mb": 1024}, turn_timeout=60, completion=None, factory=CountingFactory())
+        role=RoleModel(model="scripted/agent"),
+        source=stage_candidate(repo, tmp_path),
+        scratch_root=tmp_path,
+        sandbox=True,
+        limits={"memory_mb": 1024},
+        turn_timeout=60,
+        completion=None,
+        factory=CountingFactory(),
+    )
 
 
 def wait_for(condition, timeout=30.0) -> bool:

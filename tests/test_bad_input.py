@@ -34,7 +34,11 @@ def world(tmp_path_factory):
     """A committed repository with one finished scripted run to damage copies of."""
     base = tmp_path_factory.mktemp("bad")
     repo = init_repo(base / "repo")
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--gate-stages", "1", *RUN_MODELS, "--agent-model", "scripted/wrong"], env=SCRIPT, timeout=900)
+    proc = run_cli(
+        ["run", str(repo), "--iterations", "1", "--gate-stages", "1", *RUN_MODELS, "--agent-model", "scripted/wrong"],
+        env=SCRIPT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     [run] = [p.name for p in (repo / "runs").glob("run-*")]
     plain = base / "plain"  # a folder with an agent but no git
@@ -47,8 +51,11 @@ def world(tmp_path_factory):
 
 
 def _snapshot(repo: Path) -> tuple:
-    files = sorted((p.relative_to(repo).as_posix(), hashlib.sha1(p.read_bytes()).hexdigest())
-                   for p in (repo / "runs").rglob("*") if p.is_file() and p.name != "lock")
+    files = sorted(
+        (p.relative_to(repo).as_posix(), hashlib.sha1(p.read_bytes()).hexdigest())
+        for p in (repo / "runs").rglob("*")
+        if p.is_file() and p.name != "lock"
+    )
     refs = git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
     return files, refs, git(repo, "status", "--porcelain"), git(repo, "rev-parse", "HEAD")
 
@@ -97,9 +104,14 @@ CASES = [
     ("eval-domain", ["eval", "{repo}", "--domain", "nosuch"], "unknown domain 'nosuch'", None),
     ("eval-split", ["eval", "{repo}", "--split", "trian"], "has no split 'trian'", None),
     ("eval-task-id", ["eval", "{repo}", "--task-ids", "create_task_1", "no_such_task"], "unknown task id(s) in mock: no_such_task", None),
-    ("eval-api-base", ["eval", "{repo}", "--api-base", "127.0.0.1:8000/v1"], "the agent and user models' API base '127.0.0.1:8000/v1' is not an http(s) URL; fix --api-base", None),
+    (
+        "eval-api-base",
+        ["eval", "{repo}", "--api-base", "127.0.0.1:8000/v1"],
+        "the agent and user models' API base '127.0.0.1:8000/v1' is not an http(s) URL; fix --api-base",
+        None,
+    ),
     ("eval-missing-key", ["eval", "{repo}", "--agent-model", "gpt-4.1-mini"], "needs OPENAI_API_KEY", None),
-    ("eval-plugin", ["eval", "{repo}"], "cannot import plugin 'no_such_plugin_module'", "toml:plugins = [\"no_such_plugin_module\"]"),
+    ("eval-plugin", ["eval", "{repo}"], "cannot import plugin 'no_such_plugin_module'", 'toml:plugins = ["no_such_plugin_module"]'),
     # eval: paths and refs
     ("eval-no-agent", ["eval", "{base}"], "no agent/agent.py", None),
     ("eval-path-is-file", ["eval", "{repo}/evolver.toml"], "no agent/agent.py", None),
@@ -124,7 +136,7 @@ CASES = [
     ("toml-judge-args-type", ["eval", "{repo}"], "is not a table of model arguments", "toml:judge_args = 5"),
     ("toml-reasoning-effort", ["eval", "{repo}"], "is not one of: none, minimal", 'toml:agent_reasoning_effort = "extreme"'),
     ("env-agent-args", ["eval", "{repo}"], "EVOLVER_AGENT_ARGS", "env:EVOLVER_AGENT_ARGS=max_tokens=5"),
-    ("env-user-args-base", ["eval", "{repo}"], "'api_base' is not taken here", "env:EVOLVER_USER_ARGS={{api_base = \"http://127.0.0.1:9\"}}"),
+    ("env-user-args-base", ["eval", "{repo}"], "'api_base' is not taken here", 'env:EVOLVER_USER_ARGS={{api_base = "http://127.0.0.1:9"}}'),
     ("flag-agent-arg-value", ["eval", "{repo}", "--agent-arg", "max_tokens=0"], "--agent-arg: max_tokens = 0 must be at least 1", None),
     ("flag-agent-arg-form", ["eval", "{repo}", "--agent-arg", "max_tokens"], "is not KEY=VALUE", None),
     ("flag-agent-arg-temperature", ["eval", "{repo}", "--agent-arg", "temperature=1"], "set agent_temperature instead", None),
@@ -132,18 +144,31 @@ CASES = [
     ("flag-extra-body-messages", ["eval", "{repo}", "--user-arg", 'extra_body={{"messages": []}}'], "may not set messages", None),
     ("flag-reasoning-effort", ["eval", "{repo}", "--agent-reasoning-effort", "extreme"], "is not one of: none", None),
     # eval and run: rate limits per model (evolver.toml's [rate_limits], EVOLVER_RATE_LIMITS, --rate-limit MODEL=RPM/TPM)
-    ("toml-rate-limit-zero", ["eval", "{repo}"], "'openai/m' rpm = 0 is not a number more than 0", 'toml:rate_limits = {"openai/m" = {rpm = 0}}'),
-    ("toml-rate-limit-key", ["eval", "{repo}"], "a limit takes rpm (requests per minute) and tpm", 'toml:rate_limits = {m = {rps = 5}}'),
+    (
+        "toml-rate-limit-zero",
+        ["eval", "{repo}"],
+        "'openai/m' rpm = 0 is not a number more than 0",
+        'toml:rate_limits = {"openai/m" = {rpm = 0}}',
+    ),
+    ("toml-rate-limit-key", ["eval", "{repo}"], "a limit takes rpm (requests per minute) and tpm", "toml:rate_limits = {m = {rps = 5}}"),
     ("toml-rate-limits-type", ["eval", "{repo}"], "is not a table of limits", "toml:rate_limits = 5"),
     ("env-rate-limits", ["eval", "{repo}"], "EVOLVER_RATE_LIMITS", "env:EVOLVER_RATE_LIMITS=500"),
     ("flag-rate-limit-form", ["eval", "{repo}", "--rate-limit", "openai/m"], "is not MODEL=RPM/TPM", None),
     ("flag-rate-limit-words", ["run", "{repo}", "--rate-limit", "openai/m=many"], "the limit is not RPM/TPM in numbers", None),
     ("flag-rate-limit-negative", ["eval", "{repo}", "--rate-limit", "openai/m=-5/100"], "rpm = -5 is not a number more than 0", None),
     ("run-learnings-file-missing", ["run", "{repo}", "--learnings-file", "no-such-learnings.md"], "learnings_file", None),
-    ("run-proposer-command-not-installed", ["run", "{repo}", "--proposer", "command", "--proposer-command", "no-such-coder --fix"],
-     "--proposer-command: no-such-coder is not installed", None),
-    ("run-proposer-read-home", ["run", "{repo}", "--proposer", "command", "--proposer-command", "true", "--proposer-read", str(Path.home())],
-     f"--proposer-read {Path.home()}: it is your home folder", None),
+    (
+        "run-proposer-command-not-installed",
+        ["run", "{repo}", "--proposer", "command", "--proposer-command", "no-such-coder --fix"],
+        "--proposer-command: no-such-coder is not installed",
+        None,
+    ),
+    (
+        "run-proposer-read-home",
+        ["run", "{repo}", "--proposer", "command", "--proposer-command", "true", "--proposer-read", str(Path.home())],
+        f"--proposer-read {Path.home()}: it is your home folder",
+        None,
+    ),
     ("resume-with-agent-arg", ["run", "{repo}", "--resume", "{run}", "--agent-arg", "seed=1"], "drop --agent-arg", None),
     ("init-from-nothing", ["init", "{base}/new", "--from", "make eval"], "nor a Life-Harness command line", None),
     ("init-from-no-checkout", ["init", "{base}/new", "--from", "{base}"], "no agent/agent.py in", None),
@@ -172,7 +197,12 @@ CASES = [
     ("run-gate-stages-word", ["run", "{repo}", "--gate-stages", "1,x"], "gate_stages", None),
     ("run-gate-stages-order", ["run", "{repo}", "--gate-stages", "3,2"], "gate settings", None),
     ("run-domain", ["run", "{repo}", "--domain", "nosuch"], "unknown domain 'nosuch'", None),
-    ("run-analysis-split", ["run", "{repo}", "--analysis-split", "nosuch", "--gate-split", "base"], "set both analysis_split and gate_split", None),
+    (
+        "run-analysis-split",
+        ["run", "{repo}", "--analysis-split", "nosuch", "--gate-split", "base"],
+        "set both analysis_split and gate_split",
+        None,
+    ),
     ("run-not-git", ["run", "{plain}"], "is not a git repository", None),
     ("run-no-agent", ["run", "{empty}"], "no agent/agent.py", None),
     ("run-dirty", ["run", "{repo}"], "agent/ has uncommitted changes", "dirty"),
@@ -190,7 +220,12 @@ CASES = [
     ("run-resume-a-path", ["run", "{repo}", "--resume", "../elsewhere"], "'../elsewhere' is not a run id", None),
     ("run-resume-a-path-to-a-run", ["run", "{repo}", "--resume", "../runs/{run}"], "is not a run id", None),
     ("run-resume-with-flags", ["run", "{repo}", "--resume", "{run}", "--concurrency", "2"], "--resume keeps the settings", None),
-    ("run-resume-budget-negative", ["run", "{repo}", "--resume", "{run}", "--budget-usd", "-1"], "--budget-usd -1 must be at least 0", None),
+    (
+        "run-resume-budget-negative",
+        ["run", "{repo}", "--resume", "{run}", "--budget-usd", "-1"],
+        "--budget-usd -1 must be at least 0",
+        None,
+    ),
     ("run-resume-finished-new-budget", ["run", "{repo}", "--resume", "{run}", "--budget-usd", "5"], "is finished", None),
     ("run-resume-iterations-0", ["run", "{repo}", "--resume", "{run}", "--iterations", "0"], "between 1 and 10000", None),
     ("run-resume-finished", ["run", "{repo}", "--resume", "{run}"], "is finished", None),
@@ -203,20 +238,50 @@ CASES = [
     ("history-empty-state", ["history", "@state.json:", "--repo", "{repo}"], "state.json is unreadable or corrupt", None),
     ("history-typed-state", ["history", "@state.json:[]", "--repo", "{repo}"], "state.json is unreadable or corrupt", None),
     ("history-corrupt-run", ["history", "@run.json:{{", "--repo", "{repo}"], "run.json is unreadable or corrupt (Invalid JSON", None),
-    ("history-newer-run", ["history", "@run.json:{\"schema\": 99}", "--repo", "{repo}"], "newer than this evolver knows", None),
-    ("status-newer-state", ["status", "@state.json:{\"schema\": 99}", "--repo", "{repo}"], "state.json has schema 99, newer than this evolver knows (4)", None),
-    ("show-newer-iteration", ["show", "@iterations/001.json:{\"schema\": 4}", "1", "--repo", "{repo}"], "the iteration record has schema 4, newer than this evolver knows (3)", None),
-    ("history-corrupt-iteration", ["history", "@iterations/001.json:{\"iteration\": \"x\"}", "--repo", "{repo}"], "001.json is unreadable or corrupt", None),
+    ("history-newer-run", ["history", '@run.json:{"schema": 99}', "--repo", "{repo}"], "newer than this evolver knows", None),
+    (
+        "status-newer-state",
+        ["status", '@state.json:{"schema": 99}', "--repo", "{repo}"],
+        "state.json has schema 99, newer than this evolver knows (4)",
+        None,
+    ),
+    (
+        "show-newer-iteration",
+        ["show", '@iterations/001.json:{"schema": 4}', "1", "--repo", "{repo}"],
+        "the iteration record has schema 4, newer than this evolver knows (3)",
+        None,
+    ),
+    (
+        "history-corrupt-iteration",
+        ["history", '@iterations/001.json:{"iteration": "x"}', "--repo", "{repo}"],
+        "001.json is unreadable or corrupt",
+        None,
+    ),
     ("history-no-repo", ["history", "--repo", "{base}/nowhere"], "no runs in", None),
     ("show-unknown-run", ["show", "run-nope", "1", "--repo", "{repo}"], "unknown run id", None),
     ("show-bad-iteration", ["show", "{run}", "x", "--repo", "{repo}"], "neither an iteration (e.g. 3) nor a candidate", None),
     ("show-missing-iteration", ["show", "{run}", "99", "--repo", "{repo}"], "99", None),
     ("show-missing-candidate", ["show", "{run}", "1z", "--repo", "{repo}"], "iteration 1 has no candidate 1z", None),
     ("show-corrupt-iteration", ["show", "@iterations/001.json:nope", "1", "--repo", "{repo}"], "001.json is unreadable or corrupt", None),
-    ("show-turns-unknown-task", ["show", "{run}", "1", "--turns", "no_such_task", "--repo", "{repo}"], "or holdout tasks (a task id, not a label such as T4); its analysis tasks: ", None),
+    (
+        "show-turns-unknown-task",
+        ["show", "{run}", "1", "--turns", "no_such_task", "--repo", "{repo}"],
+        "or holdout tasks (a task id, not a label such as T4); its analysis tasks: ",
+        None,
+    ),
     ("show-turns-missing-iteration", ["show", "{run}", "9", "--turns", "create_task_1", "--repo", "{repo}"], "has no iteration '9'", None),
-    ("show-turns-missing-trial", ["show", "{run}", "base", "--turns", "create_task_1", "--trial", "4", "--repo", "{repo}"], "no trial 4", None),
-    ("show-turns-trial-word", ["show", "{run}", "1", "--turns", "create_task_1", "--trial", "x", "--repo", "{repo}"], "invalid int value", None),
+    (
+        "show-turns-missing-trial",
+        ["show", "{run}", "base", "--turns", "create_task_1", "--trial", "4", "--repo", "{repo}"],
+        "no trial 4",
+        None,
+    ),
+    (
+        "show-turns-trial-word",
+        ["show", "{run}", "1", "--turns", "create_task_1", "--trial", "x", "--repo", "{repo}"],
+        "invalid int value",
+        None,
+    ),
     ("rollback-unknown-run", ["rollback", "run-nope", "--to", "base", "--reason", "x", "--repo", "{repo}"], "unknown run id", None),
     ("rollback-bad-to", ["rollback", "{run}", "--to", "x", "--reason", "y", "--repo", "{repo}"], "x", None),
     ("rollback-missing-iteration", ["rollback", "{run}", "--to", "99", "--reason", "y", "--repo", "{repo}"], "99", None),
@@ -227,20 +292,35 @@ CASES = [
     ("report-no-runs", ["report", "--repo", "{empty}"], "no runs in", None),
     ("report-corrupt-state", ["report", "@state.json:{{", "--repo", "{repo}"], "state.json is unreadable or corrupt", None),
     ("report-corrupt-run", ["report", "@run.json:[]", "--repo", "{repo}"], "run.json is unreadable or corrupt", None),
-    ("report-corrupt-iteration", ["report", "@iterations/001.json:nope", "--repo", "{repo}", "--markdown"], "001.json is unreadable or corrupt", None),
+    (
+        "report-corrupt-iteration",
+        ["report", "@iterations/001.json:nope", "--repo", "{repo}", "--markdown"],
+        "001.json is unreadable or corrupt",
+        None,
+    ),
     ("report-unknown-flag", ["report", "{run}", "--repo", "{repo}", "--pdf"], "unrecognized arguments: --pdf", None),
     ("report-immutable-run", ["report", "{run}", "--repo", "{repo}"], "cannot use", "immutable-run"),
     ("status-unknown", ["status", "run-nope", "--repo", "{repo}"], "unknown run id", None),
     ("status-corrupt-state", ["status", "@state.json:{{", "--repo", "{repo}"], "state.json is unreadable or corrupt", None),
     ("status-corrupt-run", ["status", "@run.json:{{", "--repo", "{repo}"], "run.json is unreadable or corrupt", None),
-    ("status-json-corrupt", ["status", "@state.json:{\"status\": 5}", "--repo", "{repo}", "--json"], "state.json is unreadable or corrupt", None),
+    (
+        "status-json-corrupt",
+        ["status", '@state.json:{"status": 5}', "--repo", "{repo}", "--json"],
+        "state.json is unreadable or corrupt",
+        None,
+    ),
     # tasks, init, daemon, the top level
     ("tasks-unknown-domain", ["tasks", "nosuch"], "invalid choice", None),
     ("tasks-bad-split", ["tasks", "mock", "--split", "trian"], "has no split 'trian'", None),
     ("tasks-no-domain", ["tasks"], "name a domain (airline, retail, telecom, mock), or --triage RUN", None),
     ("init-on-a-file", ["init", "{repo}/evolver.toml"], "is a file, not a directory", None),
     ("init-exists", ["init", "{repo}"], "pass --force", None),
-    ("compare-unknown-ref", ["compare", "HEAD", "no-such-ref", "--repo", "{repo}"], "'no-such-ref' is neither a folder nor a git ref", None),
+    (
+        "compare-unknown-ref",
+        ["compare", "HEAD", "no-such-ref", "--repo", "{repo}"],
+        "'no-such-ref' is neither a folder nor a git ref",
+        None,
+    ),
     ("transfer-unknown-run", ["transfer", "run-nope", "--repo", "{repo}"], "unknown run id 'run-nope'", None),
     ("runs-no-folder", ["runs", "--repo", "{base}/nowhere"], "is not a folder", None),
     ("daemon-bogus", ["daemon", "bogus"], "invalid choice", None),

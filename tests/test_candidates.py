@@ -27,14 +27,31 @@ pytestmark = pytest.mark.slow  # every test here starts whole runs
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:candidates_script"}
 # The one-shot proposer: its verdicts unfiltered. Two gate stages, not the audited policy's default three: the kill
 # below still lands between the screen and the last stage, and each stage costs 40 simulations of each arm.
-ARGS = ["--iterations", "1", "--candidates", "3", "--gate-policy", "audited", "--gate-stages", "1,2", "--concurrency", "8", "--no-holdout", "--proposer", "oneshot", *SCRIPTED_MODELS]
+ARGS = [
+    "--iterations",
+    "1",
+    "--candidates",
+    "3",
+    "--gate-policy",
+    "audited",
+    "--gate-stages",
+    "1,2",
+    "--concurrency",
+    "8",
+    "--no-holdout",
+    "--proposer",
+    "oneshot",
+    *SCRIPTED_MODELS,
+]
 
 
 def summary(repo: Path, run_id: str) -> dict:
     """What must match between an uninterrupted run and a killed-and-resumed one."""
     record = json.loads((repo / "runs" / run_id / "iterations" / "001.json").read_text())
     prefix = f"evolver/{run_id}/"
-    branches = sorted(b.strip().removeprefix(prefix) for b in git(repo, "branch", "--list", f"{prefix}*", "--format=%(refname:short)").split())
+    branches = sorted(
+        b.strip().removeprefix(prefix) for b in git(repo, "branch", "--list", f"{prefix}*", "--format=%(refname:short)").split()
+    )
     status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"], env=ENV).stdout)
     return {
         "candidates": [(c["label"], c["title"], c["status"], c["gate_candidate"]) for c in record["candidates"]],
@@ -77,8 +94,10 @@ def test_the_candidates_are_evaluated_at_once(three):
     def window(name: str) -> tuple[datetime, datetime]:
         trajectories = [json.loads(p.read_text()) for p in (repo / "runs" / run_id / "evals" / name / "trajectories").glob("*.json")]
         assert trajectories
-        return (min(datetime.fromisoformat(t["start_time"]) for t in trajectories),
-                max(datetime.fromisoformat(t["end_time"]) for t in trajectories))
+        return (
+            min(datetime.fromisoformat(t["start_time"]) for t in trajectories),
+            max(datetime.fromisoformat(t["end_time"]) for t in trajectories),
+        )
 
     a, b = window("iter-001a-gate"), window("iter-001b-gate")
     assert a[0] < b[1] and b[0] < a[1]  # the two gate evaluations overlapped in time
@@ -87,7 +106,11 @@ def test_the_candidates_are_evaluated_at_once(three):
 def test_history_show_status_and_rollback_understand_several_candidates(three):
     repo, run_id = three
     rows = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["candidates"]
-    assert [(r["candidate"], r["verdict"], r["is_best"]) for r in rows] == [("1a", "accepted", True), ("1b", "rejected", False), ("1c", "invalid", False)]
+    assert [(r["candidate"], r["verdict"], r["is_best"]) for r in rows] == [
+        ("1a", "accepted", True),
+        ("1b", "rejected", False),
+        ("1c", "invalid", False),
+    ]
     assert rows[0]["cost"] is not None and rows[1]["cost"] is None  # the iteration's cost, once
     table = run_cli(["history", run_id, "--repo", str(repo)]).stdout
     assert "1a *" in table and "1b" in table
@@ -108,8 +131,13 @@ def interrupted(tmp_path_factory):
     """A run stopped by Ctrl-C while its candidates' screens run at once: what was seen around the signal.
     The killed-and-resumed test below goes on from this run (one baseline and proposal for both)."""
     repo = make_target(tmp_path_factory.mktemp("interrupted") / "target")
-    controller = subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *ARGS], env={**os.environ, **ENV},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "evolver", "run", str(repo), *ARGS],
+        env={**os.environ, **ENV},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 600
         files: list[Path] = []
@@ -154,8 +182,12 @@ def test_a_run_killed_mid_iteration_resumes_to_the_same_end(three, interrupted):
     gate_sims = repo / "runs" / run_id / "evals" / "iter-001a-gate" / "sims.jsonl"
     # mid-way through the gate's stages (40 screen simulations, then 40 and 80 of the stages), and written by this process
     kill_at = max(60, gate_sims.read_text().count("\n") + 10)
-    controller = subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), "--resume", run_id], env={**os.environ, **ENV},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "evolver", "run", str(repo), "--resume", run_id],
+        env={**os.environ, **ENV},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 900
     reached = False
     while time.monotonic() < deadline and controller.poll() is None:
@@ -174,5 +206,7 @@ def test_a_run_killed_mid_iteration_resumes_to_the_same_end(three, interrupted):
     again = summary(repo, run_id)
     assert again["candidates"] == original["candidates"] and again["kept"] == original["kept"]
     assert again["branches"] == original["branches"]
-    assert {b: again["trees"][b] for b in ("iter-001a", "iter-001b", "best")} == {b: original["trees"][b] for b in ("iter-001a", "iter-001b", "best")}
+    assert {b: again["trees"][b] for b in ("iter-001a", "iter-001b", "best")} == {
+        b: original["trees"][b] for b in ("iter-001a", "iter-001b", "best")
+    }
     assert again["usage"] == original["usage"] and again["decisions"] == original["decisions"]

@@ -12,7 +12,7 @@ import pytest
 
 from evolver.evolution.gate.compare import CompareConfig, decide_compare, next_tasks, run_compare
 from evolver.evolution.gate.sequential import plan, windows
-from tests.conftest import SCRIPTED_MODELS, git, run_cli, LINEAGE
+from tests.conftest import LINEAGE, SCRIPTED_MODELS, git, run_cli
 from tests.scripts.loop_cases import EXACT
 from tests.test_loop import make_target
 
@@ -65,19 +65,24 @@ def test_the_same_agent_twice_is_no_evidence_and_tasks_that_always_agree_stop_ru
     # one task of five differs (gen_09's odd title): the four that always agree stop running after 3 trials each,
     # and the one that differs runs on until a one-sided test calls B better
     five = "gen_08,gen_09,gen_10,gen_12,gen_14"
-    text = run_cli(["compare", "main", "exact", "--repo", str(repo), *MODELS, *ON_TEST, "--better", "--task-ids", five], env=ENV, timeout=900)
+    text = run_cli(
+        ["compare", "main", "exact", "--repo", str(repo), *MODELS, *ON_TEST, "--better", "--task-ids", five], env=ENV, timeout=900
+    )
     assert text.returncode == 0, text.stderr[-2000:]
     assert "B better on 1 task(s): gen_09 0.00->1.00" in text.stdout and "A = main, B = exact: better" in text.stdout
     looks = [line for line in text.stderr.splitlines() if line.startswith("look ")]
     assert len(looks) == 6 and "spent 36 simulations (18 + 18)" in text.stdout  # 5 tasks x 3 looks, then gen_09 alone
 
 
-@pytest.mark.parametrize("args, message", [
-    (["main", "no-such-branch"], "'no-such-branch' is neither a folder nor a git ref"),
-    (["main", "exact", "--run", "run-nope"], "unknown run id 'run-nope'"),
-    (["main", "exact", "--domain", "nope"], "unknown domain 'nope'"),
-    (["main", "exact", "--task-ids", "gen_99"], "unknown task id"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["main", "no-such-branch"], "'no-such-branch' is neither a folder nor a git ref"),
+        (["main", "exact", "--run", "run-nope"], "unknown run id 'run-nope'"),
+        (["main", "exact", "--domain", "nope"], "unknown domain 'nope'"),
+        (["main", "exact", "--task-ids", "gen_99"], "unknown task id"),
+    ],
+)
 def test_bad_input_gets_one_line_and_nothing_is_left(repo, args, message):
     before = sorted(p.name for p in (repo / "runs").iterdir())
     proc = run_cli(["compare", *args, "--repo", str(repo), *MODELS, "--split", "test"], env=ENV)
@@ -164,8 +169,28 @@ def kept_run(tmp_path_factory):
     repo = make_target(tmp_path_factory.mktemp("transfer") / "target")
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
     # the per-decision gate: no screen and no end-of-run audit (the audited policy is the loop tests'; here only the kept rule counts)
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--candidates", "1", "--gate-stages", "1", "--gate-policy", "per-decision", "--no-holdout", "--concurrency", "8",
-                    *SCRIPTED_MODELS, "--transfer-models", "scripted/contrary"], env=env, timeout=900)
+    proc = run_cli(
+        [
+            "run",
+            str(repo),
+            "--iterations",
+            "1",
+            "--candidates",
+            "1",
+            "--gate-stages",
+            "1",
+            "--gate-policy",
+            "per-decision",
+            "--no-holdout",
+            "--concurrency",
+            "8",
+            *SCRIPTED_MODELS,
+            "--transfer-models",
+            "scripted/contrary",
+        ],
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "transfers" in proc.stdout and "hurts" in proc.stdout  # --transfer-models ran at the end
     [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
@@ -176,17 +201,23 @@ def kept_run(tmp_path_factory):
 @pytest.mark.slow
 def test_transfer_says_helps_for_one_model_and_hurts_for_another(kept_run):
     repo, run_id = kept_run
-    helps = run_cli(["transfer", run_id, "--repo", str(repo), "--json", "--agent-model", "scripted/agent", "--concurrency", "8"],
-                    env=ENV, timeout=900)
+    helps = run_cli(
+        ["transfer", run_id, "--repo", str(repo), "--json", "--agent-model", "scripted/agent", "--concurrency", "8"], env=ENV, timeout=900
+    )
     assert helps.returncode == 0, helps.stderr[-2000:]
     [pair] = json.loads(helps.stdout)["pairs"]
     assert (pair["a"], pair["b"], pair["verdict"]) == ("base", "best", "helps") and pair["effect"] > 0.3
-    hurts = run_cli(["transfer", run_id, "--repo", str(repo), "--agent-model", "scripted/contrary", "--concurrency", "8"], env=ENV, timeout=900)
+    hurts = run_cli(
+        ["transfer", run_id, "--repo", str(repo), "--agent-model", "scripted/contrary", "--concurrency", "8"], env=ENV, timeout=900
+    )
     assert hurts.returncode == 0, hurts.stderr[-2000:]
     assert "hurts" in hurts.stdout and "scripted/contrary" in hurts.stdout
     history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"]).stdout)["transfers"]
-    assert [(t["agent_model"], t["verdict"]) for t in history] == [("scripted/contrary", "hurts"), ("scripted/agent", "helps"),
-                                                                    ("scripted/contrary", "hurts")]
+    assert [(t["agent_model"], t["verdict"]) for t in history] == [
+        ("scripted/contrary", "hurts"),
+        ("scripted/agent", "helps"),
+        ("scripted/contrary", "hurts"),
+    ]
     status = run_cli(["status", run_id, "--repo", str(repo)])
     assert "transfer" in status.stdout and "hurts" in status.stdout
     assert "transfers" in run_cli(["history", run_id, "--repo", str(repo)]).stdout
@@ -199,8 +230,11 @@ def test_compare_names_a_runs_candidates_as_the_readme_shows(kept_run):
     # twice stops with no evidence once 6 tasks that never vary hold twice a fixed-size test's information, after
     # 2 trials each (base's resolution is the transfers' above)
     # (scripted user and judge as everywhere here: with only the agent named, the user would be the embedded model)
-    proc = run_cli(["compare", "--run", run_id, "1", "best", "--repo", str(repo), "--json", *MODELS, "--concurrency", "8",
-                    "--num-tasks", "6"], env=ENV, timeout=900)
+    proc = run_cli(
+        ["compare", "--run", run_id, "1", "best", "--repo", str(repo), "--json", *MODELS, "--concurrency", "8", "--num-tasks", "6"],
+        env=ENV,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(proc.stdout)
     kept = git(repo, "rev-parse", f"evolver/{run_id}/iter-001").strip()
@@ -213,8 +247,11 @@ def test_triage_flags_an_impossible_task_and_a_customer_who_leaves(tmp_path):
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     assert run_cli(["init", str(repo)]).returncode == 0
-    (repo / "evolver.toml").write_text((repo / "evolver.toml").read_text().replace(
-        'domain = "mock"', 'domain = "evolver_triage"\nplugins = ["tests.scripts.triage_domain"]'))
+    (repo / "evolver.toml").write_text(
+        (repo / "evolver.toml")
+        .read_text()
+        .replace('domain = "mock"', 'domain = "evolver_triage"\nplugins = ["tests.scripts.triage_domain"]')
+    )
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
     env = {"EVOLVER_SCRIPT": "tests.scripts.triage_domain:script"}
@@ -226,7 +263,9 @@ def test_triage_flags_an_impossible_task_and_a_customer_who_leaves(tmp_path):
     assert flagged["tri_quitter"] == ["never passed", "the customer's doing"]
     assert all(flagged[f"tri_{n}"] == ["never varies"] for n in range(6))  # the scripted agent always passes them
     text = run_cli(["tasks", "--triage", eval_id, "--repo", str(repo)]).stdout
-    assert "tri_quitter: never passed (0 of 3 simulations passed); the customer's doing (3 of 3 failures: the customer stopped after" in text
+    assert (
+        "tri_quitter: never passed (0 of 3 simulations passed); the customer's doing (3 of 3 failures: the customer stopped after" in text
+    )
     dry = run_cli(["run", str(repo), "--dry-run", "--exclude-tasks", "tri_impossible,tri_quitter", *SCRIPTED_MODELS], env=env)
     assert dry.returncode == 0 and "2 task(s) excluded" in dry.stderr, dry.stderr
     bad = run_cli(["run", str(repo), "--dry-run", "--exclude-tasks", "tri_nope", *SCRIPTED_MODELS], env=env)
@@ -244,8 +283,21 @@ def test_the_dry_run_forecast_is_within_a_quarter_of_what_the_run_spends(tmp_pat
 
     repo = make_target(tmp_path / "target")
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:fix_first_script", "EVOLVER_SCRIPTED_PRICE": "0.002"}
-    args = ["--iterations", "1", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", "--proposer", "oneshot", "--budget-usd", "100",
-            *LINEAGE, *SCRIPTED_MODELS]
+    args = [
+        "--iterations",
+        "1",
+        "--gate-stages",
+        "1",
+        "--no-holdout",
+        "--concurrency",
+        "8",
+        "--proposer",
+        "oneshot",
+        "--budget-usd",
+        "100",
+        *LINEAGE,
+        *SCRIPTED_MODELS,
+    ]
     dry = run_cli(["run", str(repo), "--dry-run", "--pilot", "4", *args], env=env, timeout=600)
     assert dry.returncode == 0, dry.stderr[-2000:]
     expected = float(re.search(r"the expected run fits \(expected \$([0-9.]+)", dry.stderr).group(1))

@@ -16,7 +16,9 @@ from evolver.evaluation.metrics import pass_hat_k, rewards_by_task, summarize
 
 
 def test_file_then_environment_then_flags(tmp_path):
-    (tmp_path / "evolver.toml").write_text('agent_model = "file-model"\nuser_model = "file-user"\ntrials = 3\napi_base = "http://file/v1"\n')
+    (tmp_path / "evolver.toml").write_text(
+        'agent_model = "file-model"\nuser_model = "file-user"\ntrials = 3\napi_base = "http://file/v1"\n'
+    )
     env = {"EVOLVER_AGENT_MODEL": "env-model", "EVOLVER_TRIALS": "5"}
     cfg = load_config(tmp_path, {"agent_model": "flag-model", "trials": None}, environ=env)
     assert cfg.agent_model == "flag-model"  # flag beats env and file
@@ -32,7 +34,10 @@ def test_per_role_api_base_wins(tmp_path):
     assert cfg.role("user").litellm_args()["api_base"] == "http://user/v1"
 
 
-@pytest.mark.parametrize("text, fragment", [("trials = 'many'", "is not a whole number"), ("colour = 1", "unknown key 'colour'"), ("trials = ", "not valid TOML")])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [("trials = 'many'", "is not a whole number"), ("colour = 1", "unknown key 'colour'"), ("trials = ", "not valid TOML")],
+)
 def test_bad_config_file_is_a_usage_error(tmp_path, text, fragment):
     (tmp_path / "evolver.toml").write_text(text)
     with pytest.raises(UsageError, match=fragment):
@@ -40,7 +45,13 @@ def test_bad_config_file_is_a_usage_error(tmp_path, text, fragment):
 
 
 def _rec(task, trial, reward, outcome="ok"):
-    return SimRecord(task_id=task, trial=trial, outcome=outcome, reward=reward, usage={"agent": RoleUsage(prompt_tokens=10, completion_tokens=2, cost=0.5)})
+    return SimRecord(
+        task_id=task,
+        trial=trial,
+        outcome=outcome,
+        reward=reward,
+        usage={"agent": RoleUsage(prompt_tokens=10, completion_tokens=2, cost=0.5)},
+    )
 
 
 def test_pass_hat_k_follows_tau2():
@@ -115,16 +126,33 @@ def test_every_flag_comes_from_a_setting_and_sets_it():
 
 
 @pytest.mark.parametrize("source", ["file", "env", "flag"])
-@pytest.mark.parametrize("key, raw, fragment", [
-    ("trials", "0", "between 1 and 1000"), ("trials", "-3", "between 1 and 1000"), ("trials", "1.7", "not a whole number"),
-    ("trials", "1000000000", "between 1 and 1000"), ("concurrency", "0", "between 1 and 256"), ("max_steps", "-1", "between 1 and 1000"),
-    ("worker_timeout", "-5", "more than 0"), ("worker_timeout", "nan", "not a finite number"), ("worker_timeout", "inf", "not a finite number"),
-    ("iterations", "0", "between 1 and 10000"), ("holdout", "maybe", "not one of: auto, on, off"), ("gate_min_effect", "-1", "between 0 and 0.99"),
-    ("stall", "-1", "at least 0"), ("budget_usd", "-5", "at least 0"), ("max_hours", "-1", "at least 0"), ("budget_tokens", "-1", "at least 0"),
-    ("gate_alpha", "0.7", "between 0 and 0.5"), ("agent_timeout", "0", "more than 0"), ("agent_memory_mb", "1", "between 64 and 65536"),
-    ("local_size", "huge", "not one of: default, small"), ("track", "wandb", "not one of: off, mlflow"),
-    ("local_user_adapter", "maybe", "is not true or false"),
-])
+@pytest.mark.parametrize(
+    "key, raw, fragment",
+    [
+        ("trials", "0", "between 1 and 1000"),
+        ("trials", "-3", "between 1 and 1000"),
+        ("trials", "1.7", "not a whole number"),
+        ("trials", "1000000000", "between 1 and 1000"),
+        ("concurrency", "0", "between 1 and 256"),
+        ("max_steps", "-1", "between 1 and 1000"),
+        ("worker_timeout", "-5", "more than 0"),
+        ("worker_timeout", "nan", "not a finite number"),
+        ("worker_timeout", "inf", "not a finite number"),
+        ("iterations", "0", "between 1 and 10000"),
+        ("holdout", "maybe", "not one of: auto, on, off"),
+        ("gate_min_effect", "-1", "between 0 and 0.99"),
+        ("stall", "-1", "at least 0"),
+        ("budget_usd", "-5", "at least 0"),
+        ("max_hours", "-1", "at least 0"),
+        ("budget_tokens", "-1", "at least 0"),
+        ("gate_alpha", "0.7", "between 0 and 0.5"),
+        ("agent_timeout", "0", "more than 0"),
+        ("agent_memory_mb", "1", "between 64 and 65536"),
+        ("local_size", "huge", "not one of: default, small"),
+        ("track", "wandb", "not one of: off, mlflow"),
+        ("local_user_adapter", "maybe", "is not true or false"),
+    ],
+)
 def test_one_validation_for_file_environment_and_flags(tmp_path, source, key, raw, fragment):
     if source == "file":
         (tmp_path / "evolver.toml").write_text(f"{key} = {raw if raw.lstrip('-').replace('.', '').isdigit() else repr(raw)}\n")
@@ -160,14 +188,34 @@ def test_the_user_role_adapter_switch_from_file_environment_and_flag(tmp_path):
 def test_model_arguments_per_role_from_file_environment_and_flags_merge_key_by_key(tmp_path):
     from evolver.cli.commands.parser import _overrides, build_parser
 
-    (tmp_path / "evolver.toml").write_text('agent_reasoning_effort = "medium"\nmeta_reasoning_effort = "high"\n\n'
-                                           '[agent_args]\nmax_tokens = 1024\ndrop_params = true\n\n'
-                                           '[user_args]\nextra_body = {enable_thinking = false}\n')
-    flags = _overrides(build_parser().parse_args(["run", "--agent-arg", "max_tokens=4096", "--agent-arg", "stop=[\"END\"]",
-                                                   "--judge-arg", 'extra_body={"reasoning": {"enabled": false}}']))
+    (tmp_path / "evolver.toml").write_text(
+        'agent_reasoning_effort = "medium"\nmeta_reasoning_effort = "high"\n\n'
+        "[agent_args]\nmax_tokens = 1024\ndrop_params = true\n\n"
+        "[user_args]\nextra_body = {enable_thinking = false}\n"
+    )
+    flags = _overrides(
+        build_parser().parse_args(
+            [
+                "run",
+                "--agent-arg",
+                "max_tokens=4096",
+                "--agent-arg",
+                'stop=["END"]',
+                "--judge-arg",
+                'extra_body={"reasoning": {"enabled": false}}',
+            ]
+        )
+    )
     cfg = load_config(tmp_path, flags, environ={"EVOLVER_AGENT_ARGS": "{seed = 7, top_p = 0.5}", "EVOLVER_USER_REASONING_EFFORT": "low"})
-    assert cfg.role("agent").llm_args == {"temperature": 0.0, "reasoning_effort": "medium", "max_tokens": 4096, "drop_params": True,
-                                          "seed": 7, "top_p": 0.5, "stop": ["END"]}
+    assert cfg.role("agent").llm_args == {
+        "temperature": 0.0,
+        "reasoning_effort": "medium",
+        "max_tokens": 4096,
+        "drop_params": True,
+        "seed": 7,
+        "top_p": 0.5,
+        "stop": ["END"],
+    }
     assert cfg.role("user").llm_args == {"temperature": 0.0, "reasoning_effort": "low", "extra_body": {"enable_thinking": False}}
     assert cfg.role("meta").llm_args == {"temperature": 0.0, "reasoning_effort": "high"}
     # No judge model: the judge is the user's model and takes the user's arguments first, then its own.
@@ -178,27 +226,32 @@ def test_model_arguments_per_role_from_file_environment_and_flags_merge_key_by_k
     cfg = dataclasses.replace(cfg, user_model="local")
     assert cfg.role("user", "http://127.0.0.1:1/v1").llm_args["extra_body"] == {"enable_thinking": False}
     # Nothing set: exactly what every role sent before these settings existed.
-    assert [load_config(tmp_path / "none", {}, environ={}).role(r).llm_args for r in ("agent", "user", "meta", "judge")] == [{"temperature": 0.0}] * 4
+    assert [load_config(tmp_path / "none", {}, environ={}).role(r).llm_args for r in ("agent", "user", "meta", "judge")] == [
+        {"temperature": 0.0}
+    ] * 4
 
 
 @pytest.mark.parametrize("source", ["file", "env", "flag"])
-@pytest.mark.parametrize("key, item, fragment", [
-    ("agent_args", ("api_key", '"sk-x"'), "'api_key' is not taken here: keys stay in the provider's environment variable"),
-    ("user_args", ("api_base", '"http://127.0.0.1:9/v1"'), "'api_base' is not taken here: the server is api_base or user_api_base"),
-    ("meta_args", ("model", '"gpt-4o"'), "'model' is not taken here: the model is meta_model"),
-    ("judge_args", ("extra_headers", '{Authorization = "Bearer x"}'), "headers can carry credentials"),
-    ("agent_args", ("temperature", "0.5"), "'temperature' has a setting of its own: set agent_temperature instead"),
-    ("meta_args", ("reasoning_effort", '"low"'), "set meta_reasoning_effort instead"),
-    ("agent_args", ("num_retries", "3"), "retries are llm_retries"),
-    ("agent_args", ("colour", '"red"'), "unknown model argument 'colour'; known: drop_params, extra_body"),
-    ("agent_args", ("max_tokens", "0"), "max_tokens = 0 must be at least 1"),
-    ("agent_args", ("max_tokens", '"many"'), 'max_tokens = "many" is not a whole number'),
-    ("user_args", ("top_p", "1.5"), "top_p = 1.5 must be between 0 and 1"),
-    ("judge_args", ("reasoning_effort", '"huge"'), "is not one of: none, minimal"),
-    ("agent_args", ("stop", "[]"), "is not a text or a list of 1 to 4 texts"),
-    ("agent_args", ("extra_body", '{model = "gpt-4o"}'), "may not set model"),
-    ("agent_args", ("extra_body", "5"), "extra_body = 5 is not a table"),
-])
+@pytest.mark.parametrize(
+    "key, item, fragment",
+    [
+        ("agent_args", ("api_key", '"sk-x"'), "'api_key' is not taken here: keys stay in the provider's environment variable"),
+        ("user_args", ("api_base", '"http://127.0.0.1:9/v1"'), "'api_base' is not taken here: the server is api_base or user_api_base"),
+        ("meta_args", ("model", '"gpt-4o"'), "'model' is not taken here: the model is meta_model"),
+        ("judge_args", ("extra_headers", '{Authorization = "Bearer x"}'), "headers can carry credentials"),
+        ("agent_args", ("temperature", "0.5"), "'temperature' has a setting of its own: set agent_temperature instead"),
+        ("meta_args", ("reasoning_effort", '"low"'), "set meta_reasoning_effort instead"),
+        ("agent_args", ("num_retries", "3"), "retries are llm_retries"),
+        ("agent_args", ("colour", '"red"'), "unknown model argument 'colour'; known: drop_params, extra_body"),
+        ("agent_args", ("max_tokens", "0"), "max_tokens = 0 must be at least 1"),
+        ("agent_args", ("max_tokens", '"many"'), 'max_tokens = "many" is not a whole number'),
+        ("user_args", ("top_p", "1.5"), "top_p = 1.5 must be between 0 and 1"),
+        ("judge_args", ("reasoning_effort", '"huge"'), "is not one of: none, minimal"),
+        ("agent_args", ("stop", "[]"), "is not a text or a list of 1 to 4 texts"),
+        ("agent_args", ("extra_body", '{model = "gpt-4o"}'), "may not set model"),
+        ("agent_args", ("extra_body", "5"), "extra_body = 5 is not a table"),
+    ],
+)
 def test_every_bad_model_argument_is_one_line_naming_where_it_came_from(tmp_path, source, key, item, fragment):
     name, value = item
     if source == "file":
@@ -217,23 +270,33 @@ def test_every_bad_model_argument_is_one_line_naming_where_it_came_from(tmp_path
 def test_rate_limits_from_file_environment_and_flags_merge_model_by_model(tmp_path):
     from evolver.cli.commands.parser import _overrides, build_parser
 
-    (tmp_path / "evolver.toml").write_text('[rate_limits]\n"openai/gpt-4.1-mini" = {rpm = 500, tpm = 200000}\n"openai/gpt-4.1" = {rpm = 100}\n')
+    (tmp_path / "evolver.toml").write_text(
+        '[rate_limits]\n"openai/gpt-4.1-mini" = {rpm = 500, tpm = 200000}\n"openai/gpt-4.1" = {rpm = 100}\n'
+    )
     flags = _overrides(build_parser().parse_args(["run", "--rate-limit", "openai/gpt-4.1=60/30000", "--rate-limit", "local/agent=/1000"]))
     cfg = load_config(tmp_path, flags, environ={"EVOLVER_RATE_LIMITS": '{"openai/o3" = {tpm = 5e4}}'})
-    assert cfg.rate_limits == {"openai/gpt-4.1-mini": {"rpm": 500, "tpm": 200000}, "openai/gpt-4.1": {"rpm": 60, "tpm": 30000},
-                               "openai/o3": {"tpm": 50000.0}, "local/agent": {"tpm": 1000}}
+    assert cfg.rate_limits == {
+        "openai/gpt-4.1-mini": {"rpm": 500, "tpm": 200000},
+        "openai/gpt-4.1": {"rpm": 60, "tpm": 30000},
+        "openai/o3": {"tpm": 50000.0},
+        "local/agent": {"tpm": 1000},
+    }
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    ("max_tokens", "is not KEY=VALUE"), ("=4", "is not KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        ("max_tokens", "is not KEY=VALUE"),
+        ("=4", "is not KEY=VALUE"),
+    ],
+)
 def test_a_malformed_model_argument_flag(tmp_path, raw, fragment):
     with pytest.raises(UsageError, match=fragment):
         load_config(tmp_path, {"agent_args": [raw]}, environ={})
 
 
 def test_a_table_header_that_swallows_later_keys_is_explained(tmp_path):
-    (tmp_path / "evolver.toml").write_text("[agent_args]\nmax_tokens = 5\ndomain = \"retail\"\n")
+    (tmp_path / "evolver.toml").write_text('[agent_args]\nmax_tokens = 5\ndomain = "retail"\n')
     with pytest.raises(UsageError, match=re.escape("unknown model argument 'domain' (a [agent_args] table holds every key below it")):
         load_config(tmp_path, {}, environ={})
     with pytest.raises(UsageError, match="is not a table"):
@@ -248,11 +311,28 @@ def test_a_run_recorded_before_model_arguments_resumes_without_them():
     from evolver.config import Config
     from evolver.store.runstate import MANIFEST_SCHEMA, Manifest
 
-    config = {k: v for k, v in dataclasses.asdict(Config()).items()
-              if not k.endswith(("_args", "_reasoning_effort")) and k not in ("learnings_file", "rate_limits", "gate_policy")}
+    config = {
+        k: v
+        for k, v in dataclasses.asdict(Config()).items()
+        if not k.endswith(("_args", "_reasoning_effort")) and k not in ("learnings_file", "rate_limits", "gate_policy")
+    }
     config.update(agent_model="openai/a", user_model="openai/u", meta_model="openai/m")
-    old = {"schema": 2, "run_id": "run-x", "created": 0.0, "repo": "/r", "base_commit": "c", "base_branch": "main", "config": config,
-           "versions": {}, "models": {}, "analysis_tasks": [], "gate_tasks": [], "holdout_tasks": [], "split_note": "", "gate": {}}
+    old = {
+        "schema": 2,
+        "run_id": "run-x",
+        "created": 0.0,
+        "repo": "/r",
+        "base_commit": "c",
+        "base_branch": "main",
+        "config": config,
+        "versions": {},
+        "models": {},
+        "analysis_tasks": [],
+        "gate_tasks": [],
+        "holdout_tasks": [],
+        "split_note": "",
+        "gate": {},
+    }
     manifest = Manifest.model_validate(old)
     assert MANIFEST_SCHEMA == 5 and manifest.schema_version == 5
     cfg = Config(**manifest.config)

@@ -21,8 +21,14 @@ pytestmark = pytest.mark.skipif(sandbox.unavailable_reason() is not None, reason
 def probe(mode: str, scratch: Path, *hide: Path, refused: str = "") -> dict:
     """``refused``: syscalls a seccomp filter refuses the probe with EPERM, as a container runtime's profile would."""
     wrap = [sys.executable, "-m", "tests.scripts.under_seccomp", refused, "--"] if refused else []
-    proc = subprocess.run([*wrap, sys.executable, "-m", "tests.scripts.confine_probe", mode, str(scratch), *map(str, hide)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [*wrap, sys.executable, "-m", "tests.scripts.confine_probe", mode, str(scratch), *map(str, hide)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     # the tmpfs lives in the agent's own mount namespace only, never in ours
     assert not [m for m in Path("/proc/self/mounts").read_text().splitlines() if m.startswith("none ") and "tmpfs" in m]

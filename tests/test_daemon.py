@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evolver.evaluation import zygote_client
-from tests.conftest import SCRIPTED_MODELS, eval_json, run_cli, LINEAGE
+from tests.conftest import LINEAGE, SCRIPTED_MODELS, eval_json, run_cli
 
 ONE_TASK = ("--task-ids", "create_task_1")
 
@@ -100,8 +100,12 @@ def test_killed_controller_takes_its_workers_not_the_daemon(repo, request, warm)
     request.getfixturevalue("warm_daemon" if warm else "runtime")
     assert bool(_daemons()) is warm
     env = {**os.environ, "EVOLVER_SCRIPTED_LATENCY": "1"}  # slow enough to be caught mid-run
-    controller = subprocess.Popen([sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         # two workers share the grid; a command handed to the daemon is one more of its children
         assert _wait_for(lambda: any(d["workers"] >= 2 + warm for d in _daemons()), 60), "no worker started"
@@ -184,8 +188,11 @@ def test_eval_without_a_meta_model_does_not_start_the_embedded_model(repo, runti
 
 def test_command_in_the_daemon_runs_where_and_as_it_was_called(repo, warm_daemon):
     [daemon] = _daemons()
-    proc = run_cli(["eval", ".", "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1,impossible_task_1"],
-                   cwd=repo, env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:flaky_provider"})
+    proc = run_cli(
+        ["eval", ".", "--json", *SCRIPTED_MODELS, "--task-ids", "create_task_1,impossible_task_1"],
+        cwd=repo,
+        env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:flaky_provider"},
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)  # stdout is the caller's own pipe
     assert Path(summary["result_file"]).parent.parent == repo / "runs"  # the caller's directory
@@ -197,8 +204,13 @@ def test_command_in_the_daemon_runs_where_and_as_it_was_called(repo, warm_daemon
 
 def test_ctrl_c_reaches_a_command_run_in_the_daemon(repo, warm_daemon):
     env = {**os.environ, "EVOLVER_SCRIPTED_LATENCY": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evolver", "eval", str(repo), *SCRIPTED_MODELS, "--trials", "3", "--concurrency", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert _wait_for(lambda: any(d["workers"] >= 3 for d in _daemons()), 60)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -214,7 +226,19 @@ def test_a_run_is_handed_to_the_warm_daemon_and_a_kill_of_its_command_ends_it_re
     assert run_cli(["tasks", "mock", "--split", "base"]).returncode == 0  # tasks imports tau2: handed over too, and no worker forked
     assert _daemons()[0]["served"] == daemon["served"] + 1
     repo = tiny_target(tmp_path / "tiny")
-    args = ["run", str(repo), "--iterations", "1", "--gate-stages", "1", "--no-holdout", "--proposer", "oneshot", *LINEAGE, *SCRIPTED_MODELS]
+    args = [
+        "run",
+        str(repo),
+        "--iterations",
+        "1",
+        "--gate-stages",
+        "1",
+        "--no-holdout",
+        "--proposer",
+        "oneshot",
+        *LINEAGE,
+        *SCRIPTED_MODELS,
+    ]
     env = {**os.environ, "EVOLVER_SCRIPT": "tests.scripts.loop_cases:script", "EVOLVER_SCRIPTED_LATENCY": "0.5"}
     command = subprocess.Popen([sys.executable, "-m", "evolver", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -245,7 +269,11 @@ def test_a_stopping_daemon_still_serves_the_clients_it_has(repo, runtime):
         listing = backend.list_tasks(listing_request(cfg, repo, repo / "runs" / "listing"))
         assert "create_task_1" in listing.tasks
         # and its workers still get sandboxed agent processes from it
-        result = backend.evaluate(eval_request(cfg, repo, repo / "runs" / "after-stop", local_api_base=None, task_ids=["create_task_1"]), "after-stop", timeout=300)
+        result = backend.evaluate(
+            eval_request(cfg, repo, repo / "runs" / "after-stop", local_api_base=None, task_ids=["create_task_1"]),
+            "after-stop",
+            timeout=300,
+        )
         assert result.summary.avg_reward == 1.0 and result.isolation["mode"] == "sandbox"
     assert _wait_for(lambda: _gone(daemon["pid"])), "the stopped daemon outlived its last client"
 

@@ -17,8 +17,11 @@ from tests.conftest import ROOT, init_repo, run_cli
 KEYS = {"OPENAI_API_KEY": "sk-test-not-a-real-key", "ANTHROPIC_API_KEY": "sk-ant-test-not-a-real-key", "GEMINI_API_KEY": "not-a-real-key"}
 USERS = ["--agent-model", "openai/gpt-4.1-mini", "--user-model", "openai/gpt-4.1-mini"]  # docs/models.md's loop
 ESTIMATE = re.compile(r"about ([\d,]+) simulations expected, at most ([\d,]+);")
-META = re.compile(r"^  meta: about ([\d,]+) tokens \((\$[\d.]+)\), at most ([\d,]+) \((\$[\d.]+)\); with the prompt cache \(85% of the prompt "
-                  r"read from it\): about (\$[\d.]+), at most (\$[\d.]+)$", re.M)
+META = re.compile(
+    r"^  meta: about ([\d,]+) tokens \((\$[\d.]+)\), at most ([\d,]+) \((\$[\d.]+)\); with the prompt cache \(85% of the prompt "
+    r"read from it\): about (\$[\d.]+), at most (\$[\d.]+)$",
+    re.M,
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +41,11 @@ def number(text: str) -> int:
 
 def table(doc: str, header: str) -> dict[str, list[str]]:
     """The rows of the markdown table under ``header``, by their first cell."""
-    lines = doc[doc.index(header):].splitlines()[2:]
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))]]
+    lines = doc[doc.index(header) :].splitlines()[2:]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in lines[: next(i for i, line in enumerate(lines) if not line.startswith("|"))]
+    ]
     return {row[0]: row[1:] for row in rows}
 
 
@@ -62,9 +68,17 @@ def test_what_an_iteration_costs_in_docs_models_is_what_the_dry_run_prints(repo)
         printed[name] = [f"{tokens} ({most})", f"{usd} ({usd_most})", f"{cached} ({cached_most})"]
     assert per_meta == printed, f"docs/models.md says {per_meta}; `run --dry-run` prints {printed}: update the table"
     readme = (ROOT / "README.md").read_text()
-    said = re.search(r"An iteration on retail is about ([\d,]+)\s+simulations plus \$([\d.]+)-([\d.]+) of meta tokens at list prices, "
-                     r"\$([\d.]+)-([\d.]+) with\s+the proposer's prompt cache", readme)
+    said = re.search(
+        r"An iteration on retail is about ([\d,]+)\s+simulations plus \$([\d.]+)-([\d.]+) of meta tokens at list prices, "
+        r"\$([\d.]+)-([\d.]+) with\s+the proposer's prompt cache",
+        readme,
+    )
     assert said, "README.md no longer says what an iteration on retail costs"
     dollars = [[float(cell.split()[0].lstrip("$")) for cell in row[1:]] for row in printed.values()]
-    assert said.groups() == (per_domain["retail"][0], f"{min(d[0] for d in dollars):.2f}", f"{max(d[0] for d in dollars):.2f}",
-                             f"{min(d[1] for d in dollars):.2f}", f"{max(d[1] for d in dollars):.2f}"), "README.md's figures are not docs/models.md's"
+    assert said.groups() == (
+        per_domain["retail"][0],
+        f"{min(d[0] for d in dollars):.2f}",
+        f"{max(d[0] for d in dollars):.2f}",
+        f"{min(d[1] for d in dollars):.2f}",
+        f"{max(d[1] for d in dollars):.2f}",
+    ), "README.md's figures are not docs/models.md's"

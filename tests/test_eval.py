@@ -23,7 +23,12 @@ def test_scripted_agent_that_solves_a_task_gets_reward_1(repo):
     result = _result(summary)
     assert result["models"]["user"]["model"] == "scripted/user"  # the user simulator is always stated
     sims = result["simulations"]
-    assert {(s["task_id"], s["trial"]) for s in sims} == {("create_task_1", 0), ("create_task_1", 1), ("update_task_1", 0), ("update_task_1", 1)}
+    assert {(s["task_id"], s["trial"]) for s in sims} == {
+        ("create_task_1", 0),
+        ("create_task_1", 1),
+        ("update_task_1", 0),
+        ("update_task_1", 1),
+    }
     for sim in sims:
         assert sim["outcome"] == "ok" and sim["termination_reason"] == "user_stop"
         assert sim["usage"]["agent"]["prompt_tokens"] > 0 and sim["usage"]["user"]["completion_tokens"] > 0
@@ -44,7 +49,9 @@ def test_agent_that_does_the_wrong_thing_gets_reward_0(repo):
 
 def test_a_simulation_whose_evaluation_raises_fails_and_keeps_its_trajectory(repo):
     # The agent never creates the task, so the mock domain's assertion about it raises inside tau2's evaluation.
-    summary = eval_json(repo, "--task-ids", "create_task_1_with_env_assertions", env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:idle_agent"})
+    summary = eval_json(
+        repo, "--task-ids", "create_task_1_with_env_assertions", env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:idle_agent"}
+    )
     assert summary["avg_reward"] == 0.0 and summary["failed"] == 1 and summary["infra_errors"] == 0
     sim = _result(summary)["simulations"][0]
     assert sim["outcome"] == "failed" and sim["termination_reason"] == "evaluation_error"
@@ -62,7 +69,9 @@ def test_json_output_matches_result_file(repo):
 
 
 def test_provider_outage_is_an_infra_error_not_a_zero(repo):
-    summary = eval_json(repo, "--task-ids", "create_task_1,impossible_task_1", env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:flaky_provider"})
+    summary = eval_json(
+        repo, "--task-ids", "create_task_1,impossible_task_1", env={"EVOLVER_SCRIPT": "tests.scripts.eval_cases:flaky_provider"}
+    )
     sims = {s["task_id"]: s for s in _result(summary)["simulations"]}
     assert sims["impossible_task_1"]["outcome"] == "infra_error"
     assert sims["impossible_task_1"]["reward"] is None
@@ -146,11 +155,15 @@ def test_bad_input_gives_one_line_and_exit_2(repo, args, message):
     assert not any((repo / "runs").iterdir())  # nothing that could pass for a result
 
 
-@pytest.mark.parametrize("command, flags, said", [
-    (["eval"], ["--api-base", CLOSED], f"the agent and user models' API base {CLOSED} does not answer"),
-    (["eval"], ["--user-api-base", CLOSED], f"the user model's API base {CLOSED} does not answer"),
-    (["run"], ["--meta-api-base", CLOSED], f"the meta model's API base {CLOSED} does not answer"),
-], ids=["eval-every-role", "eval-user", "run-meta"])
+@pytest.mark.parametrize(
+    "command, flags, said",
+    [
+        (["eval"], ["--api-base", CLOSED], f"the agent and user models' API base {CLOSED} does not answer"),
+        (["eval"], ["--user-api-base", CLOSED], f"the user model's API base {CLOSED} does not answer"),
+        (["run"], ["--meta-api-base", CLOSED], f"the meta model's API base {CLOSED} does not answer"),
+    ],
+    ids=["eval-every-role", "eval-user", "run-meta"],
+)
 def test_an_api_base_nothing_answers_at_names_its_roles_and_flag_and_exits_3(repo, command, flags, said):
     """A closed port is a provider that did not answer the command's first request, as the preflight says of a hosted one
     (exit 3, nothing spent: start it and run the command again), not bad input; the line names the roles the server
@@ -159,7 +172,9 @@ def test_an_api_base_nothing_answers_at_names_its_roles_and_flag_and_exits_3(rep
     assert proc.returncode == 3, proc.stderr
     [line] = proc.stderr.strip().splitlines()
     flag = flags[0]
-    assert line.startswith(f"evolver: error: {said} (") and line.endswith(f"nothing was spent: start its server and try again, or fix {flag}"), line
+    assert line.startswith(f"evolver: error: {said} (") and line.endswith(
+        f"nothing was spent: start its server and try again, or fix {flag}"
+    ), line
     assert not any((repo / "runs").iterdir())
 
 

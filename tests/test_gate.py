@@ -11,13 +11,20 @@ import itertools
 import json
 import math
 import random
+from statistics import fmean
 
 import pytest
-from statistics import fmean
 
 from benchmarks.gate_power import decide, evaluate
 from evolver.evolution.gate import (
-    GateConfig, decide_set, evaluate_set, noise_floor, pass_rates, set_stages, shift_rates, sized,
+    GateConfig,
+    decide_set,
+    evaluate_set,
+    noise_floor,
+    pass_rates,
+    set_stages,
+    shift_rates,
+    sized,
 )
 
 CONFIG = GateConfig()
@@ -145,10 +152,12 @@ def test_p_value_matches_brute_force_relabelling_with_unequal_trial_counts():
     per_task = []
     for task in sorted(incumbent):
         pooled, k = candidate[task] + incumbent[task], len(candidate[task])
-        per_task.append([
-            ([pooled[j] for j in chosen], [pooled[j] for j in range(len(pooled)) if j not in chosen])
-            for chosen in itertools.combinations(range(len(pooled)), k)
-        ])
+        per_task.append(
+            [
+                ([pooled[j] for j in chosen], [pooled[j] for j in range(len(pooled)) if j not in chosen])
+                for chosen in itertools.combinations(range(len(pooled)), k)
+            ]
+        )
     observed = total_delta((candidate[t], incumbent[t]) for t in sorted(incumbent))
     splits = list(itertools.product(*per_task))
     expected = sum(total_delta(s) >= observed - 1e-12 for s in splits) / len(splits)
@@ -223,8 +232,7 @@ def test_fractional_rewards_use_a_reproducible_monte_carlo_test():
     assert win.p_value == pytest.approx(1 / 501)  # no relabelling beats the observed split
     same = decide(incumbent, {t: list(reversed(r)) for t, r in incumbent.items()}, config, stage=FINAL)
     assert same.decision == "reject"
-    assert same.p_value == decide(incumbent, {t: list(reversed(r)) for t, r in incumbent.items()},
-                                  config, stage=FINAL).p_value
+    assert same.p_value == decide(incumbent, {t: list(reversed(r)) for t, r in incumbent.items()}, config, stage=FINAL).p_value
 
 
 def test_evaluate_runs_stages_in_order_and_stops_at_the_first_decision():
@@ -234,6 +242,7 @@ def test_evaluate_runs_stages_in_order_and_stops_at_the_first_decision():
         def candidate(n):
             requested.append(n)
             return table([rewards_per_trial * n] * 40, n)
+
         return candidate
 
     verdicts = evaluate(half_passing(), run(1), CONFIG)
@@ -297,8 +306,7 @@ def test_false_accept_rate_of_the_sequential_gate_stays_under_alpha():
     for _ in range(decisions):
         rates = [rng.random() for _ in range(40)]  # uniform: a third of tasks flip between runs
         incumbent, candidate = (
-            {f"t{i}": [float(rng.random() < p) for _ in range(CONFIG.stages[-1])] for i, p in enumerate(rates)}
-            for _ in range(2)
+            {f"t{i}": [float(rng.random() < p) for _ in range(CONFIG.stages[-1])] for i, p in enumerate(rates)} for _ in range(2)
         )
         verdicts = evaluate(incumbent, lambda n: {t: r[:n] for t, r in candidate.items()}, CONFIG)
         accepted += verdicts[-1].decision == "accept"
@@ -325,8 +333,7 @@ RUN = CONFIG.screen + GATE  # a candidate's, screen included
 
 def spread(passes_by_task, trials):
     """Like table(), but each task's passes are spread evenly over its trials, so every stage sees its share."""
-    return {f"t{i}": [float((j + 1) * s // trials - j * s // trials) for j in range(trials)]
-            for i, s in enumerate(passes_by_task)}
+    return {f"t{i}": [float((j + 1) * s // trials - j * s // trials) for j in range(trials)] for i, s in enumerate(passes_by_task)}
 
 
 def plays(tables, incumbent):
@@ -337,7 +344,7 @@ def plays(tables, incumbent):
         inc_trials, cand_trials, alive = stage.incumbent_trials, stage.candidate_trials, stage.alive
         calls.append((inc_trials, cand_trials, alive))
         ran = {name: cand_trials if name in alive else len(next(iter(seen.values()))) for name, seen in current.items()}
-        current.update({name: {t: r[:ran[name]] for t, r in tables[name].items()} for name in tables})
+        current.update({name: {t: r[: ran[name]] for t, r in tables[name].items()} for name in tables})
         return {t: r[:inc_trials] for t, r in incumbent.items()}, dict(current)
 
     current = {name: {t: [] for t in table} for name, table in tables.items()}
@@ -353,8 +360,7 @@ def test_set_stages_screen_several_candidates_and_send_one_to_the_gate():
 
 
 def test_a_set_keeps_its_one_clearly_better_candidate():
-    tables = {"a": spread([RUN // 2] * 40, RUN), "b": spread([RUN] * 30 + [RUN // 2] * 10, RUN),
-              "c": spread([RUN // 2] * 40, RUN)}
+    tables = {"a": spread([RUN // 2] * 40, RUN), "b": spread([RUN] * 30 + [RUN // 2] * 10, RUN), "c": spread([RUN // 2] * 40, RUN)}
     run, calls = plays(tables, spread([GATE // 2] * 40, GATE))
     verdicts = evaluate_set(list(tables), run, CONFIG)
     last = verdicts[-1]
@@ -363,8 +369,7 @@ def test_a_set_keeps_its_one_clearly_better_candidate():
     assert [v.decision for name, v in last.verdicts.items() if name != "b"] == ["reject", "reject"]
     assert "Screened out" in last.verdicts["a"].reason and "behind b" in last.verdicts["a"].reason
     # The plan: everyone runs the screen without the incumbent, then b alone beside it, on fresh trials.
-    assert calls == [(inc, cand, ("a", "b", "c") if stage == 0 else ("b",))
-                     for stage, (inc, cand) in enumerate(set_stages(CONFIG, 3))]
+    assert calls == [(inc, cand, ("a", "b", "c") if stage == 0 else ("b",)) for stage, (inc, cand) in enumerate(set_stages(CONFIG, 3))]
     assert last.verdicts["b"].n_candidate_sims == 40 * RUN
     assert last.n_incumbent_sims == 40 * GATE
 
@@ -383,7 +388,9 @@ def test_evaluate_set_reports_each_stage_and_stops_where_one_cannot_be_judged():
     verdicts = evaluate_set(["b", "a"], run, CONFIG, on_stage=lambda stage, verdict: seen.append((stage, verdict)))
     stages = set_stages(CONFIG, 2)
     assert [(s.index, s.count, s.incumbent_trials, s.candidate_trials, s.alive) for s, _ in seen] == [
-        (0, len(stages), *stages[0], ("a", "b")), (1, len(stages), *stages[1], ("b",))]
+        (0, len(stages), *stages[0], ("a", "b")),
+        (1, len(stages), *stages[1], ("b",)),
+    ]
     assert [v for _, v in seen] == verdicts and not verdicts[-1].decided
     # a ran only the screen: its table from then still stands, and it stays screened out
     assert "Screened out" in verdicts[1].verdicts["a"].reason and verdicts[1].verdicts["a"].n_candidate_sims == 40 * CONFIG.screen

@@ -30,18 +30,34 @@ def of_kind(*kinds: str) -> list[str]:
 
 def judged(incumbent, candidates, config, stage, reference) -> dict:
     """decide_set on stored inputs, as JSON gives it back."""
-    verdict = gatelib.decide_set(capture.decode(incumbent), {n: capture.decode(t) for n, t in candidates.items()},
-                                 capture.config_of(config), stage=stage,
-                                 reference=None if reference is None else capture.decode(reference))
+    verdict = gatelib.decide_set(
+        capture.decode(incumbent),
+        {n: capture.decode(t) for n, t in candidates.items()},
+        capture.config_of(config),
+        stage=stage,
+        reference=None if reference is None else capture.decode(reference),
+    )
     return capture.plain(dataclasses.asdict(verdict))
 
 
 def test_the_fixtures_cover_every_path():
     assert len(of_kind("set")) >= 10 and of_kind("single") and len(of_kind("loop")) >= 4 and of_kind("resume") and of_kind("power")
-    reasons = " ".join(v["reason"] for name in of_kind("set") for stage in CASES[name]["stages"]
-                       for v in [stage["verdict"], *stage["verdict"]["verdicts"].values()])
-    for path in ("Accepted", "Rejected early", "within noise", "minimum effect", "broke", "Screened out", "no improvement",
-                 "no task has a valid screen trial"):
+    reasons = " ".join(
+        v["reason"]
+        for name in of_kind("set")
+        for stage in CASES[name]["stages"]
+        for v in [stage["verdict"], *stage["verdict"]["verdicts"].values()]
+    )
+    for path in (
+        "Accepted",
+        "Rejected early",
+        "within noise",
+        "minimum effect",
+        "broke",
+        "Screened out",
+        "no improvement",
+        "no task has a valid screen trial",
+    ):
         assert path in reasons, path
     assert any(len(CASES[name]["names"]) > 1 for name in of_kind("set"))
     statuses = {c["status"] for name in of_kind("loop") for it in CASES[name]["iterations"] for c in it["candidates"]}
@@ -68,8 +84,12 @@ def test_the_staged_driver_asks_for_the_recorded_stages_and_gives_the_recorded_v
         asked.append([stage.incumbent_trials, stage.candidate_trials, list(stage.alive)])
         return capture.decode(recorded["incumbent"]), {n: capture.decode(t) for n, t in recorded["candidates"].items()}
 
-    verdicts = gatelib.evaluate_set(case["names"], run, capture.config_of(case["config"]),
-                                    reference=None if case["reference"] is None else capture.decode(case["reference"]))
+    verdicts = gatelib.evaluate_set(
+        case["names"],
+        run,
+        capture.config_of(case["config"]),
+        reference=None if case["reference"] is None else capture.decode(case["reference"]),
+    )
     assert asked == [stage["request"] for stage in case["stages"]]
     assert [capture.plain(dataclasses.asdict(v)) for v in verdicts] == [stage["verdict"] for stage in case["stages"]]
 

@@ -56,7 +56,9 @@ class FakeLLM:
 def make_agent(tpl, monkeypatch, *replies, **switches):
     from tau2.domains.mock.environment import get_environment
 
-    agent = tpl.HarnessAgent(tools=get_environment().get_tools(), domain_policy="Help with tasks.", llm="scripted/x", llm_args={"temperature": 0})
+    agent = tpl.HarnessAgent(
+        tools=get_environment().get_tools(), domain_policy="Help with tasks.", llm="scripted/x", llm_args={"temperature": 0}
+    )
     agent.switches = tpl.HarnessSwitches(**switches)
     fake = FakeLLM(*replies)
     monkeypatch.setattr(tpl, "generate", fake)
@@ -68,8 +70,12 @@ def say(msg, text):
 
 
 def call(msg, name, args, call_id="c1", usage=(10, 2)):
-    return msg.AssistantMessage(role="assistant", tool_calls=[msg.ToolCall(id=call_id, name=name, arguments=args)],
-                                usage={"prompt_tokens": usage[0], "completion_tokens": usage[1]}, cost=0.1)
+    return msg.AssistantMessage(
+        role="assistant",
+        tool_calls=[msg.ToolCall(id=call_id, name=name, arguments=args)],
+        usage={"prompt_tokens": usage[0], "completion_tokens": usage[1]},
+        cost=0.1,
+    )
 
 
 def user(msg, text):
@@ -120,7 +126,9 @@ def test_all_layers_off_sends_what_tau2s_llm_agent_sends(tpl, msg, monkeypatch):
     for mine, tau2s in zip(our_llm.requests, their_llm.requests, strict=True):
         assert mine["tools"] is ours.tools and tau2s["tools"] is ours.tools
         assert mine["messages"] == tau2s["messages"]  # the whole request, system prompt included
-        assert {k: v for k, v in mine.items() if k not in ("tools", "messages")} == {k: v for k, v in tau2s.items() if k not in ("tools", "messages")}
+        assert {k: v for k, v in mine.items() if k not in ("tools", "messages")} == {
+            k: v for k, v in tau2s.items() if k not in ("tools", "messages")
+        }
     assert ours.is_stop(say(msg, tpl.H4_STOP_MESSAGE)) is False
 
 
@@ -158,9 +166,22 @@ def test_h2_repairs_what_is_mechanical_and_reports_the_rest(tpl, monkeypatch):
     assert "unknown argument 'owner'" in check("create_task", {"user_id": "user_1", "title": "T", "owner": "me"})[1]
     assert "Unknown tool 'delete_task'. Available tools: create_task, get_users" in check("delete_task", {})[1]
 
-    number = {"function": {"name": "f", "parameters": {"properties": {
-        "n": {"type": "integer"}, "x": {"type": "number"}, "s": {"type": "string"}, "b": {"type": "boolean"},
-        "l": {"type": "array"}, "o": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}, "required": ["n"]}}}
+    number = {
+        "function": {
+            "name": "f",
+            "parameters": {
+                "properties": {
+                    "n": {"type": "integer"},
+                    "x": {"type": "number"},
+                    "s": {"type": "string"},
+                    "b": {"type": "boolean"},
+                    "l": {"type": "array"},
+                    "o": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                },
+                "required": ["n"],
+            },
+        }
+    }
     c = ToolCall(name="f", arguments={"n": "5", "x": "2.5", "s": 1234, "b": "TRUE", "l": '["a"]', "o": "7"})
     assert tpl.repair_call(c, {"f": number}) is None
     assert c.arguments == {"n": 5, "x": 2.5, "s": "1234", "b": True, "l": ["a"], "o": 7}
@@ -205,7 +226,10 @@ def test_h3_appends_contracts_to_what_the_model_sees_only(tpl, msg, monkeypatch)
     agent, llm = make_agent(tpl, monkeypatch, say(msg, "Hello."), h3_environment_contract=True)
     agent.generate_next_message(user(msg, "Hi"), agent.get_init_state())
     seen = {t.openai_schema["function"]["name"]: t.openai_schema["function"]["description"] for t in llm.requests[0]["tools"]}
-    assert seen["create_task"] == "Create a new task for a user.\n\n" + tpl.TOOL_CONTRACTS["*"] + "\n\nCreate a task only after the user confirmed its title."
+    assert (
+        seen["create_task"]
+        == "Create a new task for a user.\n\n" + tpl.TOOL_CONTRACTS["*"] + "\n\nCreate a task only after the user confirmed its title."
+    )
     assert seen["get_users"].endswith(tpl.TOOL_CONTRACTS["*"]) and "confirmed its title" not in seen["get_users"]
     assert {t.name: t.openai_schema["function"]["description"] for t in agent.tools}["create_task"] == "Create a new task for a user."
 
@@ -216,8 +240,10 @@ def test_h3_appends_contracts_to_what_the_model_sees_only(tpl, msg, monkeypatch)
 def failing_loop(msg, times):
     messages = [user(msg, "Create a task for user_404.")]
     for i in range(times):
-        messages += [call(msg, "create_task", {"user_id": "user_404", "title": "T"}, call_id=f"c{i}"),
-                     tool_result(msg, "Error: User user_404 not found", error=True, call_id=f"c{i}")]
+        messages += [
+            call(msg, "create_task", {"user_id": "user_404", "title": "T"}, call_id=f"c{i}"),
+            tool_result(msg, "Error: User user_404 not found", error=True, call_id=f"c{i}"),
+        ]
     return messages
 
 
@@ -262,8 +288,10 @@ def test_h5_retrieves_the_relevant_skill_and_leaves_the_irrelevant_out(tpl, msg,
     assert tpl.retrieve_skills("Error: user not found", shipped, 1) == ["recover-from-tool-errors"]
     assert tpl.retrieve_skills("Nice weather today!", shipped, 2) == []
 
-    skills = {"refund-rules": "# Refund rules\nUse when the customer wants a refund for a cancelled order.\n1. Check the order.",
-              "seat-changes": "# Seat changes\nUse when the passenger wants another seat on the flight.\n1. Check the cabin."}
+    skills = {
+        "refund-rules": "# Refund rules\nUse when the customer wants a refund for a cancelled order.\n1. Check the order.",
+        "seat-changes": "# Seat changes\nUse when the passenger wants another seat on the flight.\n1. Check the cabin.",
+    }
     agent, llm = make_agent(tpl, monkeypatch, say(msg, "Sure."), h5_procedural_skills=True)
     agent.skills = skills
     _, state = agent.generate_next_message(user(msg, "I cancelled my order and want my money refunded."), agent.get_init_state())
@@ -308,8 +336,12 @@ def test_h4_stops_an_agent_that_repeats_a_failing_call(repo):
 
 def test_h5_puts_the_relevant_skill_into_a_real_conversation(repo):
     skills = repo / "agent" / "skills"
-    (skills / "removing-records.md").write_text("# Removing records\nUse when the user wants to delete or remove records.\n1. Explain what can be removed.\n")
-    (skills / "flight-changes.md").write_text("# Flight changes\nUse when the passenger wants to change a flight or a seat.\n1. Check the fare rules.\n")
+    (skills / "removing-records.md").write_text(
+        "# Removing records\nUse when the user wants to delete or remove records.\n1. Explain what can be removed.\n"
+    )
+    (skills / "flight-changes.md").write_text(
+        "# Flight changes\nUse when the passenger wants to change a flight or a seat.\n1. Check the fare rules.\n"
+    )
     switch(repo, h5_procedural_skills=True)
     summary = eval_json(repo, "--agent-model", "scripted/probe", "--task-ids", "impossible_task_1", "--max-steps", "3", env=SCRIPT)
     sim = result_of(summary)["simulations"][0]

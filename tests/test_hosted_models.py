@@ -34,7 +34,21 @@ FAULT = next(f for f in FAULTS if f.name == "early_stop")
 SMALL_GATE = ["--exclude-tasks", ",".join(f"gen_{n:02d}" for n in [*range(4, 8), *range(13, 48)])]
 SCRIPTED = ["--agent-model", "scripted/bench", "--user-model", "scripted/user", "--judge-model", "scripted/judge"]
 # the per-decision gate: no screen and no end-of-run audit, which the meta model, what these runs are about, never reaches
-RUN = ["--iterations", "1", "--candidates", "1", "--gate-stages", "1", "--gate-policy", "per-decision", "--no-holdout", "--concurrency", "8", *SMALL_GATE, *SCRIPTED]
+RUN = [
+    "--iterations",
+    "1",
+    "--candidates",
+    "1",
+    "--gate-stages",
+    "1",
+    "--gate-policy",
+    "per-decision",
+    "--no-holdout",
+    "--concurrency",
+    "8",
+    *SMALL_GATE,
+    *SCRIPTED,
+]
 META_ROLES = {"gpt-5": "meta", "o3": "meta", "claude-sonnet-4-5": "meta"}
 
 
@@ -99,7 +113,9 @@ def test_run_keeps_the_planted_fix_with_each_hosted_meta_model(planted, servers,
     run_id = run_of(proc)
     history = json.loads(run_cli(["history", run_id, "--repo", str(planted), "--json"]).stdout)["candidates"]
     assert [(c["title"], c["verdict"]) for c in history] == [("Undo the early stop", "accepted")]
-    bodies = fake.bodies_of(name)[before:]  # (what each may carry: test_the_requests_evolver_builds_are_taken_with_litellms_drop_params_off)
+    bodies = fake.bodies_of(name)[
+        before:
+    ]  # (what each may carry: test_the_requests_evolver_builds_are_taken_with_litellms_drop_params_off)
     if "--meta-reasoning-effort" in flags and provider == "anthropic":  # every turn thought; each tool turn came back with its block
         assert all(b["thinking"]["type"] == "enabled" and "temperature" not in b for b in bodies)
         assert all(m["content"][0]["type"] == "thinking" for b in bodies for m in b["messages"] if m["role"] == "assistant")
@@ -128,28 +144,75 @@ CLAUDE, HAIKU = "anthropic/claude-sonnet-4-5", "anthropic/claude-haiku-4-5"
 SEED_LEFT_OUT = "seed (anthropic's claude-haiku-4-5 does not take it)"
 SHAPED = [  # (server, settings, each role's preflight line: the model as litellm places it, what its requests leave out)
     ("openai", {}, ["agent: openai/gpt-4.1-mini", "user: openai/gpt-4.1-mini", "judge: openai/gpt-4.1-mini", "meta: openai/gpt-4.1"]),
-    ("openai", {"agent_model": "openai/gpt-5-mini", "agent_reasoning_effort": "low", "user_model": "gpt-4.1-mini", "judge_model": "openai/o3",
-                "meta_model": "openai/gpt-5"},
-     ["agent: openai/gpt-5-mini; left out: temperature (gpt-5-mini takes only 1 while it reasons)", "user: openai/gpt-4.1-mini",
-      "judge: openai/o3; left out: temperature (o3 takes only 1 while it reasons)",
-      "meta: openai/gpt-5; left out: temperature (gpt-5 takes only 1 while it reasons)"]),
-    ("openai", {"agent_model": "openai/gpt-4.1-mini", "user_model": "openai/gpt-4.1-mini", "meta_model": "openai/o3",
-                "meta_reasoning_effort": "high", "proposer": "oneshot"},
-     ["agent: openai/gpt-4.1-mini", "user: openai/gpt-4.1-mini", "judge: openai/gpt-4.1-mini",
-      "meta: openai/o3; left out: temperature (o3 takes only 1 while it reasons)"]),
-    ("anthropic", {"agent_model": CLAUDE, "agent_reasoning_effort": "low", "agent_args": {"top_p": 0.5}, "user_model": HAIKU, "meta_model": CLAUDE},
-     ["agent: anthropic/claude-sonnet-4-5; left out: temperature (thinking takes only 1); top_p (thinking takes 0.95 to 1)", f"user: {HAIKU}; left out: {SEED_LEFT_OUT}",
-      f"judge: {HAIKU}", "meta: anthropic/claude-sonnet-4-5; left out: seed (anthropic's claude-sonnet-4-5 does not take it)"]),
-    ("anthropic", {"agent_model": HAIKU, "user_model": CLAUDE, "user_reasoning_effort": "low", "judge_model": HAIKU, "meta_model": CLAUDE,
-                   "meta_reasoning_effort": "high"},
-     [f"agent: {HAIKU}", "user: anthropic/claude-sonnet-4-5; left out: seed (anthropic's claude-sonnet-4-5 does not take it); temperature "
-      "(thinking takes only 1)", f"judge: {HAIKU}", "meta: anthropic/claude-sonnet-4-5; left out: seed (anthropic's claude-sonnet-4-5 does "
-      "not take it); temperature (thinking takes only 1)"]),
+    (
+        "openai",
+        {
+            "agent_model": "openai/gpt-5-mini",
+            "agent_reasoning_effort": "low",
+            "user_model": "gpt-4.1-mini",
+            "judge_model": "openai/o3",
+            "meta_model": "openai/gpt-5",
+        },
+        [
+            "agent: openai/gpt-5-mini; left out: temperature (gpt-5-mini takes only 1 while it reasons)",
+            "user: openai/gpt-4.1-mini",
+            "judge: openai/o3; left out: temperature (o3 takes only 1 while it reasons)",
+            "meta: openai/gpt-5; left out: temperature (gpt-5 takes only 1 while it reasons)",
+        ],
+    ),
+    (
+        "openai",
+        {
+            "agent_model": "openai/gpt-4.1-mini",
+            "user_model": "openai/gpt-4.1-mini",
+            "meta_model": "openai/o3",
+            "meta_reasoning_effort": "high",
+            "proposer": "oneshot",
+        },
+        [
+            "agent: openai/gpt-4.1-mini",
+            "user: openai/gpt-4.1-mini",
+            "judge: openai/gpt-4.1-mini",
+            "meta: openai/o3; left out: temperature (o3 takes only 1 while it reasons)",
+        ],
+    ),
+    (
+        "anthropic",
+        {"agent_model": CLAUDE, "agent_reasoning_effort": "low", "agent_args": {"top_p": 0.5}, "user_model": HAIKU, "meta_model": CLAUDE},
+        [
+            "agent: anthropic/claude-sonnet-4-5; left out: temperature (thinking takes only 1); top_p (thinking takes 0.95 to 1)",
+            f"user: {HAIKU}; left out: {SEED_LEFT_OUT}",
+            f"judge: {HAIKU}",
+            "meta: anthropic/claude-sonnet-4-5; left out: seed (anthropic's claude-sonnet-4-5 does not take it)",
+        ],
+    ),
+    (
+        "anthropic",
+        {
+            "agent_model": HAIKU,
+            "user_model": CLAUDE,
+            "user_reasoning_effort": "low",
+            "judge_model": HAIKU,
+            "meta_model": CLAUDE,
+            "meta_reasoning_effort": "high",
+        },
+        [
+            f"agent: {HAIKU}",
+            "user: anthropic/claude-sonnet-4-5; left out: seed (anthropic's claude-sonnet-4-5 does not take it); temperature "
+            "(thinking takes only 1)",
+            f"judge: {HAIKU}",
+            "meta: anthropic/claude-sonnet-4-5; left out: seed (anthropic's claude-sonnet-4-5 does "
+            "not take it); temperature (thinking takes only 1)",
+        ],
+    ),
 ]
 
 
-@pytest.mark.parametrize("server, settings, said", SHAPED, ids=["openai-defaults", "openai-reasoning", "o3-oneshot", "claude-thinking-agent",
-                                                               "claude-thinking-user-and-meta"])
+@pytest.mark.parametrize(
+    "server, settings, said",
+    SHAPED,
+    ids=["openai-defaults", "openai-reasoning", "o3-oneshot", "claude-thinking-agent", "claude-thinking-user-and-meta"],
+)
 def test_the_requests_evolver_builds_are_taken_with_litellms_drop_params_off(server, settings, said, monkeypatch):
     """What the hosted runs above are about, without litellm's drop_params (tau2 turns it on in every evolver process, so
     there litellm could hide what evolver sends): each role's request as evolver builds it (the preflight's, shaped like
@@ -177,10 +240,27 @@ def test_the_requests_evolver_builds_are_taken_with_litellms_drop_params_off(ser
 
 
 WRONG = [  # (command, flags, environment, exit code, the error's start): nothing is simulated, nothing is left behind
-    ("run", ["--meta-model", "anthropic/claude-sonnet-4-5", "--meta-arg", 'thinking={type = "enabled", budget_tokens = 500}'], {}, 2,
-     "meta model anthropic/claude-sonnet-4-5 refused the request (BadRequestError, 400: "),
-    ("eval", ["--agent-model", "anthropic/claude-opus-4-1"], {}, 2, "agent model anthropic/claude-opus-4-1 refused the request (NotFoundError, 404: "),
-    ("run", ["--meta-model", "openai/o3"], {"EVOLVER_LLM_RETRIES": "1"}, 3, "the meta model openai/o3 did not answer evolver's first request"),
+    (
+        "run",
+        ["--meta-model", "anthropic/claude-sonnet-4-5", "--meta-arg", 'thinking={type = "enabled", budget_tokens = 500}'],
+        {},
+        2,
+        "meta model anthropic/claude-sonnet-4-5 refused the request (BadRequestError, 400: ",
+    ),
+    (
+        "eval",
+        ["--agent-model", "anthropic/claude-opus-4-1"],
+        {},
+        2,
+        "agent model anthropic/claude-opus-4-1 refused the request (NotFoundError, 404: ",
+    ),
+    (
+        "run",
+        ["--meta-model", "openai/o3"],
+        {"EVOLVER_LLM_RETRIES": "1"},
+        3,
+        "the meta model openai/o3 did not answer evolver's first request",
+    ),
 ]
 
 
@@ -191,8 +271,10 @@ def test_a_wrong_model_setting_stops_the_command_at_once_in_one_line(planted, co
     with FakeOpenAI(roles=META_ROLES, faults={"o3": Fault(status=503)}) as openai, FakeAnthropic(roles=META_ROLES) as anthropic:
         base = anthropic.api_base if flags[1].startswith("anthropic/") else openai.api_base
         started = time.monotonic()
-        proc = run_cli([command, str(planted), *SCRIPTED, *(SMALL_GATE if command == "run" else []), *flags, f"--{role}-api-base", base],
-                       env={**KEYS, **env})
+        proc = run_cli(
+            [command, str(planted), *SCRIPTED, *(SMALL_GATE if command == "run" else []), *flags, f"--{role}-api-base", base],
+            env={**KEYS, **env},
+        )
         seconds = time.monotonic() - started
     assert proc.returncode == code, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -200,7 +282,10 @@ def test_a_wrong_model_setting_stops_the_command_at_once_in_one_line(planted, co
     assert ("; fix --" in last or "; fix the" in last) if code == 2 else "try again once it answers" in last
     assert "Traceback" not in proc.stderr and "resume" not in last
     assert seconds < 30, f"{seconds:.1f} s"  # the issue's target
-    assert (sorted(p.name for p in (planted / "runs").glob("*")), git(planted, "branch", "--list", "evolver/*")) == left  # nothing left behind
+    assert (
+        sorted(p.name for p in (planted / "runs").glob("*")),
+        git(planted, "branch", "--list", "evolver/*"),
+    ) == left  # nothing left behind
     assert not re.search(r"^(run run-|measuring|evolver eval eval-)", proc.stderr, re.M)  # and nothing simulated
 
 
@@ -212,8 +297,11 @@ def test_mid_run_a_refused_setting_stops_and_an_outage_pauses_then_the_run_resum
     meta model: no seed sent, its growing conversation marked for the cache, read on every later turn."""
     with FakeAnthropic(roles=META_ROLES, faults={"claude-sonnet-4-5": Fault(status=401)}) as fake:
         env = {**KEYS, "EVOLVER_LLM_RETRIES": "2"}
-        proc = run_cli(["run", str(planted), *RUN, "--no-preflight", "--meta-model", "anthropic/claude-sonnet-4-5", "--meta-api-base", fake.api_base],
-                       env=env, timeout=600)
+        proc = run_cli(
+            ["run", str(planted), *RUN, "--no-preflight", "--meta-model", "anthropic/claude-sonnet-4-5", "--meta-api-base", fake.api_base],
+            env=env,
+            timeout=600,
+        )
         assert proc.returncode == 2 and fake.requests["claude-sonnet-4-5"] == 1, proc.stderr[-2000:]
         last = proc.stderr.strip().splitlines()[-1]
         assert last.startswith("evolver: error: meta model anthropic/claude-sonnet-4-5 refused the request (AuthenticationError, 401")
@@ -240,16 +328,44 @@ def test_every_role_with_a_plain_and_a_reasoning_model_through_eval_and_compare(
     Claude Haiku. compare: the customer on Claude thinking. Every simulation scored, each role's requests reached its server."""
     repo = init_repo(tmp_path / "target")
     tasks = ["--task-ids", "create_task_1,update_task_1"]
-    with FakeOpenAI(roles={"gpt-5-mini": "agent", "gpt-4.1-mini": "user", "o3": "judge"}) as openai, \
-            FakeAnthropic(roles={"claude-sonnet-4-5": "agent", "claude-haiku-4-5": "user"}) as anthropic, \
-            FakeAnthropic(roles={"claude-haiku-4-5": "agent", "claude-sonnet-4-5": "user"}) as customer:
+    with (
+        FakeOpenAI(roles={"gpt-5-mini": "agent", "gpt-4.1-mini": "user", "o3": "judge"}) as openai,
+        FakeAnthropic(roles={"claude-sonnet-4-5": "agent", "claude-haiku-4-5": "user"}) as anthropic,
+        FakeAnthropic(roles={"claude-haiku-4-5": "agent", "claude-sonnet-4-5": "user"}) as customer,
+    ):
         runs = [  # (server, models, what the preflight checked)
-            (openai, ["--agent-model", "openai/gpt-5-mini", "--agent-reasoning-effort", "low", "--user-model", "openai/gpt-4.1-mini",
-                      "--judge-model", "openai/o3"],
-             ["preflight agent: openai/gpt-5-mini", "preflight user: openai/gpt-4.1-mini", "preflight judge: openai/o3"]),
-            (anthropic, ["--agent-model", "anthropic/claude-sonnet-4-5", "--agent-reasoning-effort", "low", "--user-model", "anthropic/claude-haiku-4-5",
-                         "--judge-model", "anthropic/claude-haiku-4-5"],
-             ["preflight agent: anthropic/claude-sonnet-4-5", "preflight user: anthropic/claude-haiku-4-5", "preflight judge: anthropic/claude-haiku-4-5"]),
+            (
+                openai,
+                [
+                    "--agent-model",
+                    "openai/gpt-5-mini",
+                    "--agent-reasoning-effort",
+                    "low",
+                    "--user-model",
+                    "openai/gpt-4.1-mini",
+                    "--judge-model",
+                    "openai/o3",
+                ],
+                ["preflight agent: openai/gpt-5-mini", "preflight user: openai/gpt-4.1-mini", "preflight judge: openai/o3"],
+            ),
+            (
+                anthropic,
+                [
+                    "--agent-model",
+                    "anthropic/claude-sonnet-4-5",
+                    "--agent-reasoning-effort",
+                    "low",
+                    "--user-model",
+                    "anthropic/claude-haiku-4-5",
+                    "--judge-model",
+                    "anthropic/claude-haiku-4-5",
+                ],
+                [
+                    "preflight agent: anthropic/claude-sonnet-4-5",
+                    "preflight user: anthropic/claude-haiku-4-5",
+                    "preflight judge: anthropic/claude-haiku-4-5",
+                ],
+            ),
         ]
         for fake, models, checked in runs:
             proc = run_cli(["eval", str(repo), "--json", *tasks, *models, "--api-base", fake.api_base], env=KEYS)
@@ -262,9 +378,28 @@ def test_every_role_with_a_plain_and_a_reasoning_model_through_eval_and_compare(
         thought = [b for b in anthropic.bodies_of("claude-sonnet-4-5") if len(b["messages"]) > 2]
         assert thought and all(b["thinking"]["type"] == "enabled" for b in thought)
         assert any(m["role"] == "assistant" and m["content"][0]["type"] == "thinking" for b in thought for m in b["messages"])
-        proc = run_cli(["compare", "HEAD", str(repo), "--repo", str(repo), "--json", *tasks,
-                        "--agent-model", "anthropic/claude-haiku-4-5", "--user-model", "anthropic/claude-sonnet-4-5",
-                        "--user-reasoning-effort", "low", "--judge-model", "anthropic/claude-haiku-4-5", "--api-base", customer.api_base], env=KEYS)
+        proc = run_cli(
+            [
+                "compare",
+                "HEAD",
+                str(repo),
+                "--repo",
+                str(repo),
+                "--json",
+                *tasks,
+                "--agent-model",
+                "anthropic/claude-haiku-4-5",
+                "--user-model",
+                "anthropic/claude-sonnet-4-5",
+                "--user-reasoning-effort",
+                "low",
+                "--judge-model",
+                "anthropic/claude-haiku-4-5",
+                "--api-base",
+                customer.api_base,
+            ],
+            env=KEYS,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert json.loads(proc.stdout)["decision"] == "no evidence"
         assert all(b["thinking"]["type"] == "enabled" for b in customer.bodies_of("claude-sonnet-4-5"))

@@ -31,8 +31,14 @@ ARGS = ["--iterations", "1", "--candidates", "2", "--gate-stages", "1", "--propo
 
 def _start(repo: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     """`evolver run` in a process group of its own, so a kill takes every process it started."""
-    return subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *args], env={**os.environ, **ENV, **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "evolver", "run", str(repo), *args],
+        env={**os.environ, **ENV, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _run_folders(repo: Path) -> list[Path]:
@@ -41,8 +47,10 @@ def _run_folders(repo: Path) -> list[Path]:
 
 def _evaluation(name: str, lines: int):
     """The moment an evaluation of the run has written ``lines`` simulations."""
+
     def reached(repo: Path) -> bool:
         return any(p.read_text().count("\n") >= lines for p in (repo / "runs").glob(f"run-*/evals/{name}/sims.jsonl"))
+
     return reached
 
 
@@ -95,8 +103,10 @@ def _release(kind: str, repo: Path, hold: Path) -> None:
 def _lines(repo: Path) -> dict[str, list[str]]:
     """Every evaluation's simulations that finished, as sims.jsonl holds them: scored or failed by the candidate (an
     infrastructure error, a worker killed with its run among them, is run again by design)."""
-    return {p.parent.name: [line for line in p.read_text().splitlines() if json.loads(line)["outcome"] != "infra_error"]
-            for p in sorted((repo / "runs").glob("run-*/evals/*/sims.jsonl"))}
+    return {
+        p.parent.name: [line for line in p.read_text().splitlines() if json.loads(line)["outcome"] != "infra_error"]
+        for p in sorted((repo / "runs").glob("run-*/evals/*/sims.jsonl"))
+    }
 
 
 def _progress(repo: Path) -> tuple:
@@ -105,8 +115,13 @@ def _progress(repo: Path) -> tuple:
     folders = _run_folders(repo)
     if not folders:
         return (0,)
-    return (1, _chose(repo), len(list(folders[0].glob("iterations/*.json"))), len(list(folders[0].glob("proposals/*"))),
-            sum(len(lines) for lines in _lines(repo).values()))
+    return (
+        1,
+        _chose(repo),
+        len(list(folders[0].glob("iterations/*.json"))),
+        len(list(folders[0].glob("proposals/*"))),
+        sum(len(lines) for lines in _lines(repo).values()),
+    )
 
 
 def _key(line: str) -> tuple[str, int]:
@@ -184,7 +199,10 @@ def test_a_folder_cut_off_before_its_record_is_named_so(tmp_path):
     repo = tmp_path
     (repo / "runs" / "run-20261120-101010-abcd" / "evals" / "tasks").mkdir(parents=True)
     said = "run-20261120-101010-abcd was cut off before it recorded its settings; start a new run"
-    for command in (["run", str(repo), "--resume", "run-20261120-101010-abcd"], ["status", "run-20261120-101010-abcd", "--repo", str(repo)]):
+    for command in (
+        ["run", str(repo), "--resume", "run-20261120-101010-abcd"],
+        ["status", "run-20261120-101010-abcd", "--repo", str(repo)],
+    ):
         proc = run_cli(command)
         assert proc.returncode == 2 and proc.stderr.strip() == f"evolver: error: {said}", (command, proc.stderr)
     listed = run_cli(["runs", "--repo", str(repo), "--json"])

@@ -32,9 +32,23 @@ ROOT = Path(__file__).resolve().parent.parent
 RANK = {"shared": 0, "local": 1, "store": 1, "evaluation": 2, "evolution": 3, "cli": 4}
 # The bottom layer, all of it: a new top-level module is a new shared module, so add it here on purpose. A package
 # here (evolver.ratelimit) is shared with every module in it.
-SHARED = {"evolver", "evolver.config", "evolver.data", "evolver.errors", "evolver.events", "evolver.llm", "evolver.memo", "evolver.models",
-          "evolver.ratelimit", "evolver.scripted", "evolver.toolcalls", "evolver.kinds",
-          "evolver.config_load", "evolver.config_requests", "evolver.config_tables"}
+SHARED = {
+    "evolver",
+    "evolver.config",
+    "evolver.data",
+    "evolver.errors",
+    "evolver.events",
+    "evolver.llm",
+    "evolver.memo",
+    "evolver.models",
+    "evolver.ratelimit",
+    "evolver.scripted",
+    "evolver.toolcalls",
+    "evolver.kinds",
+    "evolver.config_load",
+    "evolver.config_requests",
+    "evolver.config_tables",
+}
 ENTRY = "evolver.__main__"
 
 
@@ -128,6 +142,7 @@ def violations(edges: dict) -> list[str]:
 
 def cycles(edges: dict) -> list[list[str]]:
     """Groups of modules that import each other in a circle (strongly connected components)."""
+
     def counted(src: str, dst: str, how: str) -> bool:
         # A package's own submodules are named after it: a lazy import of one from its __init__ is let through.
         return how == "import" or (how == "lazy" and not dst.startswith(src + "."))
@@ -203,32 +218,35 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_checker_finds_what_it_should(tmp_path):
-    package = _package(tmp_path, {
-        "__init__.py": "",
-        "__main__.py": "from evolver.cli.launch import main\n",  # the entry: allowed
-        "config.py": "from evolver.data import X\n\ndef f():\n    from evolver.cli.commands import y\n",  # lazy, upward
-        "data.py": "",
-        "stray.py": "",  # a top-level module that is not a shared one
-        "local/__init__.py": "",
-        "local/backend.py": "import evolver.config\nfrom evolver.evaluation import worker\n",  # upward
-        "evaluation/__init__.py": "",
-        "evaluation/worker.py": "from evolver.store.evaldir import EvalDir\n",  # downward: the store is below
-        "evaluation/zygote.py": 'COMMAND = ["-m", "evolver.cli.commands"]\nfrom . import worker\nfrom .zygote_client import CMD\n',  # a string, upward
-        "evaluation/zygote_client.py": 'CMD = ["-m", "evolver.evaluation.zygote"]\n',  # starts the zygote: no circle
-        "evaluation/backends/__init__.py": "def make():\n    from evolver.evaluation.backends import local\n",
-        "evaluation/backends/local.py": "from evolver.evaluation.backends import make\n",  # the let-through pattern
-        "store/__init__.py": "",
-        "store/runstate.py": "from ..data import X\nfrom evolver.local import backend\n",  # relative, downward; beside
-        "store/evaldir.py": "def f():\n    from evolver.evaluation import zygote_client\n",  # lazy, upward
-        "evolution/__init__.py": "",
-        "evolution/a.py": "def f():\n    from evolver.evolution import b\n",
-        "evolution/b.py": "from evolver.evolution.a import f\n",  # a circle with a
-        "evolution/c.py": "from ..cli import commands\n",  # relative, upward
-        "cli/__init__.py": "",
-        "cli/commands.py": "from evolver.evolution import a\n",
-        "cli/launch.py": 'ENTRY = "evolver.cli.commands:main"\n',
-        "extra/__init__.py": "",  # a folder that is no layer
-    })
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "__main__.py": "from evolver.cli.launch import main\n",  # the entry: allowed
+            "config.py": "from evolver.data import X\n\ndef f():\n    from evolver.cli.commands import y\n",  # lazy, upward
+            "data.py": "",
+            "stray.py": "",  # a top-level module that is not a shared one
+            "local/__init__.py": "",
+            "local/backend.py": "import evolver.config\nfrom evolver.evaluation import worker\n",  # upward
+            "evaluation/__init__.py": "",
+            "evaluation/worker.py": "from evolver.store.evaldir import EvalDir\n",  # downward: the store is below
+            "evaluation/zygote.py": 'COMMAND = ["-m", "evolver.cli.commands"]\nfrom . import worker\nfrom .zygote_client import CMD\n',  # a string, upward
+            "evaluation/zygote_client.py": 'CMD = ["-m", "evolver.evaluation.zygote"]\n',  # starts the zygote: no circle
+            "evaluation/backends/__init__.py": "def make():\n    from evolver.evaluation.backends import local\n",
+            "evaluation/backends/local.py": "from evolver.evaluation.backends import make\n",  # the let-through pattern
+            "store/__init__.py": "",
+            "store/runstate.py": "from ..data import X\nfrom evolver.local import backend\n",  # relative, downward; beside
+            "store/evaldir.py": "def f():\n    from evolver.evaluation import zygote_client\n",  # lazy, upward
+            "evolution/__init__.py": "",
+            "evolution/a.py": "def f():\n    from evolver.evolution import b\n",
+            "evolution/b.py": "from evolver.evolution.a import f\n",  # a circle with a
+            "evolution/c.py": "from ..cli import commands\n",  # relative, upward
+            "cli/__init__.py": "",
+            "cli/commands.py": "from evolver.evolution import a\n",
+            "cli/launch.py": 'ENTRY = "evolver.cli.commands:main"\n',
+            "extra/__init__.py": "",  # a folder that is no layer
+        },
+    )
     edges = graph(package)
     assert unplaced(edges) == ["evolver.extra", "evolver.stray"]
     assert violations(edges) == [

@@ -60,12 +60,20 @@ def fake_model(tmp_path, monkeypatch) -> ModelSpec:
         (pkg_root / name / "data" / f"part{i:02d}.bin").write_bytes(data)
         (pkg_root / name / "__init__.py").write_text(
             "import os\ndef get_part_path():\n"
-            f"    return os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'part{i:02d}.bin')\n")
+            f"    return os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'part{i:02d}.bin')\n"
+        )
         names.append(name)
     monkeypatch.syspath_prepend(str(pkg_root))
     whole = b"".join(chunks)
-    return ModelSpec(size="fake", description="test", filename="fake.gguf", modules=tuple(names),
-                     sha256=hashlib.sha256(whole).hexdigest(), nbytes=len(whole), extra="local-fake")
+    return ModelSpec(
+        size="fake",
+        description="test",
+        filename="fake.gguf",
+        modules=tuple(names),
+        sha256=hashlib.sha256(whole).hexdigest(),
+        nbytes=len(whole),
+        extra="local-fake",
+    )
 
 
 def test_chunks_are_joined_verified_and_reused(fake_model, tmp_path, monkeypatch):
@@ -185,7 +193,7 @@ def test_the_doubled_brace_tool_call_example_is_fixed(tmp_path):
     doubled = '{{- "<tool_call>\\n{{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}}\\n</tool_call>" }}'
     path = _gguf_with_template(tmp_path / "bug.gguf", doubled)
     assert read_chat_template(path) == doubled
-    assert fixed_chat_template(path) == doubled.replace("{{\\\"name", "{\\\"name").replace("object>}}", "object>}")
+    assert fixed_chat_template(path) == doubled.replace('{{\\"name', '{\\"name').replace("object>}}", "object>}")
     assert fixed_chat_template(_gguf_with_template(tmp_path / "ok.gguf", "{{ messages }}")) is None
 
 
@@ -195,9 +203,11 @@ def test_the_doubled_brace_tool_call_example_is_fixed(tmp_path):
 def _reply(content=None, tool_calls=None):
     from litellm import ModelResponse
 
-    return ModelResponse(model="local", choices=[{"index": 0, "finish_reason": "stop", "message": {
-        "role": "assistant", "content": content, "tool_calls": tool_calls}}],
-        usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+    return ModelResponse(
+        model="local",
+        choices=[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content, "tool_calls": tool_calls}}],
+        usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    )
 
 
 TOOLS = [{"type": "function", "function": {"name": "create_task", "parameters": {"type": "object", "properties": {}}}}]
@@ -287,7 +297,9 @@ def test_a_repetition_loop_yields_one_call(fake_server):
 # ---- the user-role adapter (evolver.local.customer), with a stand-in server ------
 
 
-TAU2_USER_SYSTEM = "# User Simulation Guidelines\nYou are playing the role of a customer.\n\n<scenario>\nDelete all your tasks.\n</scenario>"
+TAU2_USER_SYSTEM = (
+    "# User Simulation Guidelines\nYou are playing the role of a customer.\n\n<scenario>\nDelete all your tasks.\n</scenario>"
+)
 GREETING = "Hi! How can I help you today?"
 
 
@@ -311,8 +323,11 @@ def test_a_task_that_begins_with_a_history_gets_a_continuation_until_the_custome
     # there, the small model ended at once. The worker says how many customer messages the history holds.
     seen, replies = fake_server
     replies += [_reply("Thanks. Now I need to mark the task as completed."), _reply("It is task_2.")]
-    history = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "assistant", "content": "I need a new task."},
-               {"role": "user", "content": "I've created the task for you."}]
+    history = [
+        {"role": "system", "content": TAU2_USER_SYSTEM},
+        {"role": "assistant", "content": "I need a new task."},
+        {"role": "user", "content": "I've created the task for you."},
+    ]
     message = serving.complete("user", [dict(m) for m in history], "http://x/v1", {serving.USER_HISTORY: 1}).choices[0].message
     presented, params = seen[0]
     assert presented == history + [
@@ -343,8 +358,12 @@ def test_the_worker_tells_only_an_adapted_user_how_long_the_tasks_history_is():
 def test_a_later_turn_gets_the_reminder_with_tau2s_stop_rule_but_no_begun_message(fake_server):
     seen, replies = fake_server
     replies.append(_reply("It is for user_1."))
-    flipped = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING},
-               {"role": "assistant", "content": "I need a new task."}, {"role": "user", "content": "For which user?"}]
+    flipped = [
+        {"role": "system", "content": TAU2_USER_SYSTEM},
+        {"role": "user", "content": GREETING},
+        {"role": "assistant", "content": "I need a new task."},
+        {"role": "user", "content": "For which user?"},
+    ]
     message = serving.complete("user", [dict(m) for m in flipped], "http://x/v1", {}).choices[0].message
     assert seen[0][0] == flipped + [{"role": "system", "content": customer.REMINDER + customer.DONE}]
     assert "###STOP###" in customer.DONE  # tau2's own token, which ends the simulation as the customer's stop
@@ -382,9 +401,15 @@ def test_a_reply_that_reads_like_an_assistant_is_asked_again_once(fake_server):
 def test_a_reply_that_repeats_the_customers_own_line_is_asked_again(fake_server):
     seen, replies = fake_server
     # tau2's message-history tasks: the customer spoke before the simulator starts.
-    flipped = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "assistant", "content": "I need to create a task for the review."},
-               {"role": "user", "content": "I've created task_2 for you."}]
-    replies += [_reply("I need to create a task for the review. The previous discussion was about it."), _reply("Thanks. Please mark task_2 as completed.")]
+    flipped = [
+        {"role": "system", "content": TAU2_USER_SYSTEM},
+        {"role": "assistant", "content": "I need to create a task for the review."},
+        {"role": "user", "content": "I've created task_2 for you."},
+    ]
+    replies += [
+        _reply("I need to create a task for the review. The previous discussion was about it."),
+        _reply("Thanks. Please mark task_2 as completed."),
+    ]
     message = serving.complete("user", flipped, "http://x/v1", {}).choices[0].message
     assert message.content == "Thanks. Please mark task_2 as completed." and len(seen) == 2
     assert serving.stats()["user"]["repeats_customer"] == 1
@@ -396,8 +421,11 @@ def test_a_reply_that_echoes_the_agents_last_message_is_asked_again(fake_server)
     seen, replies = fake_server
     # Seen with the 1.5B on tau2's message-history tasks: the agent's line said back, then a stop.
     agent_line = "I've created a task titled 'Project Review' for you, with ID task_2."
-    flipped = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "assistant", "content": "I need a task for the review."},
-               {"role": "user", "content": agent_line}]
+    flipped = [
+        {"role": "system", "content": TAU2_USER_SYSTEM},
+        {"role": "assistant", "content": "I need a task for the review."},
+        {"role": "user", "content": agent_line},
+    ]
     replies += [_reply(agent_line + " ###STOP###"), _reply("Thanks. Please mark task_2 as completed.")]
     message = serving.complete("user", flipped, "http://x/v1", {}).choices[0].message
     assert message.content == "Thanks. Please mark task_2 as completed." and len(seen) == 2
@@ -406,15 +434,27 @@ def test_a_reply_that_echoes_the_agents_last_message_is_asked_again(fake_server)
     assert customer.off_role("Thanks, that is all. ###STOP###", flipped) is None
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Hello! How can I assist you today?", True), ("Hi, how may I help?", True), ("I'm happy to help with that.", True),
-    ("I'm sorry, but I can't assist with that.", True),
-    ("Is there anything else I can do for you?", True), ("Agent: Sure, one moment.", True),
-    ("Sure, I'll mark the task as completed.", True), ("Certainly! Let me update that for you.", True),
-    ("Sure, my user id is user_1.", False), ("I'll wait, thanks.", False),
-    ("Hi, I need to delete all my tasks.", False), ("Can you help me create a task?", False),
-    ("Could you assist me with task_1?", False), ("Thanks, that is all. ###STOP###", False), ("", False), (None, False),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Hello! How can I assist you today?", True),
+        ("Hi, how may I help?", True),
+        ("I'm happy to help with that.", True),
+        ("I'm sorry, but I can't assist with that.", True),
+        ("Is there anything else I can do for you?", True),
+        ("Agent: Sure, one moment.", True),
+        ("Sure, I'll mark the task as completed.", True),
+        ("Certainly! Let me update that for you.", True),
+        ("Sure, my user id is user_1.", False),
+        ("I'll wait, thanks.", False),
+        ("Hi, I need to delete all my tasks.", False),
+        ("Can you help me create a task?", False),
+        ("Could you assist me with task_1?", False),
+        ("Thanks, that is all. ###STOP###", False),
+        ("", False),
+        (None, False),
+    ],
+)
 def test_an_assistant_like_reply_is_told_from_a_customer_one(text, expected):
     assert customer.reads_like_assistant(text) is expected
 
@@ -444,9 +484,16 @@ def openai_stub():
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-            answer = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
-                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "I need a new task."}}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+            answer = json.dumps(
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "I need a new task."}}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(answer)))
@@ -463,7 +510,9 @@ def openai_stub():
     server.server_close()
 
 
-@pytest.mark.parametrize("user_model, role", [("gpt-4.1-mini", "user"), ("openai/qwen2.5-7b", "user"), ("local", "agent"), ("local", "judge")])
+@pytest.mark.parametrize(
+    "user_model, role", [("gpt-4.1-mini", "user"), ("openai/qwen2.5-7b", "user"), ("local", "agent"), ("local", "judge")]
+)
 def test_requests_of_other_models_and_roles_are_byte_identical_with_the_adapter_on_or_off(openai_stub, tmp_path, user_model, role):
     import litellm
 
@@ -473,8 +522,11 @@ def test_requests_of_other_models_and_roles_are_byte_identical_with_the_adapter_
     api_base, bodies = openai_stub
     request = [{"role": "system", "content": TAU2_USER_SYSTEM}, {"role": "user", "content": GREETING}]
     for switch in (True, False):
-        cfg = load_config(tmp_path, {"agent_model": user_model, "user_model": user_model, "api_base": api_base,
-                                     "local_user_adapter": switch}, environ={"OPENAI_API_KEY": "sk-test"})
+        cfg = load_config(
+            tmp_path,
+            {"agent_model": user_model, "user_model": user_model, "api_base": api_base, "local_user_adapter": switch},
+            environ={"OPENAI_API_KEY": "sk-test"},
+        )
         model = cfg.role(role)
         register_providers([model.model])
         litellm.completion(model=model.model, messages=[dict(m) for m in request], api_key="sk-test", **model.litellm_args())
@@ -518,14 +570,35 @@ def test_evolver_eval_on_the_embedded_model_through_the_command_line(small_model
     # Two steps: the customer's first message, then the agent's answer (and the tool's result, if it called one),
     # all this test asks of the model; each further step, and each token of a long answer (the agent's first has run past
     # 100), is more generation on a CPU, slowest of all when other processes share it.
-    proc = run_cli(["eval", str(repo), "--json", "--local-size", "small", "--domain", "mock", "--split", "base",
-                    "--task-ids", "create_task_1", "--trials", "1", "--max-steps", "2", "--agent-arg", "max_tokens=32"], env=env)
+    proc = run_cli(
+        [
+            "eval",
+            str(repo),
+            "--json",
+            "--local-size",
+            "small",
+            "--domain",
+            "mock",
+            "--split",
+            "base",
+            "--task-ids",
+            "create_task_1",
+            "--trials",
+            "1",
+            "--max-steps",
+            "2",
+            "--agent-arg",
+            "max_tokens=32",
+        ],
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "embedded model ready at http://127.0.0.1:" in proc.stderr
     summary = json.loads(proc.stdout)
     result = json.loads(Path(summary["result_file"]).read_text())
-    assert {k: summary[k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")} == \
-        {k: result["summary"][k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")}
+    assert {k: summary[k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")} == {
+        k: result["summary"][k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")
+    }
     assert result["candidate_error"] is None and result["worker_note"] is None, (result["candidate_error"], result["worker_note"])
     [sim] = result["simulations"]
     assert sim["outcome"] == "ok" and not sim["error"], sim["error"]

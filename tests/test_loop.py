@@ -18,13 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCRIPTED_MODELS, git, run_cli, LINEAGE
+from tests.conftest import LINEAGE, SCRIPTED_MODELS, git, run_cli
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
 # The one-shot proposer: its verdicts reach the loop unfiltered (the investigating one would make the
 # meta-LLM fix a syntax error or a path outside agent/ before they ever became candidates).
 RUN_ARGS = ["--iterations", "4", "--concurrency", "8", "--holdout", "--proposer", "oneshot", *LINEAGE, *SCRIPTED_MODELS]
-EXPECTED = [("Break the state class", "invalid"), ("Edit the optimizer", "refused"), ("Transfer everyone", "rejected"), ("Keep the user's exact title", "accepted")]
+EXPECTED = [
+    ("Break the state class", "invalid"),
+    ("Edit the optimizer", "refused"),
+    ("Transfer everyone", "rejected"),
+    ("Keep the user's exact title", "accepted"),
+]
 
 
 def make_target(path: Path, domain: str = "evolver_gen", plugin: str = "tests.scripts.gen_domain") -> Path:
@@ -55,7 +60,9 @@ def final_state(repo: Path, run_id: str) -> dict:
     """What must match between an uninterrupted run and a killed-and-resumed one."""
     history = json.loads(run_cli(["history", run_id, "--repo", str(repo), "--json"], env=LOOP_ENV).stdout)
     prefix = f"evolver/{run_id}/"
-    branches = sorted(b.strip().removeprefix(prefix) for b in git(repo, "branch", "--list", f"{prefix}*", "--format=%(refname:short)").split())
+    branches = sorted(
+        b.strip().removeprefix(prefix) for b in git(repo, "branch", "--list", f"{prefix}*", "--format=%(refname:short)").split()
+    )
     trees = {b: git(repo, "rev-parse", f"{prefix}{b}^{{tree}}").strip() for b in branches}
     status = json.loads(run_cli(["status", run_id, "--repo", str(repo), "--json"], env=LOOP_ENV).stdout)
     log = [json.loads(line) for line in (repo / "runs" / run_id / "log.jsonl").read_text().splitlines()]
@@ -157,7 +164,9 @@ def test_history_table_show_and_status(finished_run):
     assert status["status"] == "finished" and status["best"]["iteration"] == 4
     assert status["decisions"] == 2 and status["expected_false_keeps"] == pytest.approx(2 * 0.2)  # the audited policy's lenient gate
     [audit] = status["audits"]  # the run's last word: the best against the base, side by side
-    assert status["gate_policy"] == "audited" and audit["best"] == 4 and audit["holds"] and audit["reason"].startswith("Better: +50.0 points")
+    assert (
+        status["gate_policy"] == "audited" and audit["best"] == 4 and audit["holds"] and audit["reason"].startswith("Better: +50.0 points")
+    )
     assert "audit of iteration 4 after" in table.stdout and "the best stands" in table.stdout
     digest = (repo / "runs" / run_id / "proposals" / "001" / "digest.md").read_text()
     assert "create_task(user_id, title)" in digest and "Code Audit" not in digest  # procedures, not data
@@ -198,7 +207,11 @@ def test_a_proposer_reads_the_analysis_folder_and_nothing_of_the_gate(finished_r
     original = Path.read_text
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: read.append(self) or original(self, *a, **k))
     evidence = Evidence(analysis, evals / "analysis-g0", parent=repo)
-    shown = [evidence.failures(), evidence.search("create"), *(evidence.trajectory(label) + evidence.turn(label) for label in evidence.labels.values())]
+    shown = [
+        evidence.failures(),
+        evidence.search("create"),
+        *(evidence.trajectory(label) + evidence.turn(label) for label in evidence.labels.values()),
+    ]
     assert all(shown) and any("turn 1 of" in text for text in shown)
     runs = [p for p in read if evals in p.parents]
     assert runs and all((evals / "analysis-g0") in p.parents for p in runs), sorted({p.parent.parent.name for p in runs})
@@ -288,7 +301,9 @@ def test_bad_input_for_run(tmp_path, setup, args, message):
     assert not list((repo / "runs").glob("run-*")) if (repo / "runs").exists() else True
 
 
-@pytest.mark.parametrize("command", [["history", "run-nope"], ["show", "run-nope", "1"], ["rollback", "run-nope", "--to", "base", "--reason", "x"]])
+@pytest.mark.parametrize(
+    "command", [["history", "run-nope"], ["show", "run-nope", "1"], ["rollback", "run-nope", "--to", "base", "--reason", "x"]]
+)
 def test_unknown_run_id(tmp_path, command):
     proc = run_cli([*command, "--repo", str(tmp_path)])
     assert proc.returncode == 2 and "unknown run id 'run-nope'" in proc.stderr
@@ -316,12 +331,26 @@ def test_dry_run_estimate_caps_concurrency_only_for_simulated_roles_on_the_embed
     repo = make_target(tmp_path / "target")
     models = dict(zip(SCRIPTED_MODELS[::2], SCRIPTED_MODELS[1::2]))
     models[f"--{local_role}-model"] = "local"
-    args = ["run", str(repo), "--dry-run", "--iterations", "4", "--concurrency", "8", "--holdout", *LINEAGE, *[x for kv in models.items() for x in kv]]
+    args = [
+        "run",
+        str(repo),
+        "--dry-run",
+        "--iterations",
+        "4",
+        "--concurrency",
+        "8",
+        "--holdout",
+        *LINEAGE,
+        *[x for kv in models.items() for x in kv],
+    ]
     proc = run_cli(args, env=LOOP_ENV)
     assert proc.returncode == 0, proc.stderr
     assert ("concurrency 8 -> 1" in proc.stderr) is capped
-    expected = "at 30.00 s of wall clock each (1 at once), about 9.2 h, up to 15.8 h" if capped else \
-        "at 3.75 s of wall clock each (8 at once), about 1.1 h, up to 2.0 h"
+    expected = (
+        "at 30.00 s of wall clock each (1 at once), about 9.2 h, up to 15.8 h"
+        if capped
+        else "at 3.75 s of wall clock each (8 at once), about 1.1 h, up to 2.0 h"
+    )
     # the bounds of the dry run above plus the investigating proposer's 3 try simulations per iteration
     assert f"about {1_092 + 4 * 3:,} simulations expected, at most {1_883 + 4 * 3:,}; {expected}; 4 proposal(s) at most" in proc.stderr
     assert "starting the embedded model server" not in proc.stderr  # a dry run starts nothing
@@ -345,8 +374,13 @@ def test_eval_ref_evaluates_a_candidate_without_touching_the_tree(finished_run):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_stops_cleanly_and_leaves_a_resumable_run(tmp_path, sig):
     repo = make_target(tmp_path / "target")
-    controller = subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *RUN_ARGS],
-                                  env={**os.environ, **LOOP_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "evolver", "run", str(repo), *RUN_ARGS],
+        env={**os.environ, **LOOP_ENV},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     sims = None
     while time.monotonic() < deadline and sims is None:

@@ -61,11 +61,29 @@ class FakeBackend:
                     records.append(SimRecord(task_id=task, trial=trial, outcome="infra_error", error="fake outage"))
                     continue
                 passed = _uniform(task, trial, req.seed) < self.rate(task, text)
-                records.append(SimRecord(task_id=task, trial=trial, seed=req.seed, outcome="ok", reward=float(passed),
-                                         usage={"agent": RoleUsage(prompt_tokens=100, completion_tokens=10, cost=0.001)}))
-        return EvalResult(run_id=run_id, checkout=req.checkout, domain=req.domain, split=req.split, task_ids=list(req.task_ids),
-                          trials=req.trials, seed=req.seed, max_steps=req.max_steps, models={"agent": req.agent, "user": req.user, "judge": req.judge},
-                          summary=summarize(records, len(req.task_ids), req.trials, 0.0), simulations=records)
+                records.append(
+                    SimRecord(
+                        task_id=task,
+                        trial=trial,
+                        seed=req.seed,
+                        outcome="ok",
+                        reward=float(passed),
+                        usage={"agent": RoleUsage(prompt_tokens=100, completion_tokens=10, cost=0.001)},
+                    )
+                )
+        return EvalResult(
+            run_id=run_id,
+            checkout=req.checkout,
+            domain=req.domain,
+            split=req.split,
+            task_ids=list(req.task_ids),
+            trials=req.trials,
+            seed=req.seed,
+            max_steps=req.max_steps,
+            models={"agent": req.agent, "user": req.user, "judge": req.judge},
+            summary=summarize(records, len(req.task_ids), req.trials, 0.0),
+            simulations=records,
+        )
 
     def list_tasks(self, req) -> TaskListing:
         return TaskListing(tasks=TASKS)
@@ -89,13 +107,29 @@ def run_loop(tmp_path, monkeypatch, proposals: str, backend: FakeBackend | None 
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
     # A lineage unless the test says otherwise (the population search has tests/test_population.py).
-    cfg = load_config(repo, {"agent_model": "scripted/agent", "user_model": "scripted/user", "judge_model": "scripted/judge",
-                             "meta_model": "scripted/meta", "domain": "fake", "holdout": "off", "gate_stages": ["1", "2"],
-                             "gate_policy": "audited", "candidates": 1, **settings},
-                      environ={})
+    cfg = load_config(
+        repo,
+        {
+            "agent_model": "scripted/agent",
+            "user_model": "scripted/user",
+            "judge_model": "scripted/judge",
+            "meta_model": "scripted/meta",
+            "domain": "fake",
+            "holdout": "off",
+            "gate_stages": ["1", "2"],
+            "gate_policy": "audited",
+            "candidates": 1,
+            **settings,
+        },
+        environ={},
+    )
     backend = backend or FakeBackend()
-    loop = start_run(new_run(repo, cfg, "run-policy", backend, allow_dirty=False, dry_run=False, console=Console(quiet=True)), cfg, backend,
-                     Console(quiet=True))
+    loop = start_run(
+        new_run(repo, cfg, "run-policy", backend, allow_dirty=False, dry_run=False, console=Console(quiet=True)),
+        cfg,
+        backend,
+        Console(quiet=True),
+    )
     loop.drive()
     return loop
 

@@ -32,25 +32,64 @@ def litellm():
 
 # (model, what a role's request asks, what is sent instead of it (None: left out), what the preflight says)
 CASES = [
-    ("openai/gpt-5", {"temperature": 0.4, "seed": 1, "max_tokens": 1500},
-     {"temperature": None, "seed": 1, "max_tokens": None, "max_completion_tokens": 1500}, ["temperature (gpt-5 takes only 1 while it reasons)"]),
-    ("openai/o3", {"temperature": 0.0, "stop": ["END"], "reasoning_effort": "high"},
-     {"temperature": None, "stop": ["END"], "reasoning_effort": "high"}, ["temperature (o3 takes only 1 while it reasons)"]),
-    ("openai/gpt-5-mini", {"temperature": 0.0, "top_p": 0.5, "stop": ["END"]}, {"temperature": None, "top_p": None, "stop": None},
-     ["stop (openai's gpt-5-mini does not take it)", "top_p (openai's gpt-5-mini does not take it)", "temperature (gpt-5-mini takes only 1 while it reasons)"]),
-    ("openai/gpt-4.1", {"temperature": 0.0, "seed": 3, "reasoning_effort": "high"}, {"temperature": 0.0, "seed": 3, "reasoning_effort": None},
-     ["reasoning_effort (openai's gpt-4.1 does not take it)"]),
-    ("anthropic/claude-sonnet-4-5", {"temperature": 0.4, "seed": 1, "max_tokens": 1500}, {"temperature": 0.4, "seed": None, "max_tokens": 1500},
-     ["seed (anthropic's claude-sonnet-4-5 does not take it)"]),
-    ("anthropic/claude-sonnet-4-5", {"temperature": 0.4, "seed": 1, "max_tokens": 1500, "reasoning_effort": "high", "tool_choice": "required"},
-     {"temperature": None, "seed": None, "max_tokens": 1500 + 4096, "tool_choice": "auto"},
-     ["seed (anthropic's claude-sonnet-4-5 does not take it)", "temperature (thinking takes only 1)",
-      'tool_choice "required" -> auto (thinking forces no tool)', "max_tokens 1500 -> 5596 (above the thinking budget of 4096)"]),
-    ("anthropic/claude-sonnet-4-5", {"temperature": 0.0, "top_p": 0.5, "thinking": {"type": "enabled", "budget_tokens": 2000}},
-     {"temperature": None, "top_p": None}, ["temperature (thinking takes only 1)", "top_p (thinking takes 0.95 to 1)"]),
+    (
+        "openai/gpt-5",
+        {"temperature": 0.4, "seed": 1, "max_tokens": 1500},
+        {"temperature": None, "seed": 1, "max_tokens": None, "max_completion_tokens": 1500},
+        ["temperature (gpt-5 takes only 1 while it reasons)"],
+    ),
+    (
+        "openai/o3",
+        {"temperature": 0.0, "stop": ["END"], "reasoning_effort": "high"},
+        {"temperature": None, "stop": ["END"], "reasoning_effort": "high"},
+        ["temperature (o3 takes only 1 while it reasons)"],
+    ),
+    (
+        "openai/gpt-5-mini",
+        {"temperature": 0.0, "top_p": 0.5, "stop": ["END"]},
+        {"temperature": None, "top_p": None, "stop": None},
+        [
+            "stop (openai's gpt-5-mini does not take it)",
+            "top_p (openai's gpt-5-mini does not take it)",
+            "temperature (gpt-5-mini takes only 1 while it reasons)",
+        ],
+    ),
+    (
+        "openai/gpt-4.1",
+        {"temperature": 0.0, "seed": 3, "reasoning_effort": "high"},
+        {"temperature": 0.0, "seed": 3, "reasoning_effort": None},
+        ["reasoning_effort (openai's gpt-4.1 does not take it)"],
+    ),
+    (
+        "anthropic/claude-sonnet-4-5",
+        {"temperature": 0.4, "seed": 1, "max_tokens": 1500},
+        {"temperature": 0.4, "seed": None, "max_tokens": 1500},
+        ["seed (anthropic's claude-sonnet-4-5 does not take it)"],
+    ),
+    (
+        "anthropic/claude-sonnet-4-5",
+        {"temperature": 0.4, "seed": 1, "max_tokens": 1500, "reasoning_effort": "high", "tool_choice": "required"},
+        {"temperature": None, "seed": None, "max_tokens": 1500 + 4096, "tool_choice": "auto"},
+        [
+            "seed (anthropic's claude-sonnet-4-5 does not take it)",
+            "temperature (thinking takes only 1)",
+            'tool_choice "required" -> auto (thinking forces no tool)',
+            "max_tokens 1500 -> 5596 (above the thinking budget of 4096)",
+        ],
+    ),
+    (
+        "anthropic/claude-sonnet-4-5",
+        {"temperature": 0.0, "top_p": 0.5, "thinking": {"type": "enabled", "budget_tokens": 2000}},
+        {"temperature": None, "top_p": None},
+        ["temperature (thinking takes only 1)", "top_p (thinking takes 0.95 to 1)"],
+    ),
     # an OpenAI-compatible server's model and evolver's own providers have no model information: as they are
-    ("openai/qwen2.5-7b", {"temperature": 0.0, "seed": 11, "top_p": 0.5, "reasoning_effort": "high", "max_tokens": 321},
-     {"temperature": 0.0, "seed": 11, "top_p": 0.5, "reasoning_effort": "high", "max_tokens": 321}, []),
+    (
+        "openai/qwen2.5-7b",
+        {"temperature": 0.0, "seed": 11, "top_p": 0.5, "reasoning_effort": "high", "max_tokens": 321},
+        {"temperature": 0.0, "seed": 11, "top_p": 0.5, "reasoning_effort": "high", "max_tokens": 321},
+        [],
+    ),
     ("scripted/meta", {"temperature": 0.4, "seed": 2}, {"temperature": 0.4, "seed": 2}, []),
 ]
 
@@ -67,9 +106,14 @@ def test_a_request_carries_what_its_model_takes_and_says_what_it_left_out(litell
     assert shaped.kwargs["messages"] is MESSAGES
 
 
-@pytest.mark.parametrize("model, asked", [("openai/gpt-5", {"temperature": 0.4, "seed": 1, "max_tokens": 1500}),
-                                          ("openai/o3", {"temperature": 0.0, "reasoning_effort": "low"}),
-                                          ("anthropic/claude-sonnet-4-5", {"temperature": 0.0, "seed": 300})])
+@pytest.mark.parametrize(
+    "model, asked",
+    [
+        ("openai/gpt-5", {"temperature": 0.4, "seed": 1, "max_tokens": 1500}),
+        ("openai/o3", {"temperature": 0.0, "reasoning_effort": "low"}),
+        ("anthropic/claude-sonnet-4-5", {"temperature": 0.0, "seed": 300}),
+    ],
+)
 def test_litellm_refuses_what_evolver_sent_these_models_and_takes_the_shaped_request(litellm, model, asked):
     """The refusals the issue met (temperature 0.4 and a seed for gpt-5, o3's temperature 0, Claude's seed) are
     litellm's, made before the request leaves; the same request through evolver.llm.retrying is sent."""
@@ -85,14 +129,35 @@ def test_anthropic_thinking_on_the_wire_as_litellm_builds_it(litellm):
     before its tool_use; the system prompt and the latest turns marked for the prompt cache."""
     from litellm.utils import get_optional_params
 
-    conversation = [*MESSAGES, {"role": "assistant", "content": None, "thinking_blocks": [{"type": "thinking", "thinking": "why", "signature": "sig"}],
-                                "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": TOOL["function"]["name"], "arguments": "{}"}}]},
-                    {"role": "tool", "tool_call_id": "toolu_1", "content": "done"}]
-    kwargs = models.shape({"model": "anthropic/claude-sonnet-4-5", "messages": models.cache_marked(conversation, "anthropic/claude-sonnet-4-5", None),
-                           "tools": [TOOL], "tool_choice": "required", "reasoning_effort": "high", "temperature": 0.4, "max_tokens": 1500}).kwargs
+    conversation = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": None,
+            "thinking_blocks": [{"type": "thinking", "thinking": "why", "signature": "sig"}],
+            "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": TOOL["function"]["name"], "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "done"},
+    ]
+    kwargs = models.shape(
+        {
+            "model": "anthropic/claude-sonnet-4-5",
+            "messages": models.cache_marked(conversation, "anthropic/claude-sonnet-4-5", None),
+            "tools": [TOOL],
+            "tool_choice": "required",
+            "reasoning_effort": "high",
+            "temperature": 0.4,
+            "max_tokens": 1500,
+        }
+    ).kwargs
     options = {k: v for k, v in kwargs.items() if k in ("tools", "tool_choice", "reasoning_effort", "max_tokens", "temperature")}
-    body = litellm.AnthropicConfig().transform_request(model="claude-sonnet-4-5", messages=kwargs["messages"], headers={}, litellm_params={},
-                                                       optional_params=get_optional_params(model="claude-sonnet-4-5", custom_llm_provider="anthropic", **options))
+    body = litellm.AnthropicConfig().transform_request(
+        model="claude-sonnet-4-5",
+        messages=kwargs["messages"],
+        headers={},
+        litellm_params={},
+        optional_params=get_optional_params(model="claude-sonnet-4-5", custom_llm_provider="anthropic", **options),
+    )
     from litellm import constants
 
     assert body["thinking"] == {"type": "enabled", "budget_tokens": constants.DEFAULT_REASONING_EFFORT_HIGH_THINKING_BUDGET}
@@ -108,15 +173,24 @@ def test_cache_marks_only_where_the_provider_needs_them_and_never_more_than_four
     turns = [MESSAGES[0]] + [m for n in range(6) for m in ({"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"})]
     marked = models.cache_marked(turns, "anthropic/claude-sonnet-4-5", None)
     assert sum("cache_control" in json.dumps(m) for m in marked) == 3 <= models.MAX_CACHE_MARKS
-    assert "cache_control" in json.dumps(marked[0]) and "cache_control" in json.dumps(marked[-2]) and "cache_control" in json.dumps(marked[-4])
+    assert (
+        "cache_control" in json.dumps(marked[0]) and "cache_control" in json.dumps(marked[-2]) and "cache_control" in json.dumps(marked[-4])
+    )
     for model in ("openai/gpt-5", "gemini/gemini-2.5-pro", "scripted/meta"):  # these cache a long prefix by themselves
         assert models.cache_marked(turns, model, None) is turns
 
 
-@pytest.mark.parametrize("model, args, room", [("openai/gpt-5", {}, 1500 + 2048), ("openai/o3", {"reasoning_effort": "high"}, 1500 + 4096),
-                                               ("anthropic/claude-sonnet-4-5", {"reasoning_effort": "low"}, 1500 + 1024),
-                                               ("anthropic/claude-sonnet-4-5", {}, 1500), ("openai/gpt-4.1", {}, 1500),
-                                               ("openai/gpt-5.1", {"reasoning_effort": "none"}, 1500)])
+@pytest.mark.parametrize(
+    "model, args, room",
+    [
+        ("openai/gpt-5", {}, 1500 + 2048),
+        ("openai/o3", {"reasoning_effort": "high"}, 1500 + 4096),
+        ("anthropic/claude-sonnet-4-5", {"reasoning_effort": "low"}, 1500 + 1024),
+        ("anthropic/claude-sonnet-4-5", {}, 1500),
+        ("openai/gpt-4.1", {}, 1500),
+        ("openai/gpt-5.1", {"reasoning_effort": "none"}, 1500),
+    ],
+)
 def test_a_model_that_reasons_gets_its_thinking_budget_on_top_of_the_answers_room(litellm, model, args, room):
     assert models.answer_limit(model, None, {"temperature": 0.0, **args}, 1500) == room
 
@@ -124,15 +198,38 @@ def test_a_model_that_reasons_gets_its_thinking_budget_on_top_of_the_answers_roo
 def test_the_thinking_blocks_of_a_tool_turn_go_back_with_it_and_nothing_else_changes(litellm):
     """A conversation rebuilt from plain data (the candidate's, tau2's) gets each remembered turn's blocks back, as they came."""
     blocks = [{"type": "thinking", "thinking": "the title must be exact", "signature": "c2lnbmVk"}]
-    response = litellm.ModelResponse(choices=[{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": None, "thinking_blocks": blocks,
-        "tool_calls": [{"id": f"toolu_{n}", "type": "function", "function": {"name": "create_task", "arguments": "{}"}} for n in (1, 2)]}}])
+    response = litellm.ModelResponse(
+        choices=[
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "thinking_blocks": blocks,
+                    "tool_calls": [
+                        {"id": f"toolu_{n}", "type": "function", "function": {"name": "create_task", "arguments": "{}"}} for n in (1, 2)
+                    ],
+                },
+            }
+        ]
+    )
     memory = models.ThinkingMemory()
     memory.remember(response)
-    rebuilt = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [{"id": "toolu_1", "type": "function",
-                                                                               "function": {"name": "create_task", "arguments": "{}"}}]},
-               {"role": "tool", "tool_call_id": "toolu_1", "content": "ok"},
-               {"role": "assistant", "content": "x", "tool_calls": [{"id": "toolu_9", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]
+    rebuilt = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "create_task", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "ok"},
+        {
+            "role": "assistant",
+            "content": "x",
+            "tool_calls": [{"id": "toolu_9", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+    ]
     restored = memory.restore(rebuilt)
     assert restored[2]["thinking_blocks"] == blocks and "thinking_blocks" not in rebuilt[2]
     assert restored[4] is rebuilt[4] and restored[:2] == rebuilt[:2]  # a call it never answered: unchanged
@@ -143,36 +240,59 @@ def test_cached_tokens_are_counted_and_priced_at_the_price_maps_cache_prices(lit
     """As litellm reports Anthropic's usage (prompt tokens include the cache's reads and writes) and OpenAI's (cached
     tokens among the prompt's): the counts land in RoleUsage, the dollars are litellm's, at the price map's cache prices."""
     claude = litellm.model_cost["claude-sonnet-4-5"]
-    response = litellm.ModelResponse(model="claude-sonnet-4-5", choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
-                                     usage={"prompt_tokens": 10_000, "completion_tokens": 100, "total_tokens": 10_100, "cache_read_input_tokens": 8_000,
-                                            "cache_creation_input_tokens": 1_000,
-                                            "prompt_tokens_details": {"cached_tokens": 8_000, "cache_creation_tokens": 1_000}})
+    response = litellm.ModelResponse(
+        model="claude-sonnet-4-5",
+        choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
+        usage={
+            "prompt_tokens": 10_000,
+            "completion_tokens": 100,
+            "total_tokens": 10_100,
+            "cache_read_input_tokens": 8_000,
+            "cache_creation_input_tokens": 1_000,
+            "prompt_tokens_details": {"cached_tokens": 8_000, "cache_creation_tokens": 1_000},
+        },
+    )
     usage = llm.usage_of(response, "anthropic/claude-sonnet-4-5")
     assert (usage.prompt_tokens, usage.cached_tokens, usage.cache_write_tokens, usage.completion_tokens) == (10_000, 8_000, 1_000, 100)
-    assert usage.cost == pytest.approx(1_000 * claude["input_cost_per_token"] + 8_000 * claude["cache_read_input_token_cost"]
-                                       + 1_000 * claude["cache_creation_input_token_cost"] + 100 * claude["output_cost_per_token"])
+    assert usage.cost == pytest.approx(
+        1_000 * claude["input_cost_per_token"]
+        + 8_000 * claude["cache_read_input_token_cost"]
+        + 1_000 * claude["cache_creation_input_token_cost"]
+        + 100 * claude["output_cost_per_token"]
+    )
     assert usage.cached_text() == "80% of the prompt cached"
     gpt = litellm.model_cost["gpt-5"]
-    response = litellm.ModelResponse(model="gpt-5", choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
-                                     usage={"prompt_tokens": 4_000, "completion_tokens": 10, "total_tokens": 4_010,
-                                            "prompt_tokens_details": {"cached_tokens": 3_072}})
+    response = litellm.ModelResponse(
+        model="gpt-5",
+        choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
+        usage={"prompt_tokens": 4_000, "completion_tokens": 10, "total_tokens": 4_010, "prompt_tokens_details": {"cached_tokens": 3_072}},
+    )
     usage = llm.usage_of(response, "openai/gpt-5")
     assert usage.cached_tokens == 3_072 and usage.cache_write_tokens == 0
-    assert usage.cost == pytest.approx(928 * gpt["input_cost_per_token"] + 3_072 * gpt["cache_read_input_token_cost"] + 10 * gpt["output_cost_per_token"])
+    assert usage.cost == pytest.approx(
+        928 * gpt["input_cost_per_token"] + 3_072 * gpt["cache_read_input_token_cost"] + 10 * gpt["output_cost_per_token"]
+    )
     old = RoleUsage.model_validate({"prompt_tokens": 5, "completion_tokens": 1, "cost": 0.1})  # a record made before they were counted
     assert (old.cached_tokens, old.cache_write_tokens, old.cached_text()) == (0, 0, "prompt cache not reported")
     assert old.add(usage).cached_tokens == 3_072
 
 
-@pytest.mark.parametrize("usage, said", [
-    ({"prompt_tokens_details": {"cached_tokens": 0}}, "0% of the prompt cached"),  # OpenAI: it read none, and says so
-    ({"cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}, "0% of the prompt cached"),  # Anthropic: the same
-    ({"prompt_tokens_details": {"cached_tokens": 1_000}}, "25% of the prompt cached"),
-    ({}, "prompt cache not reported"),  # a provider that never says (a local server, the scripted models)
-], ids=["openai-none-read", "anthropic-none-read", "openai-some-read", "not-reported"])
+@pytest.mark.parametrize(
+    "usage, said",
+    [
+        ({"prompt_tokens_details": {"cached_tokens": 0}}, "0% of the prompt cached"),  # OpenAI: it read none, and says so
+        ({"cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}, "0% of the prompt cached"),  # Anthropic: the same
+        ({"prompt_tokens_details": {"cached_tokens": 1_000}}, "25% of the prompt cached"),
+        ({}, "prompt cache not reported"),  # a provider that never says (a local server, the scripted models)
+    ],
+    ids=["openai-none-read", "anthropic-none-read", "openai-some-read", "not-reported"],
+)
 def test_the_cached_share_says_none_read_apart_from_not_reported(litellm, usage, said):
-    response = litellm.ModelResponse(model="gpt-5", choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
-                                     usage={"prompt_tokens": 4_000, "completion_tokens": 10, "total_tokens": 4_010, **usage})
+    response = litellm.ModelResponse(
+        model="gpt-5",
+        choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
+        usage={"prompt_tokens": 4_000, "completion_tokens": 10, "total_tokens": 4_010, **usage},
+    )
     counted = llm.usage_of(response, "openai/gpt-5")
     assert counted.cached_text() == said and counted.add(counted).cached_text() == said
     assert RoleUsage().cached_text() == ""  # no prompt: nothing to say
@@ -180,11 +300,16 @@ def test_the_cached_share_says_none_read_apart_from_not_reported(litellm, usage,
 
 # ---- the investigating proposer's conversation --------------------------------------------------------
 
+
 def _turn(calls: list[tuple[str, str]], blocks=None):
     import litellm
 
-    message = {"role": "assistant", "content": None, "thinking_blocks": blocks,
-               "tool_calls": [{"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}} for i, n in calls]}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "thinking_blocks": blocks,
+        "tool_calls": [{"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}} for i, n in calls],
+    }
     return litellm.ModelResponse(choices=[{"index": 0, "finish_reason": "tool_calls", "message": message}])
 
 
@@ -225,7 +350,9 @@ def test_a_model_that_takes_no_temperature_is_told_something_different_each_time
     session = analysis_session(turns=4, meta=RoleModel(model="openai/gpt-5"))
     session.run()
     assert asked == [{"seed": n} for n in range(1, 5)]  # gpt-5 takes a seed, no temperature but 1
-    answers = [m["content"] for m in json.loads((session.request.workdir / "transcript.json").read_text())["messages"] if m["role"] == "tool"]
+    answers = [
+        m["content"] for m in json.loads((session.request.workdir / "transcript.json").read_text())["messages"] if m["role"] == "tool"
+    ]
     again = Prompts("agent", ROOT / "prompts").shorts("again")
     told = [next(words for words in again if f"exactly this call before: {words}" in answer) for answer in answers[1:]]
     assert told == list(again[1:4])  # each repeat is told something new
@@ -233,7 +360,9 @@ def test_a_model_that_takes_no_temperature_is_told_something_different_each_time
     asked.clear()
     session.run()
     assert asked == [{"temperature": 0.4, "seed": 1}, {"temperature": 0.4, "seed": 2}, {"temperature": pytest.approx(0.6), "seed": 3}]
-    answers = [m["content"] for m in json.loads((session.request.workdir / "transcript.json").read_text())["messages"] if m["role"] == "tool"]
+    answers = [
+        m["content"] for m in json.loads((session.request.workdir / "transcript.json").read_text())["messages"] if m["role"] == "tool"
+    ]
     assert f"exactly this call before: {again[0]}" in answers[1]
 
 
@@ -250,16 +379,48 @@ def analysis_session(tmp_path):
     folder = tmp_path / "analysis"
     folder.mkdir()
     sim = SimRecord(task_id="create_task_1", trial=0, outcome="ok", reward=0.0, termination_reason="user_stop")
-    summary = EvalSummary(num_tasks=1, num_trials=1, num_simulations=1, scored=1, failed=0, infra_errors=0, avg_reward=0.0, pass_hat_k={},
-                          usage={}, duration=1.0)
-    result = EvalResult(run_id="a", checkout=str(repo), domain="mock", split=None, task_ids=["create_task_1"], trials=1, seed=300, max_steps=30,
-                        models={}, summary=summary, simulations=[sim])
+    summary = EvalSummary(
+        num_tasks=1,
+        num_trials=1,
+        num_simulations=1,
+        scored=1,
+        failed=0,
+        infra_errors=0,
+        avg_reward=0.0,
+        pass_hat_k={},
+        usage={},
+        duration=1.0,
+    )
+    result = EvalResult(
+        run_id="a",
+        checkout=str(repo),
+        domain="mock",
+        split=None,
+        task_ids=["create_task_1"],
+        trials=1,
+        seed=300,
+        max_steps=30,
+        models={},
+        summary=summary,
+        simulations=[sim],
+    )
 
     def make(turns: int, meta: RoleModel = RoleModel(model="scripted/meta")) -> Session:
-        request = Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder), learnings=[], guide="# Guide\n",
-                          identifiers=frozenset(), meta=meta, llm_retries=1, context_tokens=32000,
-                          budget=Budget(turns=turns, tokens=10**6, tries=0, seconds=120), workdir=tmp_path / f"proposal-{meta.model.replace('/', '-')}",
-                          prompts_dir=ROOT / "prompts")
+        request = Request(
+            label="1",
+            focus=(0, 1),
+            parent=repo,
+            evidence=Evidence(result, folder),
+            learnings=[],
+            guide="# Guide\n",
+            identifiers=frozenset(),
+            meta=meta,
+            llm_retries=1,
+            context_tokens=32000,
+            budget=Budget(turns=turns, tokens=10**6, tries=0, seconds=120),
+            workdir=tmp_path / f"proposal-{meta.model.replace('/', '-')}",
+            prompts_dir=ROOT / "prompts",
+        )
         return Session(request)
 
     return make
@@ -271,9 +432,15 @@ def test_an_anthropic_turn_kept_as_it_came_needs_no_reduction(litellm):
 
     message = _turn([("toolu_1", "list_files")], [{"type": "thinking", "thinking": "t", "signature": "s"}]).choices[0].message
     conversation = [*MESSAGES, message, {"role": "tool", "tool_call_id": "toolu_1", "content": "agent/agent.py"}]
-    body = litellm.AnthropicConfig().transform_request(model="claude-sonnet-4-5", messages=conversation, headers={}, litellm_params={},
-                                                       optional_params=get_optional_params(model="claude-sonnet-4-5", custom_llm_provider="anthropic",
-                                                                                           tools=[TOOL], reasoning_effort="low"))
+    body = litellm.AnthropicConfig().transform_request(
+        model="claude-sonnet-4-5",
+        messages=conversation,
+        headers={},
+        litellm_params={},
+        optional_params=get_optional_params(
+            model="claude-sonnet-4-5", custom_llm_provider="anthropic", tools=[TOOL], reasoning_effort="low"
+        ),
+    )
     assert [b["type"] for b in body["messages"][1]["content"]][0] == "thinking"
 
 
@@ -283,8 +450,11 @@ def test_the_user_simulators_cached_tokens_reach_its_usage_through_tau2s_message
 
     from evolver.evaluation.worker.recorder import _usage
 
-    response = litellm.ModelResponse(choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
-                                     usage={"prompt_tokens": 3_000, "completion_tokens": 20, "total_tokens": 3_020, "prompt_tokens_details": {"cached_tokens": 2_048}})
+    response = litellm.ModelResponse(
+        choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}}],
+        usage={"prompt_tokens": 3_000, "completion_tokens": 20, "total_tokens": 3_020, "prompt_tokens_details": {"cached_tokens": 2_048}},
+    )
     said = [UserMessage(role="user", content="hi", usage=llm.token_counts(response), cost=0.001)] * 2
-    assert _usage(said, UserMessage) == RoleUsage(prompt_tokens=6_000, completion_tokens=40, cached_tokens=4_096, cache_reported_tokens=6_000,
-                                                  cost=0.002)
+    assert _usage(said, UserMessage) == RoleUsage(
+        prompt_tokens=6_000, completion_tokens=40, cached_tokens=4_096, cache_reported_tokens=6_000, cost=0.002
+    )

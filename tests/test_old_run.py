@@ -67,7 +67,11 @@ def test_an_old_run_is_shown_and_resumed_to_the_end(old_run):
     assert [c["verdict"] for c in history["candidates"]] == [*OLD_VERDICTS, "accepted"]
     status = _json("status", run_id, "--repo", str(repo))
     assert (status["status"], status["stop_reason"], status["iterations_done"], status["best"]["iteration"]) == (
-        "finished", "completed 4 iteration(s)", 4, 4)
+        "finished",
+        "completed 4 iteration(s)",
+        4,
+        4,
+    )
     assert git(repo, "rev-parse", f"evolver/{run_id}/best") == git(repo, "rev-parse", f"evolver/{run_id}/iter-004")
     # The old run's evaluations were reused as they were (its baseline is not measured again), and the
     # new iteration measured its own.

@@ -26,37 +26,54 @@ def tree(tmp_path):
 
 
 def test_parse_two_files_and_multiline_rationale():
-    text = ("Here you go.\nTITLE: Two edits\nRATIONALE: Pattern 1 and\nPattern 2.\n"
-            "FILE: agent/agent.py\n<<<<<<< SEARCH\nBe nice.\n=======\nBe exact.\n>>>>>>> REPLACE\n"
-            "FILE: agent/skills/titles.md\n<<<<<<< SEARCH\n=======\nKeep titles verbatim.\n>>>>>>> REPLACE\n")
+    text = (
+        "Here you go.\nTITLE: Two edits\nRATIONALE: Pattern 1 and\nPattern 2.\n"
+        "FILE: agent/agent.py\n<<<<<<< SEARCH\nBe nice.\n=======\nBe exact.\n>>>>>>> REPLACE\n"
+        "FILE: agent/skills/titles.md\n<<<<<<< SEARCH\n=======\nKeep titles verbatim.\n>>>>>>> REPLACE\n"
+    )
     p = parse_proposal(text)
     assert p.title == "Two edits" and p.rationale == "Pattern 1 and\nPattern 2."
-    assert [(e.path, e.search, e.replace) for e in p.edits] == [("agent/agent.py", "Be nice.", "Be exact."), ("agent/skills/titles.md", "", "Keep titles verbatim.")]
+    assert [(e.path, e.search, e.replace) for e in p.edits] == [
+        ("agent/agent.py", "Be nice.", "Be exact."),
+        ("agent/skills/titles.md", "", "Keep titles verbatim."),
+    ]
 
 
 def test_labels_written_as_markdown_are_labels_and_a_repeated_edit_counts_once():
     """The prompt's headings are markdown: the 1.5B answered "# TITLE: ..." three times, told each time there was no TITLE line."""
-    p = parse_proposal("# TITLE: Keep results\n**RATIONALE:** they were lost\n## FILE: agent/agent.py\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n"
-                       "# Pattern 2: ended by max_steps\n")
-    assert (p.title, p.rationale, [(e.path, e.search, e.replace) for e in p.edits]) == ("Keep results", "they were lost", [("agent/agent.py", "a", "b")])
+    p = parse_proposal(
+        "# TITLE: Keep results\n**RATIONALE:** they were lost\n## FILE: agent/agent.py\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n"
+        "# Pattern 2: ended by max_steps\n"
+    )
+    assert (p.title, p.rationale, [(e.path, e.search, e.replace) for e in p.edits]) == (
+        "Keep results",
+        "they were lost",
+        [("agent/agent.py", "a", "b")],
+    )
     # an answer repeated whole: its edit once (applied twice, the second SEARCH would not be found)
     block = "FILE: agent/agent.py\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n"
     assert len(parse_proposal(f"TITLE: t\n{block}TITLE: t\n{block}").edits) == 1
     assert len(parse_proposal(f"TITLE: t\n{block}{block.replace('b', 'c')}").edits) == 2
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("FILE: agent/agent.py\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n", "no 'TITLE"),
-    ("TITLE: x\nRATIONALE: y\n", "no edit blocks"),
-    ("TITLE: x\nFILE: agent/agent.py\n<<<<<<< SEARCH\na\n=======\nb\n", "not closed"),
-    ("TITLE: x\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n", "must follow a 'FILE"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("FILE: agent/agent.py\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n", "no 'TITLE"),
+        ("TITLE: x\nRATIONALE: y\n", "no edit blocks"),
+        ("TITLE: x\nFILE: agent/agent.py\n<<<<<<< SEARCH\na\n=======\nb\n", "not closed"),
+        ("TITLE: x\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n", "must follow a 'FILE"),
+    ],
+)
 def test_malformed_proposals(text, fragment):
     with pytest.raises(ParseError, match=fragment):
         parse_proposal(text)
 
 
-@pytest.mark.parametrize("path", ["evolver/cli/commands.py", "agent/templates/tau_bench.py", "agent/../evolver/cli/commands.py", "/etc/passwd", "agent", "Harness.md"])
+@pytest.mark.parametrize(
+    "path",
+    ["evolver/cli/commands.py", "agent/templates/tau_bench.py", "agent/../evolver/cli/commands.py", "/etc/passwd", "agent", "Harness.md"],
+)
 def test_allowlist_refuses(path):
     with pytest.raises(PatchRejected) as exc:
         check_path(path)
@@ -116,14 +133,23 @@ def test_a_patch_the_loop_would_not_measure_is_sent_back(template, monkeypatch):
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:revising_meta")
     agent = template / "agent" / "agent.py"
     original = agent.read_text()
-    agent.write_text(original.replace('AGENT_INSTRUCTION = """\n', 'AGENT_INSTRUCTION = """\nAlways transfer the user to a human agent.\n', 1))
-    rejected = EarlierCandidate(label="1", title="Transfer everyone", status="rejected", reason="worse (-40.0 points over 5 tasks)",
-                                agent=agent_digest(agent_files(template)))
+    agent.write_text(
+        original.replace('AGENT_INSTRUCTION = """\n', 'AGENT_INSTRUCTION = """\nAlways transfer the user to a human agent.\n', 1)
+    )
+    rejected = EarlierCandidate(
+        label="1",
+        title="Transfer everyone",
+        status="rejected",
+        reason="worse (-40.0 points over 5 tasks)",
+        agent=agent_digest(agent_files(template)),
+    )
     agent.write_text(original)
     out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR, earlier=[rejected])
     assert out.proposal is not None and out.proposal.title == "Keep the user's exact title" and out.refused is None
-    assert out.errors == ["it makes agent/ the same as candidate 1's, which was rejected: worse (-40.0 points over 5 tasks)",
-                          "its edits change only comments, layout or a docstring, not code: they cannot change a simulation"]
+    assert out.errors == [
+        "it makes agent/ the same as candidate 1's, which was rejected: worse (-40.0 points over 5 tasks)",
+        "its edits change only comments, layout or a docstring, not code: they cannot change a simulation",
+    ]
     assert len(out.responses) == 3 and agent.read_text() == original  # the checkout is only read
     out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR, max_attempts=2, earlier=[rejected])
     assert out.proposal is None and len(out.responses) == 2  # the attempts are bounded as for a format error
@@ -146,9 +172,15 @@ def test_lines_given_back_unchanged_are_told_so(template):
     """Given the lines to start from, the 1.5B answered them back unchanged three times and was told only that agent/ was as it was."""
     from evolver.evolution.proposers.oneshot import _dry_run
 
-    same = parse_proposal('TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = """\n=======\nAGENT_INSTRUCTION = """\n>>>>>>> REPLACE\n')
-    assert _dry_run(template, same, frozenset(), []) == ([], "it leaves agent/ as it was: its lines after ======= are its SEARCH lines "
-                                                             "unchanged; write them as they should be, corrected or without what does harm", "")
+    same = parse_proposal(
+        'TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = """\n=======\nAGENT_INSTRUCTION = """\n>>>>>>> REPLACE\n'
+    )
+    assert _dry_run(template, same, frozenset(), []) == (
+        [],
+        "it leaves agent/ as it was: its lines after ======= are its SEARCH lines "
+        "unchanged; write them as they should be, corrected or without what does harm",
+        "",
+    )
 
 
 def test_a_copy_of_a_guide_example_is_sent_back_while_attempts_remain(template, monkeypatch):
@@ -162,14 +194,16 @@ def test_a_copy_of_a_guide_example_is_sent_back_while_attempts_remain(template, 
     monkeypatch.setenv("EVOLVER_SCRIPT", "tests.scripts.loop_cases:copying_meta")
     out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR, guide=guide)
     assert out.proposal is not None and out.proposal.title == "Keep the user's exact title" and len(out.responses) == 2
-    assert out.errors == ["it is the guide's example patch 'Nudge the agent back to the user sooner': the examples show the format, "
-                          "not a fix for these failures"]
+    assert out.errors == [
+        "it is the guide's example patch 'Nudge the agent back to the user sooner': the examples show the format, "
+        "not a fix for these failures"
+    ]
     out = propose(RoleModel(model="scripted/meta"), _messages(), template, prompts_dir=PROMPTS_DIR, guide=guide, max_attempts=1)
     assert out.proposal is not None and out.proposal.title == "Nudge the agent back to the user sooner" and not out.errors
     # Only a patch whose every edit besides the switches is the guide's text: switching a layer alone, or the example's lines
     # changed otherwise, are the proposal's own.
     assert copied_example(parse_proposal(COPIED), guide) == "Nudge the agent back to the user sooner"
-    switch_only = "TITLE: t\nRATIONALE: r\n" + COPIED[COPIED.index("FILE: agent/harness.toml"):]
+    switch_only = "TITLE: t\nRATIONALE: r\n" + COPIED[COPIED.index("FILE: agent/harness.toml") :]
     own = COPIED.replace("H4_CALLS_WITHOUT_USER = 5", "H4_CALLS_WITHOUT_USER = 6")
     assert copied_example(parse_proposal(switch_only), guide) == copied_example(parse_proposal(own), guide) == ""
     assert copied_example(parse_proposal(PROPOSALS[3]), guide) == copied_example(parse_proposal(COPIED), "") == ""
@@ -212,15 +246,17 @@ def test_the_agent_files_are_shown_in_part_before_the_digest_is_cut(template):
     (template / "agent" / "broken.py").write_text("def f(:\n" + "    x = 1\n" * 30)  # shown whole: it does not parse
     files = agent_texts(template)
     turn, fit = (ROOT / "agent" / "agent.py").read_text(), "def fit_value("
-    first = turn[:turn.index(fit)].count("\n") + 1  # fit_value's first line: named, so kept whole
-    digest = (f"The harness changed ...: -> agent/agent.py lines {first}-{first + 2} (fit_value) first.\n" + "- T1 failed the same way\n" * 300)
+    first = turn[: turn.index(fit)].count("\n") + 1  # fit_value's first line: named, so kept whole
+    digest = (
+        f"The harness changed ...: -> agent/agent.py lines {first}-{first + 2} (fit_value) first.\n" + "- T1 failed the same way\n" * 300
+    )
     shown = versions(files, named_lines([digest]))
     assert len(shown) > 5 and [len(v) for v in shown] == sorted((len(v) for v in shown), reverse=True)
     guide = (ROOT / "Harness.md").read_text()
     user = build_messages(PROMPTS_DIR, guide, shown, digest, [], context_tokens=12288)[1]["content"]
     assert digest in user and "digest cut" not in user  # whole, where the files whole would have cut it
     assert "digest cut" in build_messages(PROMPTS_DIR, guide, shown[:1], digest, [], context_tokens=12288)[1]["content"]
-    kept = turn[turn.index(fit):turn.index("\ndef ", turn.index(fit) + 1)]
+    kept = turn[turn.index(fit) : turn.index("\ndef ", turn.index(fit) + 1)]
     assert kept in user and "def generate_next_message(" in user and "    x = 1\n" * 30 in user
     elided = [line for line in user.splitlines() if "not shown: the failures do not point here" in line]
     assert elided and all(line.strip().startswith("...  # lines ") for line in elided)
@@ -232,16 +268,57 @@ def test_digest_masks_data_and_keeps_procedure(tmp_path):
     messages = [
         {"role": "assistant", "content": "Hi! How can I help you today?"},
         {"role": "user", "content": "Please create a task called 'Secret Launch' for user_7 costing $1234."},
-        {"role": "assistant", "content": None, "tool_calls": [{"name": "create_task", "arguments": {"user_id": "user_7", "title": "secret launch"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"name": "create_task", "arguments": {"user_id": "user_7", "title": "secret launch"}}],
+        },
         {"role": "tool", "content": json.dumps({"task_id": "task_9", "title": "secret launch", "status": "pending"}), "error": False},
     ]
     (tmp_path / "trajectories").mkdir()
     (tmp_path / "trajectories" / "t.json").write_text(json.dumps({"messages": messages}))
-    breakdown = {"reward": 0.0, "db_check": {"db_match": False}, "action_checks": [
-        {"action": {"name": "create_task", "arguments": {"user_id": "user_7", "title": "Secret Launch"}}, "action_match": False}]}
-    rec = SimRecord(task_id="secret_task_id", trial=0, outcome="ok", reward=0.0, reward_breakdown=breakdown, termination_reason="user_stop", steps=4, trajectory_file="trajectories/t.json")
-    summary = EvalSummary(num_tasks=1, num_trials=1, num_simulations=1, scored=1, failed=0, infra_errors=0, avg_reward=0.0, pass_hat_k={}, usage={}, duration=1.0)
-    result = EvalResult(run_id="r", checkout="c", domain="mock", split=None, task_ids=["secret_task_id"], trials=1, seed=1, max_steps=5, models={}, summary=summary, simulations=[rec])
+    breakdown = {
+        "reward": 0.0,
+        "db_check": {"db_match": False},
+        "action_checks": [
+            {"action": {"name": "create_task", "arguments": {"user_id": "user_7", "title": "Secret Launch"}}, "action_match": False}
+        ],
+    }
+    rec = SimRecord(
+        task_id="secret_task_id",
+        trial=0,
+        outcome="ok",
+        reward=0.0,
+        reward_breakdown=breakdown,
+        termination_reason="user_stop",
+        steps=4,
+        trajectory_file="trajectories/t.json",
+    )
+    summary = EvalSummary(
+        num_tasks=1,
+        num_trials=1,
+        num_simulations=1,
+        scored=1,
+        failed=0,
+        infra_errors=0,
+        avg_reward=0.0,
+        pass_hat_k={},
+        usage={},
+        duration=1.0,
+    )
+    result = EvalResult(
+        run_id="r",
+        checkout="c",
+        domain="mock",
+        split=None,
+        task_ids=["secret_task_id"],
+        trials=1,
+        seed=1,
+        max_steps=5,
+        models={},
+        summary=summary,
+        simulations=[rec],
+    )
     digest = build_digest(result, tmp_path)
     for secret in ("Secret Launch", "secret launch", "user_7", "task_9", "1234", "secret_task_id"):
         assert secret not in digest
@@ -255,9 +332,34 @@ def test_the_digest_tells_a_repeated_call_once_with_its_count(tmp_path):
     other = {"role": "assistant", "content": None, "tool_calls": [{"name": "list_tasks", "arguments": {}}]}
     (tmp_path / "t.json").write_text(json.dumps({"messages": [call, call, call, other, call]}))
     rec = SimRecord(task_id="t", trial=0, outcome="ok", reward=0.0, termination_reason="max_steps", steps=5, trajectory_file="t.json")
-    summary = EvalSummary(num_tasks=1, num_trials=1, num_simulations=1, scored=1, failed=0, infra_errors=0, avg_reward=0.0, pass_hat_k={}, usage={}, duration=1.0)
-    result = EvalResult(run_id="r", checkout="c", domain="mock", split=None, task_ids=["t"], trials=1, seed=1, max_steps=5, models={}, summary=summary, simulations=[rec])
-    assert "agent did: create_task(title=<V1>), 3 times in a row; list_tasks(); create_task(title=<V1>); ended by" in build_digest(result, tmp_path)
+    summary = EvalSummary(
+        num_tasks=1,
+        num_trials=1,
+        num_simulations=1,
+        scored=1,
+        failed=0,
+        infra_errors=0,
+        avg_reward=0.0,
+        pass_hat_k={},
+        usage={},
+        duration=1.0,
+    )
+    result = EvalResult(
+        run_id="r",
+        checkout="c",
+        domain="mock",
+        split=None,
+        task_ids=["t"],
+        trials=1,
+        seed=1,
+        max_steps=5,
+        models={},
+        summary=summary,
+        simulations=[rec],
+    )
+    assert "agent did: create_task(title=<V1>), 3 times in a row; list_tasks(); create_task(title=<V1>); ended by" in build_digest(
+        result, tmp_path
+    )
 
 
 # ---- hostile paths and text ----------------------------------------------------------------
@@ -327,8 +429,15 @@ def test_unreadable_and_unwritable_targets_are_refusals(tree):
 
 
 def test_allowed_paths_still_work(tree):
-    written = apply_edits(tree, [Edit("agent/skills/a-b_c.1.md", "", "A skill."), Edit("agent/data.json", "", "{}"),
-                                 Edit("agent/notes.txt", "", "n"), Edit("agent/agent.py", "Be nice.", "Be exact.")])
+    written = apply_edits(
+        tree,
+        [
+            Edit("agent/skills/a-b_c.1.md", "", "A skill."),
+            Edit("agent/data.json", "", "{}"),
+            Edit("agent/notes.txt", "", "n"),
+            Edit("agent/agent.py", "Be nice.", "Be exact."),
+        ],
+    )
     assert sorted(written) == ["agent/agent.py", "agent/data.json", "agent/notes.txt", "agent/skills/a-b_c.1.md"]
 
 
@@ -336,8 +445,24 @@ def test_parse_proposal_raises_only_parse_errors_on_any_text():
     import random
 
     rng = random.Random(7)
-    pieces = ["TITLE: t", "RATIONALE: r", "FILE: agent/x.py", "FILE:", "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE",
-              "\x00", "\r\n", "\udc80", "**TITLE**:", ":", "", " ", "\u202e", "\x1b[2J"]
+    pieces = [
+        "TITLE: t",
+        "RATIONALE: r",
+        "FILE: agent/x.py",
+        "FILE:",
+        "<<<<<<< SEARCH",
+        "=======",
+        ">>>>>>> REPLACE",
+        "\x00",
+        "\r\n",
+        "\udc80",
+        "**TITLE**:",
+        ":",
+        "",
+        " ",
+        "\u202e",
+        "\x1b[2J",
+    ]
     texts = ["", "\x00" * 10, "\n" * 1000, bytes(range(256)).decode("latin-1")]
     texts += ["\n".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
     texts += ["".join(chr(rng.randint(0, 0x10FFFF)) for _ in range(200)) for _ in range(200)]

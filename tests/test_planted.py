@@ -44,7 +44,7 @@ def without_turn_method(text: str) -> str:
     """The agent as `remove_lines` leaves it from the turn method's `def` line: the method gone whole."""
     turn = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == "generate_next_message")
     lines = text.splitlines(keepends=True)
-    return "".join(lines[:turn.lineno - 1] + lines[turn.end_lineno:])
+    return "".join(lines[: turn.lineno - 1] + lines[turn.end_lineno :])
 
 
 def test_a_fix_outscores_a_revert_and_a_fit_and_each_is_counted_as_what_it_is(tmp_path):
@@ -69,8 +69,12 @@ def test_a_fix_outscores_a_revert_and_a_fit_and_each_is_counted_as_what_it_is(tm
         assert fixed == template, fault.name
     commits = {"template": base, **{name: commit(name, text) for name, text in faulty.items()}}
     commits["turn method removed"] = commit("turn", without_turn_method(faulty["dropped_tool_results"]))
-    commits["H2 switched off"] = commit("h2", faulty["blocking_repair"], switches.replace("h2_action_realization = true", "h2_action_realization = false"))
-    commits["H4 switched off"] = commit("h4", faulty["early_stop"], switches.replace("h4_trajectory_regulation = true", "h4_trajectory_regulation = false"))
+    commits["H2 switched off"] = commit(
+        "h2", faulty["blocking_repair"], switches.replace("h2_action_realization = true", "h2_action_realization = false")
+    )
+    commits["H4 switched off"] = commit(
+        "h4", faulty["early_stop"], switches.replace("h4_trajectory_regulation = true", "h4_trajectory_regulation = false")
+    )
     for window in ("[-3:]", "[-60:]"):
         commits[f"window {window}"] = commit(window, faulty["dropped_history"].replace("state.messages[-2:]", f"state.messages{window}"))
     commits["cut [:250]"] = commit("cut", faulty["rewritten_call"].replace("v[:10]", "v[:250]"))
@@ -84,8 +88,10 @@ def test_a_fix_outscores_a_revert_and_a_fit_and_each_is_counted_as_what_it_is(tm
     assert label(None, scores["early_stop"], scores["template"], []) == "not recovered"  # nothing kept
 
     # A layer taken out inside the turn method is read from the code as well: H2's step no longer called.
-    unrepaired = faulty["blocking_repair"].replace("        if self.switches.h2_action_realization:\n"
-                                                   "            reply = self.realize_action(reply, context, state)\n", "")
+    unrepaired = faulty["blocking_repair"].replace(
+        "        if self.switches.h2_action_realization:\n            reply = self.realize_action(reply, context, state)\n", ""
+    )
     assert unrepaired != faulty["blocking_repair"]
     assert taken_out(repo, commits["blocking_repair"], commit("unrepaired", unrepaired)) == [
-        "realize_action (h2_action_realization) no longer called"]
+        "realize_action (h2_action_realization) no longer called"
+    ]

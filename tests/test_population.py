@@ -12,7 +12,14 @@ import pytest
 
 from evolver.evolution.gate import GateConfig
 from evolver.evolution.gate.population import (
-    PopulationConfig, draw_parent, first_part_holds, front, minibatch, passes_everything, pick, screen,
+    PopulationConfig,
+    draw_parent,
+    first_part_holds,
+    front,
+    minibatch,
+    passes_everything,
+    pick,
+    screen,
 )
 from evolver.evolution.gate.search import make_policy, recorded_policy
 from evolver.store.runstate import slug
@@ -154,16 +161,23 @@ def test_run_from_the_command_line_shows_the_pool_in_history_show_the_report_and
     assert rows["1a"]["verdict"] == "rejected" and rows["1a"]["reason"].startswith("Screened out") and rows["1a"]["gate_candidate"] is None
     assert [rows[c]["verdict"] for c in ("1b", "1c")] == ["joined", "joined"] and {rows[c]["parent"] for c in ("1b", "1c")} == {"base"}
     assert {rows[c]["parent"] for c in ("2a", "2b", "2c")} <= {"base", "1b", "1c"}
-    assert any(line.startswith("population policy: the pool is the base and 2 member(s): 1b (from base), 1c (from base)")
-               for line in history["policy"])
+    assert any(
+        line.startswith("population policy: the pool is the base and 2 member(s): 1b (from base), 1c (from base)")
+        for line in history["policy"]
+    )
     # the pool's pick, the first of two equal means, is audited and not shown better: the run ends at its base
     [audit] = history["audits"]
     assert audit["label"] == "1b" and not audit["holds"] and not any(r["is_best"] for r in rows.values())
     assert "audit of candidate 1b after" in proc.stdout and "rolled back to the base" in proc.stdout
     assert f"best: evolver/{run_id}/best (the base" in proc.stdout
     shown = json.loads(run_cli(["show", run_id, "1b", "--repo", str(repo), "--json"], env=POP_ENV).stdout)
-    assert shown["joined"] and not shown["best"] and shown["parent"] == "base" and shown["screen"]["passed"] and shown["gate_part"]["passed"]
-    assert shown["evidence"].startswith("screen: 3 against its parent's 2 over 3 analysis task(s)") and "rolled back to the base" in shown["evidence"]
+    assert (
+        shown["joined"] and not shown["best"] and shown["parent"] == "base" and shown["screen"]["passed"] and shown["gate_part"]["passed"]
+    )
+    assert (
+        shown["evidence"].startswith("screen: 3 against its parent's 2 over 3 analysis task(s)")
+        and "rolled back to the base" in shown["evidence"]
+    )
     assert "Keep titles ending in 1 or 3 exact." in shown["diff"]
     table = run_cli(["show", run_id, "1", "--repo", str(repo)], env=POP_ENV).stdout
     assert "3 candidates from base, joined the pool: 1b, 1c" in table
@@ -198,8 +212,11 @@ def test_rollback_takes_a_member_of_the_pool_by_its_label(pop_run):
 def test_the_screen_reuses_the_proposers_try_of_the_very_agent_it_submitted(tmp_path):
     repo = tiny_target(tmp_path / "target")
     env = {**LOOP_ENV, "EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
-    proc = run_cli(["run", str(repo), "--iterations", "1", "--candidates", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS],
-                   env=env, timeout=900)
+    proc = run_cli(
+        ["run", str(repo), "--iterations", "1", "--candidates", "1", "--no-holdout", "--concurrency", "8", *SCRIPTED_MODELS],
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_id = run_id_of(repo)
     shown = json.loads(run_cli(["show", run_id, "1", "--repo", str(repo), "--json"], env=env).stdout)

@@ -85,11 +85,13 @@ def test_what_is_never_granted(home, tmp_path):
     found = program_folders("agent", [home], keep_out=())
     assert found.readable == () and found.kept_out == ((home, f"it is your home folder {home}, where keys live"),)
     assert command_problem("true", (str(tmp_path),), tmp_path / "repo") == (
-        f"--proposer-read {tmp_path}: it holds your home folder {home}, where keys live; name the folder its program is installed in instead")
+        f"--proposer-read {tmp_path}: it holds your home folder {home}, where keys live; name the folder its program is installed in instead"
+    )
     work = tmp_path / "work"
     executable(work / "coder", "\x7fELF")
     assert command_problem(f"{work}/coder", (), work / "repo") == (
-        f"--proposer-command: {work}/coder runs from {work}, which the command may not read (it holds {work / 'repo'}); install it elsewhere")
+        f"--proposer-command: {work}/coder runs from {work}, which the command may not read (it holds {work / 'repo'}); install it elsewhere"
+    )
 
 
 def test_the_program_of_a_command_line():
@@ -101,8 +103,9 @@ def test_the_program_of_a_command_line():
 
 def test_what_stops_a_command_before_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    assert command_problem("./coder.sh", (), tmp_path) == ("--proposer-command: ./coder.sh is a relative path, and the command runs in "
-                                                           "its own workspace; give its full path")
+    assert command_problem("./coder.sh", (), tmp_path) == (
+        "--proposer-command: ./coder.sh is a relative path, and the command runs in its own workspace; give its full path"
+    )
     problem = command_problem("no-such-coder --fix", (), tmp_path)
     assert problem.startswith("--proposer-command: no-such-coder is not installed: not in your PATH, in ") and "install it" in problem
     assert command_problem("sh -c true", (), tmp_path) is None and command_problem("exec whatever", (), tmp_path) is None

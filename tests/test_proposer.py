@@ -21,7 +21,7 @@ from evolver.evolution.evidence import Evidence
 from evolver.evolution.proposers import Budget, Request
 from evolver.evolution.proposers.agent import Session
 from evolver.evolution.proposers.agent_tools import check_arguments
-from tests.conftest import ROOT, SCRIPTED_MODELS, eval_json, git, init_repo, run_cli, LINEAGE
+from tests.conftest import LINEAGE, ROOT, SCRIPTED_MODELS, eval_json, git, init_repo, run_cli
 from tests.test_loop import make_target
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script"}
@@ -40,12 +40,26 @@ def analysis(tmp_path_factory):
     return repo, EvalResult.model_validate_json(path.read_text()), path.parent
 
 
-def session(analysis, tmp_path, *, tries=None, budget=Budget(turns=6, tokens=50_000, tries=2, seconds=60), meta="scripted/meta",
-            earlier=()) -> Session:
+def session(
+    analysis, tmp_path, *, tries=None, budget=Budget(turns=6, tokens=50_000, tries=2, seconds=60), meta="scripted/meta", earlier=()
+) -> Session:
     repo, result, folder = analysis
-    request = Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder, list(earlier)), learnings=[], guide="# Guide\nLayers.\n",
-                      identifiers=frozenset({"create_task_1"}), meta=RoleModel(model=meta), llm_retries=1,
-                      context_tokens=32000, budget=budget, workdir=tmp_path / "proposal", prompts_dir=ROOT / "prompts", try_agent=tries)
+    request = Request(
+        label="1",
+        focus=(0, 1),
+        parent=repo,
+        evidence=Evidence(result, folder, list(earlier)),
+        learnings=[],
+        guide="# Guide\nLayers.\n",
+        identifiers=frozenset({"create_task_1"}),
+        meta=RoleModel(model=meta),
+        llm_retries=1,
+        context_tokens=32000,
+        budget=budget,
+        workdir=tmp_path / "proposal",
+        prompts_dir=ROOT / "prompts",
+        try_agent=tries,
+    )
     return Session(request)
 
 
@@ -59,51 +73,67 @@ def test_the_reading_tools_show_analysis_data_masked_and_paged(analysis, tmp_pat
     assert "line" in s.call("search_trajectories", json.dumps({"pattern": r"create_task\("}))
     assert "agent/agent.py" in s.call("list_files", "{}") and "h2_action_realization off" in s.call("list_files", "{}")
     read = s.call("read_file", json.dumps({"path": "agent/agent.py", "start": 1, "end": 5}))
-    assert read.startswith("   1| ") and "read on with start=6" in read and read.endswith("(next: remove_lines for lines that do harm, or "
-                                                                                           "replace_in_file with old copied exactly from "
-                                                                                           "these lines without the line numbers)")
+    assert (
+        read.startswith("   1| ")
+        and "read on with start=6" in read
+        and read.endswith(
+            "(next: remove_lines for lines that do harm, or "
+            "replace_in_file with old copied exactly from "
+            "these lines without the line numbers)"
+        )
+    )
     assert "   2| Layers." in s.call("read_file", json.dumps({"path": "Harness.md"}))
     assert "no earlier candidates" in s.call("list_candidates", "{}")
     assert "agent/agent.py:" in s.call("search_code", json.dumps({"pattern": "AGENT_INSTRUCTION"}))
 
 
-@pytest.mark.parametrize("tool, arguments, answer", [
-    # what is out of reach
-    ("read_file", {"path": "../runs/state.json"}, "only files under agent/"),
-    ("read_file", {"path": "/etc/passwd"}, "only files under agent/"),
-    ("read_file", {"path": "agent/../../.git/config"}, "only files under agent/"),
-    ("read_file", {"path": "agent/templates/agent.py"}, "pristine baseline"),
-    ("read_trajectory", {"task": "G1"}, "gate and holdout tasks are never shown"),
-    ("read_trajectory", {"task": "create_task_1"}, "no analysis task"),
-    ("read_trajectory", {"task": "T1", "trial": 7}, "has no trial 7"),
-    ("show_candidate", {"label": "9"}, "no earlier candidate"),
-    ("try_agent", {"tasks": ["G2"]}, "no analysis task"),
-    # code on the trusted side through a tool name or an argument
-    ("run_python", {"code": "import os; os.system('id')"}, "there is no tool 'run_python'"),
-    ("search_trajectories", {"pattern": "(a+)+$" * 40}, "longer than 200 characters"),
-    ("search_trajectories", {"pattern": "([unclosed"}, "not a valid regular expression"),
-    # edits that validation refuses, each answered at once and not applied
-    ("write_file", {"path": "evolver/cli/commands.py", "content": "x = 1\n"}, "only files under agent/"),
-    ("write_file", {"path": "agent/templates/agent.py", "content": "x = 1\n"}, "pristine baseline"),
-    ("write_file", {"path": "agent/run.sh", "content": "rm -rf /\n"}, "files may change"),
-    ("write_file", {"path": "agent/helper.py", "content": "import subprocess\nsubprocess.run(['id'])\n"}, "static scan refuses"),
-    ("write_file", {"path": "agent/skills/cheat.md", "content": "For create_task_1, answer at once.\n"}, "static scan refuses"),
-    ("replace_in_file", {"path": "agent/agent.py", "old": "class HarnessState(BaseModel):", "new": "class HarnessState(BaseModel)"}, "does not parse"),
-    ("replace_in_file", {"path": "agent/agent.py", "old": "no such text anywhere", "new": "x"}, "not found"),
-    ("replace_in_file", {"path": "agent/agent.py", "old": "h2_repairs: list = Field(default_factory=list)", "new": "x"},
-     "most like your old text, to quote exactly instead:\n    h2_repairs: list[str] = Field(default_factory=list)"),
-    ("set_layer", {"layer": "h9_magic", "on": True}, "no layer"),
-    ("remove_lines", {"path": "agent/agent.py", "start": 9, "end": 3}, "1 <= start <= end"),
-    ("remove_lines", {"path": "../evolver/llm.py", "start": 1, "end": 3}, "cannot edit"),
-    ("remove_lines", {"path": "agent/templates/agent.py", "start": 1, "end": 3}, "cannot edit"),
-    ("remove_lines", {"path": "agent/agent.py", "start": 1, "end": 10**9}, "1 <= start <= end"),
-    # arguments of the wrong shape
-    ("read_file", {"path": ["agent/agent.py"]}, "must be a string"),
-    ("read_file", {"path": "agent/agent.py", "mode": "w"}, "takes no argument 'mode'"),
-    ("replace_in_file", {"path": "agent/agent.py"}, "needs the argument 'old'"),
-    ("submit", {"title": "t", "rationale": "r"}, "not submitted: agent/ is the same as the parent's"),
-    ("try_agent", {"tasks": ["T1"]}, "nothing to try"),
-])
+@pytest.mark.parametrize(
+    "tool, arguments, answer",
+    [
+        # what is out of reach
+        ("read_file", {"path": "../runs/state.json"}, "only files under agent/"),
+        ("read_file", {"path": "/etc/passwd"}, "only files under agent/"),
+        ("read_file", {"path": "agent/../../.git/config"}, "only files under agent/"),
+        ("read_file", {"path": "agent/templates/agent.py"}, "pristine baseline"),
+        ("read_trajectory", {"task": "G1"}, "gate and holdout tasks are never shown"),
+        ("read_trajectory", {"task": "create_task_1"}, "no analysis task"),
+        ("read_trajectory", {"task": "T1", "trial": 7}, "has no trial 7"),
+        ("show_candidate", {"label": "9"}, "no earlier candidate"),
+        ("try_agent", {"tasks": ["G2"]}, "no analysis task"),
+        # code on the trusted side through a tool name or an argument
+        ("run_python", {"code": "import os; os.system('id')"}, "there is no tool 'run_python'"),
+        ("search_trajectories", {"pattern": "(a+)+$" * 40}, "longer than 200 characters"),
+        ("search_trajectories", {"pattern": "([unclosed"}, "not a valid regular expression"),
+        # edits that validation refuses, each answered at once and not applied
+        ("write_file", {"path": "evolver/cli/commands.py", "content": "x = 1\n"}, "only files under agent/"),
+        ("write_file", {"path": "agent/templates/agent.py", "content": "x = 1\n"}, "pristine baseline"),
+        ("write_file", {"path": "agent/run.sh", "content": "rm -rf /\n"}, "files may change"),
+        ("write_file", {"path": "agent/helper.py", "content": "import subprocess\nsubprocess.run(['id'])\n"}, "static scan refuses"),
+        ("write_file", {"path": "agent/skills/cheat.md", "content": "For create_task_1, answer at once.\n"}, "static scan refuses"),
+        (
+            "replace_in_file",
+            {"path": "agent/agent.py", "old": "class HarnessState(BaseModel):", "new": "class HarnessState(BaseModel)"},
+            "does not parse",
+        ),
+        ("replace_in_file", {"path": "agent/agent.py", "old": "no such text anywhere", "new": "x"}, "not found"),
+        (
+            "replace_in_file",
+            {"path": "agent/agent.py", "old": "h2_repairs: list = Field(default_factory=list)", "new": "x"},
+            "most like your old text, to quote exactly instead:\n    h2_repairs: list[str] = Field(default_factory=list)",
+        ),
+        ("set_layer", {"layer": "h9_magic", "on": True}, "no layer"),
+        ("remove_lines", {"path": "agent/agent.py", "start": 9, "end": 3}, "1 <= start <= end"),
+        ("remove_lines", {"path": "../evolver/llm.py", "start": 1, "end": 3}, "cannot edit"),
+        ("remove_lines", {"path": "agent/templates/agent.py", "start": 1, "end": 3}, "cannot edit"),
+        ("remove_lines", {"path": "agent/agent.py", "start": 1, "end": 10**9}, "1 <= start <= end"),
+        # arguments of the wrong shape
+        ("read_file", {"path": ["agent/agent.py"]}, "must be a string"),
+        ("read_file", {"path": "agent/agent.py", "mode": "w"}, "takes no argument 'mode'"),
+        ("replace_in_file", {"path": "agent/agent.py"}, "needs the argument 'old'"),
+        ("submit", {"title": "t", "rationale": "r"}, "not submitted: agent/ is the same as the parent's"),
+        ("try_agent", {"tasks": ["T1"]}, "nothing to try"),
+    ],
+)
 def test_a_hostile_or_mistaken_call_gets_a_clear_refusal_and_nothing_else(analysis, tmp_path, tool, arguments, answer):
     tried = []
     s = session(analysis, tmp_path, tries=lambda root, tasks: tried.append(tasks))
@@ -131,8 +161,16 @@ def test_an_edit_applied_tried_and_submitted_becomes_the_candidate(analysis, tmp
     repo, result, folder = analysis
     tried = []
     s = session(analysis, tmp_path, tries=lambda root, tasks: (tried.append((root, tasks)) or result, folder))
-    answer = s.call("replace_in_file", json.dumps({"path": "agent/agent.py", "old": 'AGENT_INSTRUCTION = """\n',
-                                                   "new": 'AGENT_INSTRUCTION = """\nUse the exact title the user gives.\n'}))
+    answer = s.call(
+        "replace_in_file",
+        json.dumps(
+            {
+                "path": "agent/agent.py",
+                "old": 'AGENT_INSTRUCTION = """\n',
+                "new": 'AGENT_INSTRUCTION = """\nUse the exact title the user gives.\n',
+            }
+        ),
+    )
     assert answer.startswith("applied to agent/agent.py") and "changed so far: agent/agent.py" in answer
     report = s.call("try_agent", json.dumps({"tasks": ["T1", "T2", "T1"]}))
     assert tried[0][1] == ["create_task_1", "update_task_1"] and tried[0][0] == s.scratch.root  # labels mapped, repeats dropped
@@ -146,8 +184,13 @@ def test_an_edit_applied_tried_and_submitted_becomes_the_candidate(analysis, tmp
 
 def test_an_edit_that_broke_every_try_is_not_submitted_until_it_changes(analysis, tmp_path):
     repo, result, folder = analysis
-    broken = result.model_copy(update={"simulations": [sim.model_copy(update={"outcome": "failed", "reward": 0.0, "error": "AgentFault: NameError"})
-                                                       for sim in result.simulations]})
+    broken = result.model_copy(
+        update={
+            "simulations": [
+                sim.model_copy(update={"outcome": "failed", "reward": 0.0, "error": "AgentFault: NameError"}) for sim in result.simulations
+            ]
+        }
+    )
     s = session(analysis, tmp_path, tries=lambda root, tasks: (broken, folder))
     edit = {"path": "agent/agent.py", "old": 'AGENT_INSTRUCTION = """\n', "new": 'AGENT_INSTRUCTION = """\nUse the exact title.\n'}
     assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
@@ -156,7 +199,9 @@ def test_an_edit_that_broke_every_try_is_not_submitted_until_it_changes(analysis
     assert answer.startswith("not submitted: your edited agent broke every task try_agent ran (T1: ") and s.submitted is None, answer
     edit = {"path": "agent/agent.py", "old": "Use the exact title.\n", "new": "Use the exact title the user gives.\n"}
     assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
-    assert s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"})) == "submitted"  # a new edit, untried: the gate's to judge
+    assert (
+        s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"})) == "submitted"
+    )  # a new edit, untried: the gate's to judge
 
 
 def test_a_submit_the_same_as_an_earlier_candidate_is_refused_while_the_session_can_still_change_it(analysis, tmp_path):
@@ -174,13 +219,24 @@ def test_a_submit_the_same_as_an_earlier_candidate_is_refused_while_the_session_
     agent.write_text(agent.read_text().replace(edit["old"], edit["new"], 1))
     git(clone, "-c", "user.name=test", "-c", "user.email=test@example.invalid", "commit", "-qam", "iteration 1's candidate")
     commit = git(clone, "rev-parse", "HEAD").strip()
-    rejected = EarlierCandidate(label="1", title="Exact titles", status="rejected", reason="no improvement (+0.0 points over 5 tasks)",
-                                agent=agent_digest(Lineage(clone, "run-x").agent_files_at(commit)))
+    rejected = EarlierCandidate(
+        label="1",
+        title="Exact titles",
+        status="rejected",
+        reason="no improvement (+0.0 points over 5 tasks)",
+        agent=agent_digest(Lineage(clone, "run-x").agent_files_at(commit)),
+    )
     s = session(analysis, tmp_path, earlier=[rejected])
     assert s.call("replace_in_file", json.dumps(edit)).startswith("applied to")
     answer = s.call("submit", json.dumps({"title": "Exact titles", "rationale": "r"}))
-    assert answer == ("not submitted: your edited agent/ is the same as candidate 1's, which was rejected: no improvement "
-                      "(+0.0 points over 5 tasks). Make a different change; your edits are undone, agent/ is the parent's again") and s.submitted is None
+    assert (
+        answer
+        == (
+            "not submitted: your edited agent/ is the same as candidate 1's, which was rejected: no improvement "
+            "(+0.0 points over 5 tasks). Make a different change; your edits are undone, agent/ is the parent's again"
+        )
+        and s.submitted is None
+    )
     # undone: the 1.5B went on editing the lines its refused edit had removed, and every such edit was refused
     s.tools_used.update(read_trajectory=1, read_file=1)
     assert s.scratch.changed() == [] and s.next_step().startswith("Next: call replace_in_file or remove_lines")
@@ -235,15 +291,17 @@ def test_lines_are_removed_as_whole_statements_and_a_block_left_empty_keeps_a_pa
     header = parent.index("        if self.switches.h2_action_realization:") + 1
     assert parent[header] == "            reply = self.realize_action(reply, context, state)"
     answer = s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": header, "end": header}))
-    assert answer.startswith(f"applied to agent/agent.py: removed lines {header}-{header + 1} (the statements that start in "
-                             f"{header}-{header} end at line {header + 1})"), answer  # the `if` took its block
-    assert s.scratch._text("agent/agent.py").splitlines() == parent[:header - 1] + parent[header + 1:]
+    assert answer.startswith(
+        f"applied to agent/agent.py: removed lines {header}-{header + 1} (the statements that start in "
+        f"{header}-{header} end at line {header + 1})"
+    ), answer  # the `if` took its block
+    assert s.scratch._text("agent/agent.py").splitlines() == parent[: header - 1] + parent[header + 1 :]
     assert "old and new are the same" in s.call("replace_in_file", json.dumps({"path": "agent/agent.py", "old": "x", "new": "x"}))
 
     s = session(analysis, tmp_path / "again")
     answer = s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": header + 1, "end": header + 1}))
     assert answer.startswith(f"applied to agent/agent.py: removed lines {header + 1}-{header + 1}."), answer
-    assert s.scratch._text("agent/agent.py").splitlines()[header - 1:header + 1] == [parent[header - 1], "            pass"]
+    assert s.scratch._text("agent/agent.py").splitlines()[header - 1 : header + 1] == [parent[header - 1], "            pass"]
 
     closing = parent.index("        )") + 1  # the end of a statement that starts above it
     answer = s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": closing, "end": closing}))
@@ -262,20 +320,30 @@ def test_an_edit_that_leaves_a_used_name_undefined_is_refused_and_the_file_kept(
     use = line_of("        if self.switches.h4_trajectory_regulation and self.should_stop(reply, state):")
     cases = [  # (start, end, what is named as still used, where)
         (line_of("    def should_stop(self, reply: AssistantMessage, state: HarnessState) -> bool:"), None, "self.should_stop", use),
-        (line_of("        context = state.system_messages + state.messages + self.guidance(state)"), None, "context",
-         line_of("        reply = self.call_llm(context)")),
-        (line_of("def calls_from_text(reply: AssistantMessage, schemas: dict[str, dict], id_prefix: str) -> AssistantMessage:"), None,
-         "calls_from_text", line_of('        parsed = calls_from_text(reply, schemas, id_prefix=f"h2_{len(state.messages)}")')),
+        (
+            line_of("        context = state.system_messages + state.messages + self.guidance(state)"),
+            None,
+            "context",
+            line_of("        reply = self.call_llm(context)"),
+        ),
+        (
+            line_of("def calls_from_text(reply: AssistantMessage, schemas: dict[str, dict], id_prefix: str) -> AssistantMessage:"),
+            None,
+            "calls_from_text",
+            line_of('        parsed = calls_from_text(reply, schemas, id_prefix=f"h2_{len(state.messages)}")'),
+        ),
     ]
     for start, _, name, where in cases:
         answer = s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": start, "end": start}))
         assert answer.startswith(f"not applied: it removes the definition of what the file still uses ({name} at line {where}: "), answer
         assert s.scratch._text("agent/agent.py") == text and s.scratch.edits_made == 0
     # the same through a replace: the call goes first, then the method may go
-    assert "self.should_stop at line" in s.call("replace_in_file", json.dumps(
-        {"path": "agent/agent.py", "old": "    def should_stop(self,", "new": "    def should_halt(self,"}))
-    assert s.call("replace_in_file", json.dumps({"path": "agent/agent.py", "old": " and self.should_stop(reply, state):",
-                                                 "new": " and False:"})).startswith("applied to agent/agent.py")
+    assert "self.should_stop at line" in s.call(
+        "replace_in_file", json.dumps({"path": "agent/agent.py", "old": "    def should_stop(self,", "new": "    def should_halt(self,"})
+    )
+    assert s.call(
+        "replace_in_file", json.dumps({"path": "agent/agent.py", "old": " and self.should_stop(reply, state):", "new": " and False:"})
+    ).startswith("applied to agent/agent.py")
     start = line_of("    def should_stop(self, reply: AssistantMessage, state: HarnessState) -> bool:")
     assert s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": start, "end": start})).startswith("applied to")
     # a method nothing in the file calls (tau2 does) may go whole; names the file never defined are never blamed
@@ -283,6 +351,7 @@ def test_an_edit_that_leaves_a_used_name_undefined_is_refused_and_the_file_kept(
     start = line_of("    def generate_next_message(")
     assert s.call("remove_lines", json.dumps({"path": "agent/agent.py", "start": start, "end": start})).startswith("applied to")
     from evolver.evolution.dangling import dangling
+
     assert dangling("x = 1\nprint(y, x)\n", "print(y, x)\n") == [("x", 1)]
     assert dangling("x = 1\nprint(y)\n", "print(y)\n") == []
     assert dangling("def f():\n    v = 1\n    return v\n", "def f():\n    return v\n") == [("v", 2)]
@@ -320,8 +389,10 @@ def test_a_lost_message_points_to_the_lines_that_can_lose_it_and_the_opening_off
     reset = at(lines, "state.messages = []")
     assert place.losing and place.writes == (reset,), place
     assert f"the lines that can leave messages out of the prompt there: {reset})" in place.text()
-    assert _removal(place, scratch) == (f" If those lines are the fault, remove_lines path=agent/agent.py start={reset} end={reset} takes them out;"
-                                        " otherwise correct them with replace_in_file.")
+    assert _removal(place, scratch) == (
+        f" If those lines are the fault, remove_lines path=agent/agent.py start={reset} end={reset} takes them out;"
+        " otherwise correct them with replace_in_file."
+    )
     # a slice of the conversation: only that line, which also builds the prompt, so no removal is offered
     scratch, code, lines = _planted_scratch(tmp_path, "dropped_history")
     place = code.places(lost)[0]
@@ -342,10 +413,19 @@ def test_a_lost_message_points_to_the_lines_that_can_lose_it_and_the_opening_off
     assert _removal(place, scratch) == ""
     # a change of the reply: one run of lines is offered where removing it applies
     model_call = at(lines, "reply = self.call_llm(context)")
-    assert _removal(Place("generate_next_message", model_call, model_call + 8, "after the model call", (model_call + 1, model_call + 2), "the reply"),
-                    scratch).startswith(f" If those lines are the fault, remove_lines path=agent/agent.py start={model_call + 1} end={model_call + 2}")
-    assert _removal(Place("generate_next_message", model_call, model_call + 8, "after the model call", (model_call + 1, model_call + 3), "the reply"),
-                    scratch) == ""  # two runs: removing one shifts the other's numbers
+    assert _removal(
+        Place("generate_next_message", model_call, model_call + 8, "after the model call", (model_call + 1, model_call + 2), "the reply"),
+        scratch,
+    ).startswith(f" If those lines are the fault, remove_lines path=agent/agent.py start={model_call + 1} end={model_call + 2}")
+    assert (
+        _removal(
+            Place(
+                "generate_next_message", model_call, model_call + 8, "after the model call", (model_call + 1, model_call + 3), "the reply"
+            ),
+            scratch,
+        )
+        == ""
+    )  # two runs: removing one shifts the other's numbers
     assert _removal(Place("generate_next_message", 151, 159), scratch) == _removal(None, scratch) == ""
 
 
@@ -356,8 +436,11 @@ def test_the_one_shot_digest_quotes_the_lines_that_can_lose_a_message_as_the_sta
     from evolver.evolution.patch import apply_edits, parse_proposal
     from evolver.evolution.proposers.oneshot import _quote
 
-    for fault, kind, lost in (("dropped_history", "history_dropped", "state.messages[-2:]"), ("state_reset", "history_dropped", "state.messages = []"),
-                              ("dropped_tool_results", "result_dropped", "if not isinstance(message, (MultiToolMessage, ToolMessage))")):
+    for fault, kind, lost in (
+        ("dropped_history", "history_dropped", "state.messages[-2:]"),
+        ("state_reset", "history_dropped", "state.messages = []"),
+        ("dropped_tool_results", "result_dropped", "if not isinstance(message, (MultiToolMessage, ToolMessage))"),
+    ):
         scratch, code, lines = _planted_scratch(tmp_path, fault)
         place = code.places(Change(1, kind))[0]
         quoted = _quote(scratch.parent / "agent" / "agent.py", place)
@@ -368,6 +451,7 @@ def test_the_one_shot_digest_quotes_the_lines_that_can_lose_a_message_as_the_sta
     # lines that occur more than once and cannot be widened within their function are not quoted
     scratch, code, lines = _planted_scratch(tmp_path, "template")
     from evolver.evolution.harness_code import Place
+
     blank = next(n for n, line in enumerate(lines, 1) if not line.strip())
     assert _quote(scratch.parent / "agent" / "agent.py", Place("f", blank, blank, writes=(blank,))) == ""
 
@@ -390,17 +474,20 @@ def test_the_one_shot_start_is_the_whole_removal_where_the_investigating_propose
     text = start(scratch, place)
     assert _removal(place, scratch) and text.startswith(f"If line {place.writes[0]} of agent/agent.py (generate_next_message, "), text
     assert "this patch removes it:\nFILE: agent/agent.py\n<<<<<<< SEARCH\n" in text and text.endswith(
-        "To correct it instead, keep that SEARCH and write after ======= the lines as they should be."), text
-    after = apply_edits(scratch.parent, parse_proposal(f"TITLE: t\nRATIONALE: r\n{text[text.index('FILE:'):]}").edits)["agent/agent.py"]
-    assert after.splitlines() == lines[:place.writes[0] - 1] + [""] + lines[place.writes[0]:], text  # an empty REPLACE, as the 1.5B writes one
+        "To correct it instead, keep that SEARCH and write after ======= the lines as they should be."
+    ), text
+    after = apply_edits(scratch.parent, parse_proposal(f"TITLE: t\nRATIONALE: r\n{text[text.index('FILE:') :]}").edits)["agent/agent.py"]
+    assert after.splitlines() == lines[: place.writes[0] - 1] + [""] + lines[place.writes[0] :], (
+        text
+    )  # an empty REPLACE, as the 1.5B writes one
     # an `if` that leaves tool results out: its test goes, the append it guards stays
     scratch, code, lines = _planted_scratch(tmp_path, "dropped_tool_results")
     place = code.places(Change(1, "result_dropped"))[0]
     text = start(scratch, place)
     assert f"this patch removes the test on line {place.writes[0]}, keeping the lines it guards:" in text, text
-    after = apply_edits(scratch.parent, parse_proposal(f"TITLE: t\nRATIONALE: r\n{text[text.index('FILE:'):]}").edits)["agent/agent.py"]
+    after = apply_edits(scratch.parent, parse_proposal(f"TITLE: t\nRATIONALE: r\n{text[text.index('FILE:') :]}").edits)["agent/agent.py"]
     guard = place.writes[0]
-    assert after.splitlines() == lines[:guard - 1] + [lines[guard][4:]] + lines[guard + 1:], text
+    assert after.splitlines() == lines[: guard - 1] + [lines[guard][4:]] + lines[guard + 1 :], text
     # where removing the lines would break the file (the slice also builds the prompt), only the beginning is quoted, as before
     scratch, code, lines = _planted_scratch(tmp_path, "dropped_history")
     place = code.places(Change(2, "history_dropped"))[0]
@@ -463,7 +550,9 @@ def test_a_proposal_cut_off_by_a_kill_is_asked_again_and_its_usage_kept(tmp_path
     repo = make_target(tmp_path / "target")
     env = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:slow_investigator_script"}  # the meta-LLM alone is slow
     args = ["run", str(repo), *SMALL_RUN, *SCRIPTED_MODELS]
-    proc = subprocess.Popen([sys.executable, "-m", "evolver", *args], env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evolver", *args], env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 300
         transcript = None
@@ -481,8 +570,10 @@ def test_a_proposal_cut_off_by_a_kill_is_asked_again_and_its_usage_kept(tmp_path
             proc.kill()
     run_id = transcript.parents[2].name
     cut = json.loads(transcript.read_text())
-    assert not list((repo / "runs" / run_id / "iterations").glob("*.json")) or \
-        json.loads((repo / "runs" / run_id / "iterations" / "001.json").read_text())["candidates"][0]["status"] == "proposing"
+    assert (
+        not list((repo / "runs" / run_id / "iterations").glob("*.json"))
+        or json.loads((repo / "runs" / run_id / "iterations" / "001.json").read_text())["candidates"][0]["status"] == "proposing"
+    )
     resumed = run_cli(["run", str(repo), "--resume", run_id], env=LOOP_ENV, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     folder = repo / "runs" / run_id / "proposals" / "001"
@@ -508,9 +599,21 @@ def command_request(analysis, tmp_path, seconds: float = 60) -> Request:
     run = tmp_path / "runs" / "run-x"  # the workspace sits in a run directory, as in a real run
     (run / "state.json").parent.mkdir(parents=True)
     (run / "state.json").write_text('{"secret": "run state"}')
-    return Request(label="1", focus=(0, 1), parent=repo, evidence=Evidence(result, folder), learnings=["- Iteration 0: nothing yet"],
-                   guide="# Guide\n", identifiers=frozenset({"create_task_1"}), meta=RoleModel(model="scripted/meta"), llm_retries=1,
-                   context_tokens=32000, budget=Budget(seconds=seconds), workdir=run / "proposals" / "001", prompts_dir=ROOT / "prompts")
+    return Request(
+        label="1",
+        focus=(0, 1),
+        parent=repo,
+        evidence=Evidence(result, folder),
+        learnings=["- Iteration 0: nothing yet"],
+        guide="# Guide\n",
+        identifiers=frozenset({"create_task_1"}),
+        meta=RoleModel(model="scripted/meta"),
+        llm_retries=1,
+        context_tokens=32000,
+        budget=Budget(seconds=seconds),
+        workdir=run / "proposals" / "001",
+        prompts_dir=ROOT / "prompts",
+    )
 
 
 def test_a_command_in_its_workspace_proposes_from_the_evidence(analysis, tmp_path):
@@ -530,7 +633,9 @@ def test_a_hostile_command_reaches_nothing_and_its_links_and_pipes_are_refused(a
     monkeypatch.setenv("OPENAI_API_KEY", "sk-evolver-canary-command")
     monkeypatch.setenv("EVOLVER_TEST_NAMED", "given")
     Path("/tmp/evolver-command-canary").unlink(missing_ok=True)
-    proposer = CommandProposer(f"{sys.executable} {AGENT_SCRIPT} hostile", env_names=("EVOLVER_TEST_NAMED",), readable=(str(AGENT_SCRIPT.parent),))
+    proposer = CommandProposer(
+        f"{sys.executable} {AGENT_SCRIPT} hostile", env_names=("EVOLVER_TEST_NAMED",), readable=(str(AGENT_SCRIPT.parent),)
+    )
     request = command_request(analysis, tmp_path)
     outcome = proposer.propose(request)
     report = json.loads((request.workdir / "workspace" / "report.json").read_text())
@@ -559,10 +664,12 @@ def test_a_command_that_hangs_is_stopped_with_what_it_started(analysis, tmp_path
 def planted_wheel(folder: Path) -> Path:
     """A wheel of tests/scripts/command_agent.py with its two console scripts, as pip would get it from an index."""
     info = "planted_coder-1.0.dist-info"
-    files = {"planted_coder.py": AGENT_SCRIPT.read_text(),
-             f"{info}/METADATA": "Metadata-Version: 2.1\nName: planted-coder\nVersion: 1.0\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-             f"{info}/entry_points.txt": "[console_scripts]\nplanted-coder = planted_coder:main\nplanted-probe = planted_coder:probe\n"}
+    files = {
+        "planted_coder.py": AGENT_SCRIPT.read_text(),
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: planted-coder\nVersion: 1.0\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/entry_points.txt": "[console_scripts]\nplanted-coder = planted_coder:main\nplanted-probe = planted_coder:probe\n",
+    }
     wheel = folder / "planted_coder-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         for name, text in files.items():
@@ -575,8 +682,11 @@ def pip_install(venv: Path, wheel: Path) -> Path:
     """A fresh virtual environment at ``venv`` with ``wheel`` installed by pip, offline; its python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps", str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     return python
 
 
@@ -598,10 +708,31 @@ def test_evolver_run_with_an_installed_coding_agent(tmp_path):
         (home / key).parent.mkdir(parents=True, exist_ok=True)
         (home / key).write_text("secret\n")
     repo = make_target(tmp_path / "target")
-    env = {**LOOP_ENV, "HOME": str(home), "PLANTED_HOME": str(home), "PATH": f"{home / '.local/bin'}:{os.environ['PATH']}",
-           "OPENAI_API_KEY": "sk-evolver-canary", "TERM": "dumb"}
-    proc = run_cli(["run", str(repo), *SMALL_RUN, *SCRIPTED_MODELS, "--proposer", "command", "--proposer-command", "planted-coder installed", "--proposer-env", "PLANTED_HOME"],
-                   env=env, timeout=900, python=evolver_python)
+    env = {
+        **LOOP_ENV,
+        "HOME": str(home),
+        "PLANTED_HOME": str(home),
+        "PATH": f"{home / '.local/bin'}:{os.environ['PATH']}",
+        "OPENAI_API_KEY": "sk-evolver-canary",
+        "TERM": "dumb",
+    }
+    proc = run_cli(
+        [
+            "run",
+            str(repo),
+            *SMALL_RUN,
+            *SCRIPTED_MODELS,
+            "--proposer",
+            "command",
+            "--proposer-command",
+            "planted-coder installed",
+            "--proposer-env",
+            "PLANTED_HOME",
+        ],
+        env=env,
+        timeout=900,
+        python=evolver_python,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run] = (repo / "runs").glob("run-*")
     history = json.loads(run_cli(["history", run.name, "--repo", str(repo), "--json"]).stdout)["candidates"]
@@ -610,8 +741,19 @@ def test_evolver_run_with_an_installed_coding_agent(tmp_path):
     assert f"command: planted-coder installed ({home / '.local/bin/planted-coder'}; exit 0" in " ".join(shown.split()), shown
 
     [probe] = [json.loads(p.read_text()) for p in run.glob("proposals/*/workspace/probe.json")]
-    secrets = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh", "/etc/ssh/ssh_config", "/etc listing", "/etc/ssl/private",
-               "home key", "home listing", "home config", "home history")
+    secrets = (
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/sudoers",
+        "/etc/ssh",
+        "/etc/ssh/ssh_config",
+        "/etc listing",
+        "/etc/ssl/private",
+        "home key",
+        "home listing",
+        "home config",
+        "home history",
+    )
     assert [name for name in secrets if probe[name].startswith("ok")] == [], probe
     assert probe["home key"] == "PermissionError" and (probe["/etc/shadow"] == "PermissionError" or not Path("/etc/shadow").exists())
     assert probe["passwd entry"] == f"ok: {pwd.getpwuid(os.getuid()).pw_name}" and probe["localhost"] == "ok: 127.0.0.1"
@@ -619,7 +761,9 @@ def test_evolver_run_with_an_installed_coding_agent(tmp_path):
     assert probe["chown"] == "PermissionError"  # no capability left, even as root (these machines run tests as root)
     assert probe["cap_sys_admin"] == "ok: 0" or os.getuid() != 0  # a user without the capability cannot drop it from the bounding set
     given = {"PATH", "HOME", "TMPDIR", "LANG", "TERM", "PLANTED_HOME", "PWD", "SHLVL", "_"}
-    assert {"LANG", "TERM", "PLANTED_HOME"} <= set(probe["env"]) and set(probe["env"]) - given <= {n for n in os.environ if n.startswith("LC_")}
+    assert {"LANG", "TERM", "PLANTED_HOME"} <= set(probe["env"]) and set(probe["env"]) - given <= {
+        n for n in os.environ if n.startswith("LC_")
+    }
 
 
 def test_a_call_written_as_python_text_is_read_never_run():
@@ -633,7 +777,7 @@ def test_a_call_written_as_python_text_is_read_never_run():
     assert written_call("os.system('id')") is None and not Path("/tmp/evolver-pwned").exists()
     found = written_call('{"name": "write_file", "arguments": {"path": "agent/skills/a.md", "content": "# A\n\nUse when x."}}')
     assert json.loads(found.function.arguments)["content"] == "# A\n\nUse when x."  # raw line breaks in a string: not JSON, still read
-    found = written_call("<tools>\n    <function name=\"read_trajectory\" arguments='{\"task\": \"T2\", \"trial\": 0}'/>\n</tools>")
+    found = written_call('<tools>\n    <function name="read_trajectory" arguments=\'{"task": "T2", "trial": 0}\'/>\n</tools>')
     assert (found.function.name, json.loads(found.function.arguments)) == ("read_trajectory", {"task": "T2", "trial": 0})
     found = written_call('<tools> <function name="read_trajectory" arguments={"task": "T1", "page": 1}></function> </tools>')  # bare
     assert json.loads(found.function.arguments) == {"task": "T1", "page": 1}
@@ -648,12 +792,16 @@ def test_a_smoke_test_failure_says_where_in_agent_the_candidate_raised(tmp_path)
 
     source = tmp_path / "src" / "agent" / "agent.py"
     source.parent.mkdir(parents=True)
-    source.write_text("def helper(messages):\n    return messages + 'policy'\n\n\ndef turn(messages):\n    context = helper(messages)\n    return context\n")
+    source.write_text(
+        "def helper(messages):\n    return messages + 'policy'\n\n\ndef turn(messages):\n    context = helper(messages)\n    return context\n"
+    )
     spec = importlib.util.spec_from_file_location("planted_agent", source)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     with pytest.raises(TypeError) as raised:
         module.turn([])
     error = "AgentFault: the agent raised " + _describe(raised.value)
-    assert raised_at(error) == " (raised by this candidate's line 2 of agent/agent.py, in helper)"  # its code, quoted, was taken for the file's
-    assert raised_at("AgentFault: the agent raised TypeError: x\nFile \"/usr/lib/python3.11/json/__init__.py\", line 2, in f\n    x\n") == ""
+    assert (
+        raised_at(error) == " (raised by this candidate's line 2 of agent/agent.py, in helper)"
+    )  # its code, quoted, was taken for the file's
+    assert raised_at('AgentFault: the agent raised TypeError: x\nFile "/usr/lib/python3.11/json/__init__.py", line 2, in f\n    x\n') == ""

@@ -46,9 +46,8 @@ ROWS = [(name, role, meaning) for name, *meanings in EXPECTED for role, meaning 
 
 
 def _error(name: str):
-    import litellm
-
     import httpx
+    import litellm
 
     cls = getattr(litellm, name)
     if name in ("UnprocessableEntityError", "PermissionDeniedError"):  # these insist on the HTTP response
@@ -185,7 +184,9 @@ MODELS = ["--agent-model", "openai/agent", "--user-model", "openai/user", "--jud
 TASKS = ["--task-ids", "create_task_1,update_task_1"]
 
 
-def fake_eval(repo: Path, fake: FakeOpenAI, *extra: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None, dict | None]:
+def fake_eval(
+    repo: Path, fake: FakeOpenAI, *extra: str, env: dict | None = None
+) -> tuple[subprocess.CompletedProcess, dict | None, dict | None]:
     proc = run_cli(["eval", str(repo), "--json", *MODELS, "--api-base", fake.api_base, *TASKS, *extra], env=env)
     summary = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
     result = json.loads(Path(summary["result_file"]).read_text()) if summary else None
@@ -195,8 +196,9 @@ def fake_eval(repo: Path, fake: FakeOpenAI, *extra: str, env: dict | None = None
 def assert_real_simulations(summary: dict, result: dict) -> None:
     """The summary printed agrees with result.json, and every simulation was a real conversation:
     no provider error, the customer spoke and the agent answered."""
-    assert {k: summary[k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")} == \
-        {k: result["summary"][k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")}
+    assert {k: summary[k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")} == {
+        k: result["summary"][k] for k in ("num_simulations", "scored", "failed", "infra_errors", "avg_reward")
+    }
     assert summary["infra_errors"] == 0 and summary["num_simulations"] >= 1
     for sim in result["simulations"]:
         assert sim["outcome"] == "ok" and not sim["error"], sim
@@ -219,8 +221,9 @@ def test_eval_and_eval_ref_through_an_openai_compatible_server(repo):
     assert git(repo, "status", "--porcelain").strip() == "M agent/agent.py"
 
 
-@pytest.mark.parametrize("fault", [Fault(status=400), Fault(status=401), Fault(status=500), Fault(drop=True)],
-                         ids=["400", "401", "500", "no-answer"])
+@pytest.mark.parametrize(
+    "fault", [Fault(status=400), Fault(status=401), Fault(status=500), Fault(drop=True)], ids=["400", "401", "500", "no-answer"]
+)
 def test_a_failing_customer_provider_is_an_infrastructure_error_never_the_agents(repo, fault):
     """Mid-evaluation (the preflight would have stopped the command before any simulation: tests/test_hosted_models.py)."""
     with FakeOpenAI({"user": fault}) as fake:
@@ -236,27 +239,59 @@ def test_each_roles_model_arguments_reach_its_provider_and_are_recorded(repo):
     """Per-role reasoning effort and litellm arguments, from evolver.toml and flags, reach the provider in
     the request body of that role only; result.json records them; no key reaches a body."""
     toml = repo / "evolver.toml"
-    toml.write_text(toml.read_text() + '\nuser_reasoning_effort = "low"\n\n[agent_args]\nmax_tokens = 321\nseed = 11\n'
-                                       'extra_body = {enable_thinking = false, chat_template_kwargs = {thinking = false}}\n')
-    with FakeOpenAI(extra_parameters={"enable_thinking", "chat_template_kwargs"}) as fake:  # a Qwen server's own arguments (vLLM, DashScope)
-        proc, summary, result = fake_eval(repo, fake, "--agent-reasoning-effort", "high", "--agent-arg", "top_p=0.5",
-                                          "--user-arg", "max_tokens=123", "--user-arg", 'stop=["###NEVER###"]', "--judge-arg", "max_tokens=77")
+    toml.write_text(
+        toml.read_text() + '\nuser_reasoning_effort = "low"\n\n[agent_args]\nmax_tokens = 321\nseed = 11\n'
+        "extra_body = {enable_thinking = false, chat_template_kwargs = {thinking = false}}\n"
+    )
+    with FakeOpenAI(
+        extra_parameters={"enable_thinking", "chat_template_kwargs"}
+    ) as fake:  # a Qwen server's own arguments (vLLM, DashScope)
+        proc, summary, result = fake_eval(
+            repo,
+            fake,
+            "--agent-reasoning-effort",
+            "high",
+            "--agent-arg",
+            "top_p=0.5",
+            "--user-arg",
+            "max_tokens=123",
+            "--user-arg",
+            'stop=["###NEVER###"]',
+            "--judge-arg",
+            "max_tokens=77",
+        )
         agent, user = fake.bodies_of("agent"), fake.bodies_of("user")
         bodies = list(fake.bodies)
     assert proc.returncode == 0, proc.stderr
     assert_real_simulations(summary, result)
     assert agent and user
     for body in agent:  # extra_body's options are merged into the body, as OpenAI's client sends them
-        assert {k: body.get(k) for k in ("reasoning_effort", "max_tokens", "seed", "top_p", "temperature", "enable_thinking")} == \
-            {"reasoning_effort": "high", "max_tokens": 321, "seed": 11, "top_p": 0.5, "temperature": 0.0, "enable_thinking": False}, body
+        assert {k: body.get(k) for k in ("reasoning_effort", "max_tokens", "seed", "top_p", "temperature", "enable_thinking")} == {
+            "reasoning_effort": "high",
+            "max_tokens": 321,
+            "seed": 11,
+            "top_p": 0.5,
+            "temperature": 0.0,
+            "enable_thinking": False,
+        }, body
         assert body["chat_template_kwargs"] == {"thinking": False} and "stop" not in body
     for body in user:
-        assert {k: body.get(k) for k in ("reasoning_effort", "max_tokens", "stop")} == {"reasoning_effort": "low", "max_tokens": 123, "stop": ["###NEVER###"]}, body
+        assert {k: body.get(k) for k in ("reasoning_effort", "max_tokens", "stop")} == {
+            "reasoning_effort": "low",
+            "max_tokens": 123,
+            "stop": ["###NEVER###"],
+        }, body
         assert "top_p" not in body and "enable_thinking" not in body  # (tau2 seeds the user simulator itself)
     assert not any("api_key" in body for body in bodies)
     models = result["models"]
-    assert models["agent"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "high", "max_tokens": 321, "seed": 11,
-                                           "extra_body": {"enable_thinking": False, "chat_template_kwargs": {"thinking": False}}, "top_p": 0.5}
+    assert models["agent"]["llm_args"] == {
+        "temperature": 0.0,
+        "reasoning_effort": "high",
+        "max_tokens": 321,
+        "seed": 11,
+        "extra_body": {"enable_thinking": False, "chat_template_kwargs": {"thinking": False}},
+        "top_p": 0.5,
+    }
     assert models["user"]["llm_args"] == {"temperature": 0.0, "reasoning_effort": "low", "max_tokens": 123, "stop": ["###NEVER###"]}
     assert models["judge"]["llm_args"] == {"temperature": 0.0, "max_tokens": 77}  # a judge model of its own: none of the user's
     request = json.loads((Path(summary["result_file"]).parent / "request.json").read_text())
@@ -270,8 +305,6 @@ def test_a_rate_limited_customer_is_waited_for_and_nothing_is_lost(repo):
     assert proc.returncode == 0, proc.stderr
     assert_real_simulations(summary, result)
     assert summary["scored"] == 2 and summary["avg_reward"] == 1.0
-
-
 
 
 def test_a_simulation_that_still_fails_after_its_retries_gets_a_second_chance_at_the_end(repo):
@@ -307,14 +340,44 @@ def test_run_through_an_openai_compatible_server(repo, monkeypatch):
     with FakeOpenAI() as fake:
         # The careless agent fails some tasks, so there is something to improve (a perfect baseline ends the run at once).
         # (per-decision: the audited default's screen and end-of-run audit would only reach the same server with more of the same)
-        proc = run_cli(["run", str(repo), "--iterations", "1", "--candidates", "1", "--gate-stages", "1", "--no-holdout", "--gate-policy", "per-decision",
-                        *MODELS, "--agent-model", "openai/wrong",
-                        "--meta-model", "openai/meta", "--api-base", fake.api_base,
-                        "--meta-reasoning-effort", "low", "--meta-arg", "max_tokens=4321", "--agent-arg", "max_tokens=222"], timeout=600)
+        proc = run_cli(
+            [
+                "run",
+                str(repo),
+                "--iterations",
+                "1",
+                "--candidates",
+                "1",
+                "--gate-stages",
+                "1",
+                "--no-holdout",
+                "--gate-policy",
+                "per-decision",
+                *MODELS,
+                "--agent-model",
+                "openai/wrong",
+                "--meta-model",
+                "openai/meta",
+                "--api-base",
+                fake.api_base,
+                "--meta-reasoning-effort",
+                "low",
+                "--meta-arg",
+                "max_tokens=4321",
+                "--agent-arg",
+                "max_tokens=222",
+            ],
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert fake.requests["meta"] >= 1 and fake.requests["wrong"] > 0 and fake.requests["user"] > 0, (fake.requests, proc.stdout + proc.stderr)
+        assert fake.requests["meta"] >= 1 and fake.requests["wrong"] > 0 and fake.requests["user"] > 0, (
+            fake.requests,
+            proc.stdout + proc.stderr,
+        )
         # The run's roles carry their arguments too: the meta model's win over the proposer's own max_tokens.
-        assert all(b.get("reasoning_effort") == "low" and b.get("max_tokens") == 4321 for b in fake.bodies_of("meta")), fake.bodies_of("meta")
+        assert all(b.get("reasoning_effort") == "low" and b.get("max_tokens") == 4321 for b in fake.bodies_of("meta")), fake.bodies_of(
+            "meta"
+        )
         assert all(b.get("max_tokens") == 222 and "reasoning_effort" not in b for b in fake.bodies_of("wrong"))
     [run_id] = [p.name for p in (repo / "runs").glob("run-*")]
     manifest = json.loads((repo / "runs" / run_id / "run.json").read_text())

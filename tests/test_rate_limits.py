@@ -122,8 +122,12 @@ def test_a_limit_the_provider_declares_wins_and_tokens_are_booked_and_corrected(
 
 
 def test_what_litellm_answers_says_about_the_limit():
-    headers = {"llm_provider-x-ratelimit-limit-requests": "500", "x-ratelimit-limit-tokens": "200000",
-               "llm_provider-retry-after-ms": "1500", "retry-after": "7"}
+    headers = {
+        "llm_provider-x-ratelimit-limit-requests": "500",
+        "x-ratelimit-limit-tokens": "200000",
+        "llm_provider-retry-after-ms": "1500",
+        "retry-after": "7",
+    }
     found = read_headers(headers)
     assert (found.limit_requests, found.limit_tokens, found.retry_after) == (500, 200000, 1.5)
     assert read_headers({"Retry-After": "2"}).retry_after == 2.0
@@ -132,13 +136,18 @@ def test_what_litellm_answers_says_about_the_limit():
     assert estimate_tokens({"messages": [{"role": "user", "content": "x" * 400}], "max_tokens": 50}) == 150
 
 
-@pytest.mark.parametrize("configured, key, matched", [
-    ("openai/gpt-4.1-mini", "openai/gpt-4.1-mini", True), ("gpt-4.1-mini", "openai/gpt-4.1-mini", True),
-    ("openai/gpt-4.1-mini", "gpt-4.1-mini", True), ("openai/gpt-4.1", "openai/gpt-4.1-mini", False),
-    ("openai/qwen @ http://127.0.0.1:8000/v1", "openai/qwen @ http://127.0.0.1:8000/v1", True),
-    ("openai/qwen @ http://127.0.0.1:8000/v1", "openai/qwen @ http://127.0.0.1:9000/v1", False),
-    ("openai/qwen", "openai/qwen @ http://127.0.0.1:9000/v1", True),
-])
+@pytest.mark.parametrize(
+    "configured, key, matched",
+    [
+        ("openai/gpt-4.1-mini", "openai/gpt-4.1-mini", True),
+        ("gpt-4.1-mini", "openai/gpt-4.1-mini", True),
+        ("openai/gpt-4.1-mini", "gpt-4.1-mini", True),
+        ("openai/gpt-4.1", "openai/gpt-4.1-mini", False),
+        ("openai/qwen @ http://127.0.0.1:8000/v1", "openai/qwen @ http://127.0.0.1:8000/v1", True),
+        ("openai/qwen @ http://127.0.0.1:8000/v1", "openai/qwen @ http://127.0.0.1:9000/v1", False),
+        ("openai/qwen", "openai/qwen @ http://127.0.0.1:9000/v1", True),
+    ],
+)
 def test_a_configured_name_names_its_lanes(configured, key, matched):
     assert matches(configured, key) is matched
 
@@ -172,8 +181,16 @@ def test_worker_processes_take_their_turn_in_the_commands_limiter_over_its_socke
     limiter.reserve = recorded
     service = Service(limiter, tmp_path)
     try:
-        children = [subprocess.Popen([sys.executable, "-c", CHILD], env={**os.environ, ratelimit.ENV: str(service.path)},
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD],
+                env={**os.environ, ratelimit.ENV: str(service.path)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         assert [c.stdout.readline() for c in children] == ["ready\n"] * 2
         for c in children:
             c.stdin.write("go\n")
@@ -252,8 +269,22 @@ def shared_model_flags(fake: FakeOpenAI) -> list[str]:
 
 
 def limited_eval(repo, fake: FakeOpenAI, *extra: str, env: dict | None = None) -> tuple[dict, dict]:
-    proc = run_cli(["eval", str(repo), "--json", "--task-ids", ",".join(TASKS), "--trials", "16", "--concurrency", "24",
-                    *shared_model_flags(fake), *extra], env=env)
+    proc = run_cli(
+        [
+            "eval",
+            str(repo),
+            "--json",
+            "--task-ids",
+            ",".join(TASKS),
+            "--trials",
+            "16",
+            "--concurrency",
+            "24",
+            *shared_model_flags(fake),
+            *extra,
+        ],
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     return summary, json.loads(open(summary["result_file"]).read())
@@ -283,7 +314,7 @@ def assert_learnt(fake: FakeOpenAI) -> None:
     shown = "".join("R" if refused else "a" for refused in order)
     assert True in order, shown  # 24 at once against a bucket of 10: there is a limit to learn
     first = order.index(True)  # nothing is learnt before a 429
-    learnt = next((i for i in range(first + WAVE, len(order) + 1) if not any(order[i - WAVE:i])), None)
+    learnt = next((i for i in range(first + WAVE, len(order) + 1) if not any(order[i - WAVE : i])), None)
     assert learnt is not None, f"never a wave of {WAVE} calls without a 429 after the first: {shown}"
     rest = order[learnt:]
     assert len(rest) >= 100, shown  # most of the evaluation comes after the learning
@@ -305,22 +336,62 @@ def test_the_live_view_and_status_show_each_limited_lane():
     from rich.console import Console
 
     from evolver import events as ev
-    from evolver.cli.console import ConsoleView, status_table
+    from evolver.cli.console import ConsoleView
+    from evolver.cli.run_tables import status_table
 
-    lanes = {"openai/gpt-4.1-mini": {"rpm": 490.0, "tpm": None, "source": "learnt", "in_use_rpm": 480.0, "waiting": 7, "calls": 1200,
-                                     "limited": 31, "waited": 95.5},
-             "openai/gpt-4.1": {"rpm": None, "tpm": None, "source": "", "in_use_rpm": 3.0, "waiting": 0, "calls": 3, "limited": 0, "waited": 0.0}}
+    lanes = {
+        "openai/gpt-4.1-mini": {
+            "rpm": 490.0,
+            "tpm": None,
+            "source": "learnt",
+            "in_use_rpm": 480.0,
+            "waiting": 7,
+            "calls": 1200,
+            "limited": 31,
+            "waited": 95.5,
+        },
+        "openai/gpt-4.1": {
+            "rpm": None,
+            "tpm": None,
+            "source": "",
+            "in_use_rpm": 3.0,
+            "waiting": 0,
+            "calls": 3,
+            "limited": 0,
+            "waited": 0.0,
+        },
+    }
     view = ConsoleView(Console(file=io.StringIO(), width=300), every=3600)
     view(ev.RateLimits(lanes))
     line = view._summary()
-    assert ("openai/gpt-4.1-mini: 490 rpm (learnt), 480 calls in the last minute, 7 waiting; 1,200 calls, 31 answered 429, "
-            "95.5 s waited for a turn") in line
+    assert (
+        "openai/gpt-4.1-mini: 490 rpm (learnt), 480 calls in the last minute, 7 waiting; 1,200 calls, 31 answered 429, "
+        "95.5 s waited for a turn"
+    ) in line
     assert "openai/gpt-4.1:" not in line  # never limited: nothing to say
     view(ev.Ended("stopped", "done", "run-x"))
     out = io.StringIO()
-    info = {"run_id": "run-x", "status": "finished", "step": None, "stop_reason": None, "iterations_done": 1, "iterations_target": 1,
-            "candidates_per_iteration": 1, "best": {"iteration": 0, "gate": None, "branch": "b"}, "decisions": 0, "expected_false_keeps": 0.0,
-            "simulations_done": 1, "simulations_planned_at_most": 1, "infra_errors": {}, "elapsed_seconds": 1.0, "eta_seconds_at_most": None,
-            "usage": {}, "cost_text": "$0", "models": {}, "split_note": "", "rate_limits": {"openai/m": {"calls": 9, "limited": 2, "waited": 1.5}}}
+    info = {
+        "run_id": "run-x",
+        "status": "finished",
+        "step": None,
+        "stop_reason": None,
+        "iterations_done": 1,
+        "iterations_target": 1,
+        "candidates_per_iteration": 1,
+        "best": {"iteration": 0, "gate": None, "branch": "b"},
+        "decisions": 0,
+        "expected_false_keeps": 0.0,
+        "simulations_done": 1,
+        "simulations_planned_at_most": 1,
+        "infra_errors": {},
+        "elapsed_seconds": 1.0,
+        "eta_seconds_at_most": None,
+        "usage": {},
+        "cost_text": "$0",
+        "models": {},
+        "split_note": "",
+        "rate_limits": {"openai/m": {"calls": 9, "limited": 2, "waited": 1.5}},
+    }
     Console(file=out, width=300).print(status_table(info))
     assert "openai/m: no limit known; 9 calls, 2 answered 429, 1.5 s waited for a turn" in out.getvalue()

@@ -34,7 +34,7 @@ from evolver.evaluation.backends import Cancelled
 from evolver.evaluation.backends.ray import RayBackend, plan, worker_environment
 from evolver.evaluation.backends.ray_node import pack_agent, unpack_agent
 from evolver.store.evaldir import EvalDir
-from tests.conftest import SCRIPTED_MODELS, git, run_cli, LINEAGE
+from tests.conftest import LINEAGE, SCRIPTED_MODELS, git, run_cli
 from tests.scripts.ray_cases import KEY, VALUE
 from tests.test_eval import _inject_into_turn
 from tests.test_loop import tiny_target
@@ -43,11 +43,25 @@ EVAL_ARGS = ["--json", *SCRIPTED_MODELS, "--trials", "2", "--concurrency", "4", 
 KEY_ENV = {"EVOLVER_SCRIPT": "tests.scripts.ray_cases:needs_key", KEY: VALUE}
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
 # The one-shot proposer, as in tests/test_loop.py: the scripted verdicts of broken patches reach the loop unfiltered.
-RUN_ARGS = ["--iterations", "4", "--gate-stages", "1", "--no-holdout", "--concurrency", "8", "--proposer", "oneshot", *LINEAGE, *SCRIPTED_MODELS]
+RUN_ARGS = [
+    "--iterations",
+    "4",
+    "--gate-stages",
+    "1",
+    "--no-holdout",
+    "--concurrency",
+    "8",
+    "--proposer",
+    "oneshot",
+    *LINEAGE,
+    *SCRIPTED_MODELS,
+]
 # The candidate refuses to work if its process can see a key: the sandbox gives it an empty environment.
-NO_KEYS_IN_THE_AGENT = ("import os\n"
-                        "if [k for k in os.environ if k.endswith('_API_KEY')]:\n"
-                        "    raise RuntimeError('the agent process sees keys: ' + ', '.join(k for k in os.environ if k.endswith('_API_KEY')))")
+NO_KEYS_IN_THE_AGENT = (
+    "import os\n"
+    "if [k for k in os.environ if k.endswith('_API_KEY')]:\n"
+    "    raise RuntimeError('the agent process sees keys: ' + ', '.join(k for k in os.environ if k.endswith('_API_KEY')))"
+)
 
 
 def mock_repo(path: Path) -> Path:
@@ -84,7 +98,9 @@ def processes_with(marker: str) -> dict[int, str]:
 
 def test_the_leftover_check_sees_a_worker_that_renamed_itself(tmp_path):
     """A process renamed as Ray renames its workers (setproctitle), its log open in the instance's folder: found."""
-    script = "import sys, time, ray._raylet as r; log = open(sys.argv[1], 'a'); r.setproctitle('ray::IDLE'); print(flush=True); time.sleep(120)"
+    script = (
+        "import sys, time, ray._raylet as r; log = open(sys.argv[1], 'a'); r.setproctitle('ray::IDLE'); print(flush=True); time.sleep(120)"
+    )
     worker = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "worker.out")], stdout=subprocess.PIPE, text=True)
     try:
         worker.stdout.readline()  # renamed
@@ -155,15 +171,29 @@ def test_the_candidate_travels_as_its_agent_folder(tmp_path):
 
 
 def test_the_workers_get_the_environment_less_what_describes_this_machine():
-    sent = worker_environment({"OPENAI_API_KEY": "k", "EVOLVER_SCRIPT": "s", "PYTHONPATH": "p", "AWS_REGION_NAME": "r",
-                               "PATH": "/bin", "HOME": "/root", "RAY_ADDRESS": "a", "EVOLVER_RUNTIME_DIR": "d", "XDG_RUNTIME_DIR": "x"})
+    sent = worker_environment(
+        {
+            "OPENAI_API_KEY": "k",
+            "EVOLVER_SCRIPT": "s",
+            "PYTHONPATH": "p",
+            "AWS_REGION_NAME": "r",
+            "PATH": "/bin",
+            "HOME": "/root",
+            "RAY_ADDRESS": "a",
+            "EVOLVER_RUNTIME_DIR": "d",
+            "XDG_RUNTIME_DIR": "x",
+        }
+    )
     assert sent == {"OPENAI_API_KEY": "k", "EVOLVER_SCRIPT": "s", "PYTHONPATH": "p", "AWS_REGION_NAME": "r"}
 
 
-@pytest.mark.parametrize("address, message", [
-    ("127.0.0.1:1", "cannot reach a Ray cluster at '127.0.0.1:1'"),
-    ("nonsense", "--ray-address 'nonsense' is neither HOST:PORT of a Ray head node nor auto"),
-])
+@pytest.mark.parametrize(
+    "address, message",
+    [
+        ("127.0.0.1:1", "cannot reach a Ray cluster at '127.0.0.1:1'"),
+        ("nonsense", "--ray-address 'nonsense' is neither HOST:PORT of a Ray head node nor auto"),
+    ],
+)
 def test_a_bad_ray_address_is_refused_in_one_line_at_once(repo, address, message):
     started = time.monotonic()
     proc = run_cli(["eval", str(repo), "--backend", "ray", "--ray-address", address, *SCRIPTED_MODELS])
@@ -179,7 +209,9 @@ def both(tmp_path_factory):
     _inject_into_turn(repo, NO_KEYS_IN_THE_AGENT)
     tmpdir, out = own_tmpdir(), {}
     envs = {"local": KEY_ENV, "ray": {**KEY_ENV, **ALONE, "TMPDIR": tmpdir}}
-    procs = at_once({backend: (lambda b=backend: run_cli(["eval", str(repo), "--backend", b, *EVAL_ARGS], env=envs[b])) for backend in envs})
+    procs = at_once(
+        {backend: (lambda b=backend: run_cli(["eval", str(repo), "--backend", b, *EVAL_ARGS], env=envs[b])) for backend in envs}
+    )
     for backend, proc in procs.items():
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[backend] = json.loads(proc.stdout)
@@ -231,9 +263,28 @@ def cluster(tmp_path_factory):
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "PYTHONPATH"}
     env.update(auth, RAY_USAGE_STATS_ENABLED="0", EVOLVER_RUNTIME_DIR=str(root / "zygote"))
-    start = subprocess.run([str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(port), "--num-cpus", "2",
-                            "--object-store-memory", "100000000", "--include-dashboard", "false", "--temp-dir", str(root / "ray"),
-                            "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=300)
+    start = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "2",
+            "--object-store-memory",
+            "100000000",
+            "--include-dashboard",
+            "false",
+            "--temp-dir",
+            str(root / "ray"),
+            "--disable-usage-stats",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     try:
         assert start.returncode == 0, start.stderr[-2000:]
         yield f"127.0.0.1:{port}", auth, root
@@ -253,7 +304,9 @@ def test_joining_a_cluster_its_workers_get_the_keys_and_this_checkout_from_the_d
     repo = mock_repo(tmp_path / "target")
     _inject_into_turn(repo, NO_KEYS_IN_THE_AGENT)
     env = {**KEY_ENV, **auth, "EVOLVER_ZYGOTE_IDLE": "1"}  # the node's daemon goes 1 s after the job's Ray workers
-    proc = run_cli(["eval", str(repo), "--backend", "ray", "--ray-address", address, *EVAL_ARGS, "--task-ids", "create_task_1,update_task_1"], env=env)
+    proc = run_cli(
+        ["eval", str(repo), "--backend", "ray", "--ray-address", address, *EVAL_ARGS, "--task-ids", "create_task_1,update_task_1"], env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     assert summary["num_simulations"] == 4 and summary["avg_reward"] == 1.0 and summary["infra_errors"] == summary["failed"] == 0
@@ -280,8 +333,11 @@ def test_run_on_ray_reaches_the_local_verdicts(tmp_path):
 
     ends = at_once({backend: (lambda b=backend: end_of_run(b)) for backend in ("local", "ray")})
     assert [(t, v) for t, v, _, _ in ends["ray"]["candidates"]] == [
-        ("Break the state class", "invalid"), ("Edit the optimizer", "refused"),
-        ("Transfer everyone", "rejected"), ("Keep the user's exact title", "accepted")]
+        ("Break the state class", "invalid"),
+        ("Edit the optimizer", "refused"),
+        ("Transfer everyone", "rejected"),
+        ("Keep the user's exact title", "accepted"),
+    ]
     assert ends["ray"] == ends["local"]  # gate scores, the kept tree and every token included
 
 
@@ -289,8 +345,13 @@ def test_ctrl_c_stops_a_ray_evaluation_and_everything_it_started(tmp_path):
     repo = mock_repo(tmp_path / "target")
     tmpdir = own_tmpdir()
     command = [sys.executable, "-m", "evolver", "eval", str(repo), "--backend", "ray", *SCRIPTED_MODELS, "--trials", "4"]
-    proc = subprocess.Popen(command, env={**os.environ, **ALONE, "TMPDIR": tmpdir, "EVOLVER_SCRIPTED_LATENCY": "0.3"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command,
+        env={**os.environ, **ALONE, "TMPDIR": tmpdir, "EVOLVER_SCRIPTED_LATENCY": "0.3"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline, sims = time.monotonic() + 300, None
     while time.monotonic() < deadline and proc.poll() is None:
         found = list((repo / "runs").glob("eval-*/sims.jsonl"))
@@ -371,14 +432,23 @@ class TestInProcess:
     def test_a_resumed_evaluation_keeps_scored_simulations_and_retries_infrastructure_errors(self, backend, repo, tmp_path):
         out = tmp_path / "eval"
         out.mkdir()
-        earlier = [SimRecord(task_id="create_task_1", trial=0, outcome="ok", reward=0.25),  # a reward no run gives: kept, not rerun
-                   SimRecord(task_id="update_task_1", trial=0, outcome="infra_error", termination_reason="infra_error", error="outage")]
+        earlier = [
+            SimRecord(task_id="create_task_1", trial=0, outcome="ok", reward=0.25),  # a reward no run gives: kept, not rerun
+            SimRecord(task_id="update_task_1", trial=0, outcome="infra_error", termination_reason="infra_error", error="outage"),
+        ]
         (out / "sims.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in earlier))
         result = backend.evaluate(self.request(repo, out, ["create_task_1", "update_task_1"], trials=1), "resume", timeout=300)
-        assert {(s.task_id, s.outcome, s.reward) for s in result.simulations} == {("create_task_1", "ok", 0.25), ("update_task_1", "ok", 1.0)}
+        assert {(s.task_id, s.outcome, s.reward) for s in result.simulations} == {
+            ("create_task_1", "ok", 0.25),
+            ("update_task_1", "ok", 1.0),
+        }
         assert result.worker_note is None
         lines = [SimRecord.model_validate_json(line) for line in (out / "sims.jsonl").read_text().splitlines()]
-        assert [(r.task_id, r.outcome) for r in lines] == [("create_task_1", "ok"), ("update_task_1", "infra_error"), ("update_task_1", "ok")]
+        assert [(r.task_id, r.outcome) for r in lines] == [
+            ("create_task_1", "ok"),
+            ("update_task_1", "infra_error"),
+            ("update_task_1", "ok"),
+        ]
 
     def test_two_evaluations_at_once(self, backend, repo, tmp_path):
         tasks = ["create_task_1", "update_task_1", "impossible_task_1"]
@@ -407,7 +477,8 @@ class TestInProcess:
         assert set(results) == {"a", "b"}
         for result in results.values():
             assert [(s.task_id, s.trial, s.outcome, s.reward) for s in result.simulations] == [
-                (t, trial, "ok", 1.0) for trial in range(4) for t in tasks]
+                (t, trial, "ok", 1.0) for trial in range(4) for t in tasks
+            ]
             assert len((tmp_path / result.run_id / "sims.jsonl").read_text().splitlines()) == 12
         assert list(hold.glob("call-*")) == []
 
@@ -415,7 +486,9 @@ class TestInProcess:
         out = tmp_path / "killed"
         tasks = ["create_task_1", "update_task_1"]  # 8 simulations at 4 at once: a second wave follows the first record
         done = {}
-        runner = threading.Thread(target=lambda: done.update(result=backend.evaluate(self.request(repo, out, tasks, trials=4), "killed", timeout=300)))
+        runner = threading.Thread(
+            target=lambda: done.update(result=backend.evaluate(self.request(repo, out, tasks, trials=4), "killed", timeout=300))
+        )
         runner.start()
         deadline, victim = time.monotonic() + 120, None
         while time.monotonic() < deadline and victim is None:
@@ -428,7 +501,8 @@ class TestInProcess:
         runner.join(300)
         result = done["result"]
         assert [(s.task_id, s.trial, s.outcome, s.reward) for s in result.simulations] == [
-            (t, trial, "ok", 1.0) for trial in range(4) for t in tasks]
+            (t, trial, "ok", 1.0) for trial in range(4) for t in tasks
+        ]
         assert result.worker_note is None and result.summary.infra_errors == 0
         assert "ended early (attempt 1 of 3): WorkerCrashedError" in (out / "worker.log").read_text()
         records = EvalDir(out).records()
@@ -465,9 +539,9 @@ class TestInProcess:
         """Every group's workers take their turn in the cluster's limiter (a Ray actor): against a provider
         that allows 600 calls a minute, 64 simulations with 24 at once lose nothing and meet few 429s. Then the
         actor is killed mid-evaluation: every node goes on with its share, says so once, and loses nothing."""
-        from evolver import ratelimit
         import ray
 
+        from evolver import ratelimit
         from evolver.evaluation.backends import ray as ray_backend
         from evolver.evaluation.backends.ray_limits import RemoteLimiter
         from tests.scripts.fake_openai import FakeOpenAI, Limit
@@ -489,7 +563,9 @@ class TestInProcess:
 
         with FakeOpenAI(limit=Limit(**SHORT)) as fake:
             out, done = tmp_path / "lost", {}
-            runner = threading.Thread(target=lambda: done.update(result=backend.evaluate(request(fake, out, trials=8), "lost", timeout=600)))
+            runner = threading.Thread(
+                target=lambda: done.update(result=backend.evaluate(request(fake, out, trials=8), "lost", timeout=600))
+            )
             runner.start()
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not ((out / "sims.jsonl").exists() and (out / "sims.jsonl").read_text().count("\n") >= 8):

@@ -33,9 +33,7 @@ def main_command() -> list[str]:
     block = readme[readme.index("Run the main job") :].split("```")[1]
     [line] = [ln for ln in block.splitlines() if ln.strip()]
     install, _, evolver = line.partition(".venv/bin/evolver ")
-    assert install.startswith(
-        "python3 -m venv .venv && .venv/bin/pip install -e '.[local]'"
-    ), install
+    assert install.startswith("python3 -m venv .venv && .venv/bin/pip install -e '.[local]'"), install
     return shlex.split(evolver)
 
 
@@ -46,15 +44,8 @@ def test_the_readmes_main_command_runs_to_its_end(tmp_path):
     assert args[0] == "run"
     proc = run_cli([*args, str(repo)], env=SCRIPTED, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (
-        re.search(r"^run run-\S+: ", proc.stderr, re.MULTILINE)
-        and "measuring the baseline" in proc.stderr
-    )
-    assert (
-        "best: evolver/run-" in proc.stdout
-    )  # the branch to merge, or that there is nothing to merge
+    assert re.search(r"^run run-\S+: ", proc.stderr, re.MULTILINE) and "measuring the baseline" in proc.stderr
+    assert "best: evolver/run-" in proc.stdout  # the branch to merge, or that there is nothing to merge
     [run] = (repo / "runs").glob("run-*")
     state = json.loads((run / "state.json").read_text())
-    assert state["status"] == "finished" and state["next_iteration"] == 3, state[
-        "stop_reason"
-    ]  # the two iterations it asks for
+    assert state["status"] == "finished" and state["next_iteration"] == 3, state["stop_reason"]  # the two iterations it asks for

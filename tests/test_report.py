@@ -32,9 +32,12 @@ from tests.test_loop import make_target, run_id_of
 SCRIPT = "tests.scripts.report_cases:script"
 NO_MLFLOW = ROOT / "tests" / "scripts" / "no_mlflow"  # an `mlflow` that records being imported, then fails
 CANDIDATES = [  # label, parent, title, verdict shown
-    ["1a", "base", "Keep the user's exact title", "kept"], ["1b", "base", "Transfer everyone", "rejected"],
-    ["2a", "1a", "Be courteous", "rejected"], ["2b", "1a", "Break the state class", "invalid"],
-    ["3a", "1a", "Check every detail", "kept"], ["3b", "1a", "Edit the optimizer", "refused"],
+    ["1a", "base", "Keep the user's exact title", "kept"],
+    ["1b", "base", "Transfer everyone", "rejected"],
+    ["2a", "1a", "Be courteous", "rejected"],
+    ["2b", "1a", "Break the state class", "invalid"],
+    ["3a", "1a", "Check every detail", "kept"],
+    ["3b", "1a", "Edit the optimizer", "refused"],
 ]
 
 
@@ -47,12 +50,36 @@ def report_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("report")
     repo = make_target(base / "target")
     marker = base / "mlflow-imported"
-    env = {"EVOLVER_SCRIPT": SCRIPT, "EVOLVER_TEST_PLAN": "exact+worse,note+broken,thorough+optimizer", "EVOLVER_SCRIPTED_PRICE": "0.002",
-           **_without_mlflow(marker)}
+    env = {
+        "EVOLVER_SCRIPT": SCRIPT,
+        "EVOLVER_TEST_PLAN": "exact+worse,note+broken,thorough+optimizer",
+        "EVOLVER_SCRIPTED_PRICE": "0.002",
+        **_without_mlflow(marker),
+    }
     # The story below is the per-decision gate's (each candidate against the incumbent's fresh reference);
     # the default policy's screen and audit are shown by test_loop's runs.
-    proc = run_cli(["run", str(repo), "--iterations", "3", "--candidates", "2", "--gate-stages", "1,2", "--holdout", "--gate-policy", "per-decision",
-                    "--concurrency", "8", "--proposer", "oneshot", *SCRIPTED_MODELS], env=env, timeout=1200)  # a broken patch reaches the loop
+    proc = run_cli(
+        [
+            "run",
+            str(repo),
+            "--iterations",
+            "3",
+            "--candidates",
+            "2",
+            "--gate-stages",
+            "1,2",
+            "--holdout",
+            "--gate-policy",
+            "per-decision",
+            "--concurrency",
+            "8",
+            "--proposer",
+            "oneshot",
+            *SCRIPTED_MODELS,
+        ],
+        env=env,
+        timeout=1200,
+    )  # a broken patch reaches the loop
     assert proc.returncode == 0, proc.stderr[-3000:]
     return repo, run_id_of(repo), marker, env
 
@@ -63,8 +90,12 @@ def test_tracking_off_never_imports_mlflow(report_run, tmp_path):
     assert not marker.exists(), marker.read_text()  # the run, its workers and its daemon never imported it
     assert not (repo / "mlruns").exists()
     probe = tmp_path / "probe"  # the stand-in does record an import: the check above can fail
-    proc = subprocess.run([sys.executable, "-c", "import mlflow"], env={**os.environ, **env, "EVOLVER_TEST_MLFLOW_TRIPWIRE": str(probe)},
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import mlflow"],
+        env={**os.environ, **env, "EVOLVER_TEST_MLFLOW_TRIPWIRE": str(probe)},
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1 and "No module named 'mlflow'" in proc.stderr and probe.exists()
 
 
@@ -117,9 +148,11 @@ def test_report_opens_in_headless_chromium(report_run, tmp_path):
     assert dom["score_y"] == {"incumbent (gate)": [0.5, 0.5, 0.75, 0.75], "kept": [0.75, 1.0], "rejected": [0.0, 0.75]}
     lineage = {t["name"]: t["text"] for t in dom["traces"]["lineage-chart"] if t["name"]}
     assert lineage == {"base": ["base"], "kept": ["1a", "3a"], "rejected": ["1b", "2a"], "invalid": ["2b"], "refused": ["3b"]}
-    assert dom["lineage_list"] == ["base main " + git(repo, "rev-parse", "--short=10", "main").strip(),
-                                   f"1a on base: Keep the user's exact title (+25.0 points) evolver/{run_id}/iter-001a",
-                                   f"3a on 1a: Check every detail (+25.0 points) evolver/{run_id}/iter-003a = best"]
+    assert dom["lineage_list"] == [
+        "base main " + git(repo, "rev-parse", "--short=10", "main").strip(),
+        f"1a on base: Keep the user's exact title (+25.0 points) evolver/{run_id}/iter-001a",
+        f"3a on 1a: Check every detail (+25.0 points) evolver/{run_id}/iter-003a = best",
+    ]
     assert dom["best_annotation"] == f"best: evolver/{run_id}/best"
     assert [row[:4] for row in dom["candidates"]] == CANDIDATES
     assert dom["grid"] == {"columns": ["base", "1a", "1b", "2a", "3a"], "rows": 40, "up": 20, "down": 20}  # 1a, 3a: 10 up; 1b: 20 down
@@ -187,12 +220,33 @@ def test_a_cost_without_a_price_is_unknown_never_zero():
 
 # -- MLflow --------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tracked_run(tmp_path_factory):
     repo = make_target(tmp_path_factory.mktemp("tracked") / "target")
     env = {"EVOLVER_SCRIPT": SCRIPT, "EVOLVER_TEST_PLAN": "worse,exact"}
-    proc = run_cli(["run", str(repo), "--iterations", "2", "--candidates", "1", "--gate-policy", "per-decision", "--gate-stages", "1,2", "--no-holdout", "--track", "mlflow",
-                    "--concurrency", "8", *SCRIPTED_MODELS], env=env, timeout=1200)
+    proc = run_cli(
+        [
+            "run",
+            str(repo),
+            "--iterations",
+            "2",
+            "--candidates",
+            "1",
+            "--gate-policy",
+            "per-decision",
+            "--gate-stages",
+            "1,2",
+            "--no-holdout",
+            "--track",
+            "mlflow",
+            "--concurrency",
+            "8",
+            *SCRIPTED_MODELS,
+        ],
+        env=env,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return repo, run_id_of(repo), proc
 
@@ -212,7 +266,9 @@ def _history(client, run_id: str, key: str) -> list[tuple[int, float]]:
 def test_mlflow_holds_the_settings_metrics_verdicts_and_report(tracked_run, tmp_path):
     repo, run_id, proc = tracked_run
     client = _client((repo / "mlruns").as_uri())
-    [found] = client.search_runs([client.get_experiment_by_name("evolver").experiment_id], filter_string=f"tags.`evolver.run_id` = '{run_id}'")
+    [found] = client.search_runs(
+        [client.get_experiment_by_name("evolver").experiment_id], filter_string=f"tags.`evolver.run_id` = '{run_id}'"
+    )
     mlflow_id = found.info.run_id
     assert found.info.status == "FINISHED" and found.info.run_name == run_id
     params = found.data.params

@@ -49,19 +49,25 @@ def test_a_patch_that_switches_its_layer_on_counts(tmp_path, example):
 def test_a_skill_without_h5_is_refused_and_a_prompt_edit_always_counts(tmp_path):
     skill = "TITLE: t\nRATIONALE: r\nFILE: agent/skills/new-skill.md\n<<<<<<< SEARCH\n=======\n# New\n\nUse when asked.\n>>>>>>> REPLACE\n"
     assert "h5_procedural_skills" in inert_edit_reason(*_pair(tmp_path / "a", skill))
-    prompt = ("TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nTry to be helpful and always follow the policy."
-              "\n=======\nTry to be helpful, brief, and always follow the policy.\n>>>>>>> REPLACE\n")
+    prompt = (
+        "TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nTry to be helpful and always follow the policy."
+        "\n=======\nTry to be helpful, brief, and always follow the policy.\n>>>>>>> REPLACE\n"
+    )
     assert inert_edit_reason(*_pair(tmp_path / "b", prompt)) is None
 
 
 def test_a_comment_or_a_docstring_is_refused(tmp_path):
     # the embedded 1.5B's whole fix in the README's main job: a comment among the imports
-    comment = ("TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nfrom pathlib import Path\n=======\n"
-               "# Add the missing required information\nfrom pathlib import Path\n>>>>>>> REPLACE\n")
+    comment = (
+        "TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nfrom pathlib import Path\n=======\n"
+        "# Add the missing required information\nfrom pathlib import Path\n>>>>>>> REPLACE\n"
+    )
     assert "only comments, layout or a docstring" in inert_edit_reason(*_pair(tmp_path / "a", comment))
-    docstring = ("TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\n"
-                 '    """A tau2 local agent; tau2 builds one per simulation."""\n=======\n'
-                 '    """A tau2 local agent, one per simulation."""\n>>>>>>> REPLACE\n')
+    docstring = (
+        "TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\n"
+        '    """A tau2 local agent; tau2 builds one per simulation."""\n=======\n'
+        '    """A tau2 local agent, one per simulation."""\n>>>>>>> REPLACE\n'
+    )
     assert "only comments, layout or a docstring" in inert_edit_reason(*_pair(tmp_path / "b", docstring))
 
 
@@ -70,7 +76,9 @@ def test_the_worker_reads_the_trial_from_tau2_and_never_guesses(tmp_path):
     from evolver.evaluation.worker.recorder import Recorder
 
     role = RoleModel(model="scripted/agent")
-    req = EvalRequest(checkout=str(tmp_path), out_dir=str(tmp_path / "out"), domain="mock", trials=3, seed=300, agent=role, user=role, judge=role)
+    req = EvalRequest(
+        checkout=str(tmp_path), out_dir=str(tmp_path / "out"), domain="mock", trials=3, seed=300, agent=role, user=role, judge=role
+    )
     recorder = Recorder(req, run_task=None, total=3)
 
     def _run(task, trial, seed, progress_str):  # shaped like tau2's run_tasks._run
@@ -87,11 +95,13 @@ def test_the_worker_reads_the_trial_from_tau2_and_never_guesses(tmp_path):
 
 def test_a_renamed_h2_helper_is_still_inside_h2(tmp_path):
     """The layers come from the code, not a table of names: a helper renamed by the patch stays in its layer."""
-    rename = ("TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\n"
-              "    matches = [t for t in schemas if squash(t) == squash(name)]\n=======\n"
-              "    matches = [t for t in schemas if squashed(t) == squashed(name)]\n>>>>>>> REPLACE\n"
-              "FILE: agent/agent.py\n<<<<<<< SEARCH\ndef squash(name: str) -> str:\n=======\n"
-              "def squashed(name: str) -> str:\n>>>>>>> REPLACE\n")
+    rename = (
+        "TITLE: t\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\n"
+        "    matches = [t for t in schemas if squash(t) == squash(name)]\n=======\n"
+        "    matches = [t for t in schemas if squashed(t) == squashed(name)]\n>>>>>>> REPLACE\n"
+        "FILE: agent/agent.py\n<<<<<<< SEARCH\ndef squash(name: str) -> str:\n=======\n"
+        "def squashed(name: str) -> str:\n>>>>>>> REPLACE\n"
+    )
     reason = inert_edit_reason(*_pair(tmp_path / "off", rename))
     assert reason and "h2_action_realization" in reason
     assert inert_edit_reason(*_pair(tmp_path / "on", rename, switch="h2_action_realization")) is None

@@ -18,9 +18,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STORE = "store"
 # The names in a run directory and in each evaluation's folder (docs/run-directory.md).
-NAMES = {"runs", "evals", "iterations", "proposals", "worktrees", "run.json", "state.json", "log.jsonl", "holdout.json",
-         "scan-identifiers.json", "lock", "report.html", "rate_limits.json", "request.json", "sims.jsonl", "trajectories", "claims", "worker.log",
-         "result.json"}
+NAMES = {
+    "runs",
+    "evals",
+    "iterations",
+    "proposals",
+    "worktrees",
+    "run.json",
+    "state.json",
+    "log.jsonl",
+    "holdout.json",
+    "scan-identifiers.json",
+    "lock",
+    "report.html",
+    "rate_limits.json",
+    "request.json",
+    "sims.jsonl",
+    "trajectories",
+    "claims",
+    "worker.log",
+    "result.json",
+}
 PREFIXES = ("result-", "status-", "request-")  # result-<T>.json, status-<i>.json, request-<i>.json
 JOINS = {"glob", "rglob", "joinpath", "with_name", "Path", "PurePath", "join"}  # calls that make a path of their arguments
 
@@ -54,7 +72,9 @@ def path_joins(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-            hit = name in JOINS and (any(names_a_run_file(a) for a in node.args) or (isinstance(func, ast.Attribute) and is_run_path(func.value)))
+            hit = name in JOINS and (
+                any(names_a_run_file(a) for a in node.args) or (isinstance(func, ast.Attribute) and is_run_path(func.value))
+            )
         else:
             continue
         if hit:
@@ -84,19 +104,19 @@ def test_the_check_finds_what_it_should(tmp_path):
     files = {
         "store/runstate.py": 'def f(run):\n    return run.path / "state.json"\n',  # the store's own: allowed
         "evaluation/worker.py": (
-            'from pathlib import Path\n'
-            'def f(out, req, n):\n'
+            "from pathlib import Path\n"
+            "def f(out, req, n):\n"
             '    a = out / "sims.jsonl"\n'  # 3
             '    b = Path(req.out_dir) / f"status-{n}.json"\n'  # 4
             '    c = list(out.glob("result-*.json"))\n'  # 5
             '    d = out / "trajectories" / "x.json"\n'  # 6: the inner join
-            '    print(f"see {out / \'worker.log\'}")\n'  # 7: inside a message, still a join
+            "    print(f\"see {out / 'worker.log'}\")\n"  # 7: inside a message, still a join
             '    e = f"trajectories/{n}"\n'  # an f-string alone is no join
             '    return out / "agent", "see worker.log", (out / "checkout")\n'  # not run-directory names; a message
         ),
         "cli/history.py": (
-            'import os\nfrom pathlib import Path\n'
-            'def g(run, repo):\n'
+            "import os\nfrom pathlib import Path\n"
+            "def g(run, repo):\n"
             '    x = Path(repo, "runs")\n'  # 4
             '    y = run.path / "anything"\n'  # 5: a run's folder
             '    z = run.path.glob("evals/*/sims.jsonl")\n'  # 6
@@ -110,8 +130,14 @@ def test_the_check_finds_what_it_should(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     assert [line.split(": ")[0] for line in outside_the_store(package)] == [
-        "evolver/cli/history.py:4", "evolver/cli/history.py:5", "evolver/cli/history.py:6", "evolver/cli/history.py:7",
-        "evolver/evaluation/worker.py:3", "evolver/evaluation/worker.py:4", "evolver/evaluation/worker.py:5",
-        "evolver/evaluation/worker.py:6", "evolver/evaluation/worker.py:7",
+        "evolver/cli/history.py:4",
+        "evolver/cli/history.py:5",
+        "evolver/cli/history.py:6",
+        "evolver/cli/history.py:7",
+        "evolver/evaluation/worker.py:3",
+        "evolver/evaluation/worker.py:4",
+        "evolver/evaluation/worker.py:5",
+        "evolver/evaluation/worker.py:6",
+        "evolver/evaluation/worker.py:7",
         "evolver/evolution/loop.py:2",
     ]

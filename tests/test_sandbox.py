@@ -95,36 +95,62 @@ def test_no_agent_process_outlives_its_evaluation(target):
 
 
 def test_llm_requests_carry_messages_and_tools_only():
-    from evolver.evaluation.proxy_agent import AgentFault, _llm_request
+    from evolver.evaluation.agent_wire import AgentFault, llm_request
 
-    kwargs = _llm_request({
-        "op": "llm", "messages": [{"role": "user", "content": "hi", "api_base": "http://evil"}],
-        "tools": None, "tool_choice": None, "model": "gpt-4o", "temperature": 2.0, "api_key": "x",
-    })
+    kwargs = llm_request(
+        {
+            "op": "llm",
+            "messages": [{"role": "user", "content": "hi", "api_base": "http://evil"}],
+            "tools": None,
+            "tool_choice": None,
+            "model": "gpt-4o",
+            "temperature": 2.0,
+            "api_key": "x",
+        }
+    )
     assert kwargs == {"messages": [{"role": "user", "content": "hi"}]}
     with pytest.raises(AgentFault):
-        _llm_request({"messages": [{"role": "root", "content": "x"}]})
+        llm_request({"messages": [{"role": "root", "content": "x"}]})
     with pytest.raises(AgentFault):
-        _llm_request({"messages": [{"role": "user"}], "tool_choice": 7})
+        llm_request({"messages": [{"role": "user"}], "tool_choice": 7})
     # Only text reaches the model: an image or file part names a URL some providers' adapters fetch.
-    for part in ({"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/x.png"}}, {"type": "file", "file": {"file_id": "x"}},
-                 {"type": "text", "text": 3}):
+    for part in (
+        {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/x.png"}},
+        {"type": "file", "file": {"file_id": "x"}},
+        {"type": "text", "text": 3},
+    ):
         with pytest.raises(AgentFault, match="content other than text"):
-            _llm_request({"messages": [{"role": "user", "content": [part]}]})
+            llm_request({"messages": [{"role": "user", "content": [part]}]})
     with pytest.raises(AgentFault, match="tool call"):
-        _llm_request({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": {}}}]}]})
+        llm_request(
+            {"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": {}}}]}]}
+        )
     with pytest.raises(AgentFault, match="not text"):
-        _llm_request({"messages": [{"role": "tool", "content": "x", "tool_call_id": {"$ref": "x"}}]})
+        llm_request({"messages": [{"role": "tool", "content": "x", "tool_call_id": {"$ref": "x"}}]})
     # What passes is rebuilt from the checked parts, extra keys dropped at every level.
-    kwargs = _llm_request({
-        "messages": [{"role": "assistant", "content": [{"type": "text", "text": "a", "cache_control": {}}],
-                      "tool_calls": [{"id": "1", "name": "f", "type": "function", "function": {"name": "f", "arguments": "{}", "x": 1}}]}],
-        "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}, "api_base": "x"}}],
-        "tool_choice": {"type": "function", "function": {"name": "f"}, "api_key": "x"},
-    })
+    kwargs = llm_request(
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "a", "cache_control": {}}],
+                    "tool_calls": [{"id": "1", "name": "f", "type": "function", "function": {"name": "f", "arguments": "{}", "x": 1}}],
+                }
+            ],
+            "tools": [
+                {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}, "api_base": "x"}}
+            ],
+            "tool_choice": {"type": "function", "function": {"name": "f"}, "api_key": "x"},
+        }
+    )
     assert kwargs == {
-        "messages": [{"role": "assistant", "content": [{"type": "text", "text": "a"}],
-                      "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}],
+        "messages": [
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "a"}],
+                "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            }
+        ],
         "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}],
         "tool_choice": {"type": "function", "function": {"name": "f"}},
     }
@@ -157,7 +183,7 @@ def test_without_landlock_eval_refuses_unless_the_unsafe_flag_is_given(target, t
     assert result["isolation"]["mode"] == "none"
 
 
-HARDCODED = '''TITLE: Remember the usual task
+HARDCODED = """TITLE: Remember the usual task
 RATIONALE: the create task always wants this title
 FILE: agent/agent.py
 <<<<<<< SEARCH
@@ -166,7 +192,7 @@ H5_TOP_K = 2
 H5_TOP_K = 2
 KNOWN_TASK = "create_task_1"
 >>>>>>> REPLACE
-'''
+"""
 
 
 def hardcoding_meta(name, messages, tools):
@@ -221,8 +247,8 @@ def test_grants_cut_out_the_hidden_folder_entry_by_entry(tmp_path):
     (tmp_path / "site/other").mkdir()
     (tmp_path / "lib").mkdir()
     hidden = ((tmp_path / "site/tau2/data").resolve(),)
-    grants = sandbox._excluding(tmp_path.resolve(), hidden)
+    grants = sandbox.excluding(tmp_path.resolve(), hidden)
     expected = {tmp_path / "lib", tmp_path / "site/other", tmp_path / "site/tau2/agent", tmp_path / "site/tau2/__init__.py"}
     assert set(grants) == {p.resolve() for p in expected}
-    assert sandbox._excluding((tmp_path / "lib").resolve(), hidden) == [(tmp_path / "lib").resolve()]
-    assert sandbox._excluding(hidden[0], hidden) == []
+    assert sandbox.excluding((tmp_path / "lib").resolve(), hidden) == [(tmp_path / "lib").resolve()]
+    assert sandbox.excluding(hidden[0], hidden) == []

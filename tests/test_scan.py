@@ -78,7 +78,13 @@ HOSTILE = [
     ("getenv-name-in-a-variable", "import os\nNAME = 'AGENT_MODEL'\nx = os.environ.get(NAME)", False, "environment", 3),
     ("getenv-built-name", "import os\nx = os.getenv('AGENT_' + 'MODEL')", False, "environment", 2),
     ("getenv-starred-name", "import os\nx = os.getenv(*['AGENT_MODEL'])", False, "environment", 2),
-    ("getenv-default-reads-a-key", "import os\nx = os.environ.get('AGENT_MODEL', os.environ.get('OPENAI_API_KEY'))", False, "environment", 2),
+    (
+        "getenv-default-reads-a-key",
+        "import os\nx = os.environ.get('AGENT_MODEL', os.environ.get('OPENAI_API_KEY'))",
+        False,
+        "environment",
+        2,
+    ),
     ("environ-set-agent-model", "import os\nos.environ['AGENT_MODEL'] = 'gpt-4o'", False, "environment", 2),
     ("environ-listing", "import os\nnames = list(os.environ)", False, "environment", 2),
     ("environ-copy", "import os\nx = os.environ.copy()", False, "environment", 2),
@@ -135,7 +141,13 @@ HOSTILE = [
     ("task-data-comment", "x = 1  # the test user is user_1", False, "task-data", 1),
     ("task-data-fstring", "n = 1\nmsg = f'user_1 has {n} tasks'", True, "task-data", 2),
     # the failure digest's masked values: the 1.5B's fixed customer message in place of state_reset's reset, kept by the scripted gate
-    ("digest-placeholder", "state.messages = [UserMessage(role='user', content=\"create a task called '<V1>' for <V2>.\")]", True, "task-data", 1),
+    (
+        "digest-placeholder",
+        "state.messages = [UserMessage(role='user', content=\"create a task called '<V1>' for <V2>.\")]",
+        True,
+        "task-data",
+        1,
+    ),
     ("digest-placeholder-comment", "x = 1  # as in T1: <V3>", False, "task-data", 1),
     ("not-python", "def broken(:\n    pass", False, "unreadable", 1),
 ]
@@ -159,7 +171,9 @@ def test_a_finding_is_one_line_with_its_reason():
     finding = Finding("process", "agent/agent.py", 12, "import subprocess")
     assert str(finding) == "agent/agent.py:12: process: import subprocess (candidate code may not start processes or send signals)"
     text, first = inject("x = 1\ny = 2\nimport subprocess", inside=False)
-    assert [str(f) for f in scan_text("agent/agent.py", text)] == [f"agent/agent.py:{first + 2}: process: import subprocess ({RULES['process']})"]
+    assert [str(f) for f in scan_text("agent/agent.py", text)] == [
+        f"agent/agent.py:{first + 2}: process: import subprocess ({RULES['process']})"
+    ]
 
 
 def test_text_files_are_checked_for_task_data(mock_ids):
@@ -185,17 +199,29 @@ BENIGN = [
     ("local-named-code", 'code = "x"\nsignal = code.upper()', True),
     ("threads", "import threading\nfrom concurrent.futures import ThreadPoolExecutor\nLOCK = threading.Lock()", False),
     ("time-random-math", "import math, random, time\nrng = random.Random(0)\nx = math.log(2) + time.monotonic()", False),
-    ("own-files", 'import os\nextra = open(HERE / "notes.txt").read()\nfiles = sorted((HERE / "skills").glob("*.md"))\n'
-                  'folder = os.path.join(HERE, "skills")', False),
+    (
+        "own-files",
+        'import os\nextra = open(HERE / "notes.txt").read()\nfiles = sorted((HERE / "skills").glob("*.md"))\n'
+        'folder = os.path.join(HERE, "skills")',
+        False,
+    ),
     ("allowed-tau2", "from tau2.agent.base import LocalAgent\nfrom tau2.data_model.message import ToolCall", False),
     ("model-copy-and-dict", 'copy = reply.model_copy(update={"content": "x"})\nshape = {"model": 1, "name": "n"}', True),
     ("regex", 'ID = re.compile(r"^[a-z]+_\\d+$")', False),
     ("read-llm-args", "budget = self.llm_args.get('max_tokens')\nname = str(self.llm)", True),
     # auto-harness's idioms: the two names evolver gives the agent process, and the model as self.llm first.
-    ("agent-model-env", "import os\nAGENT_MODEL = os.environ.get('AGENT_MODEL', '')\nEFFORT = os.getenv('AGENT_REASONING_EFFORT')\n"
-                        "NAME = os.environ['AGENT_MODEL']", False),
-    ("model-self-llm-or", "import os\neffort = os.environ.get('AGENT_REASONING_EFFORT', '')\nkw = {'reasoning_effort': effort} if effort else {}\n"
-                          "kw.update(self.llm_args)\nreply = generate(model=self.llm or AGENT_MODEL, tools=self.tools, messages=[], **kw)", True),
+    (
+        "agent-model-env",
+        "import os\nAGENT_MODEL = os.environ.get('AGENT_MODEL', '')\nEFFORT = os.getenv('AGENT_REASONING_EFFORT')\n"
+        "NAME = os.environ['AGENT_MODEL']",
+        False,
+    ),
+    (
+        "model-self-llm-or",
+        "import os\neffort = os.environ.get('AGENT_REASONING_EFFORT', '')\nkw = {'reasoning_effort': effort} if effort else {}\n"
+        "kw.update(self.llm_args)\nreply = generate(model=self.llm or AGENT_MODEL, tools=self.tools, messages=[], **kw)",
+        True,
+    ),
 ]
 
 
@@ -235,7 +261,7 @@ def guide_examples() -> list[str]:
 
 
 VALID_PATCHES = {
-    "prompt-text": '''TITLE: Ask one question at a time
+    "prompt-text": """TITLE: Ask one question at a time
 RATIONALE: Users were asked several things at once.
 FILE: agent/agent.py
 <<<<<<< SEARCH
@@ -244,7 +270,7 @@ Try to be helpful and always follow the policy.
 Try to be helpful and always follow the policy.
 Ask the user one question at a time, and read ids back to them before you act.
 >>>>>>> REPLACE
-''',
+""",
     "helper-with-re-json-collections": '''TITLE: Note repeated arguments
 RATIONALE: The same id was passed to several tools without a lookup.
 FILE: agent/agent.py
@@ -266,7 +292,7 @@ def argument_counts(messages: list) -> Counter:
 def budget_note(messages: list, step_budget: int) -> Optional[str]:
 >>>>>>> REPLACE
 ''',
-    "threading-lock-and-state-field": '''TITLE: Remember who was verified
+    "threading-lock-and-state-field": """TITLE: Remember who was verified
 RATIONALE: The agent asked twice for the same identity details.
 FILE: agent/agent.py
 <<<<<<< SEARCH
@@ -303,12 +329,13 @@ Use when the user gives an id, a name or an email and wants something changed.
 1. Find the record with a lookup tool first; ids have the form the tool descriptions give.
 2. Act only on what the lookup returned.
 >>>>>>> REPLACE
-''',
+""",
 }
 
 
-@pytest.mark.parametrize("proposal", guide_examples() + list(VALID_PATCHES.values()),
-                         ids=["guide-H2", "guide-H3", "guide-H4", "guide-H5", *VALID_PATCHES])
+@pytest.mark.parametrize(
+    "proposal", guide_examples() + list(VALID_PATCHES.values()), ids=["guide-H2", "guide-H3", "guide-H4", "guide-H5", *VALID_PATCHES]
+)
 def test_valid_patches_pass(proposal, agent_tree, mock_ids):
     written = apply_edits(agent_tree, parse_proposal(proposal).edits)
     assert written
@@ -343,12 +370,26 @@ def test_retail_identifiers_are_quick_and_hold_order_ids():
 
 
 def test_what_looks_like_an_identifier():
-    tasks = [{"id": "[mms_issue]airplane_mode_on[PERSONA:None]", "user_scenario": {
-        "instructions": "You are mia_garcia_4516, phone 555-123-4567, order #W2378156; HATHAT, 2024, born 1990-01-02."},
-        "evaluation_criteria": {"actions": [{"arguments": {"amount": 123456, "count": 2, "flag": True}}]}}]
+    tasks = [
+        {
+            "id": "[mms_issue]airplane_mode_on[PERSONA:None]",
+            "user_scenario": {
+                "instructions": "You are mia_garcia_4516, phone 555-123-4567, order #W2378156; HATHAT, 2024, born 1990-01-02."
+            },
+            "evaluation_criteria": {"actions": [{"arguments": {"amount": 123456, "count": 2, "flag": True}}]},
+        }
+    ]
     ids = task_data_identifiers(tasks, {"users": {"user_1": {"zip": "90210", "name": "Ann"}}}, exclude=["user_1"])
-    assert ids == {"[mms_issue]airplane_mode_on[PERSONA:None]", "mia_garcia_4516", "555-123-4567", "#W2378156",
-                   "W2378156", "1990-01-02", "123456", "90210"}
+    assert ids == {
+        "[mms_issue]airplane_mode_on[PERSONA:None]",
+        "mia_garcia_4516",
+        "555-123-4567",
+        "#W2378156",
+        "W2378156",
+        "1990-01-02",
+        "123456",
+        "90210",
+    }
     found = scan_text("agent/agent.py", "TASK = 'see [mms_issue]airplane_mode_on[PERSONA:None]'\n", ids)
     assert [f.rule for f in found] == ["task-data"]
 
@@ -369,7 +410,9 @@ def test_any_text_gives_findings_never_an_exception(mock_ids):
 def test_the_auto_harness_shaped_fixture_passes_the_scan(mock_ids):
     """auto-harness's tau-bench template shape (tests/fixtures/auto_harness) is a valid parent for candidates as it is."""
     text = (ROOT / "tests" / "fixtures" / "auto_harness" / "agent" / "agent.py").read_text()
-    assert "os.environ.get(\"AGENT_MODEL\"" in text and "from tau2.agent.base_agent import" in text and "model=self.llm or AGENT_MODEL" in text
+    assert (
+        'os.environ.get("AGENT_MODEL"' in text and "from tau2.agent.base_agent import" in text and "model=self.llm or AGENT_MODEL" in text
+    )
     assert scan_text("agent/agent.py", text, mock_ids) == []
     assert scan_text("agent/agent.py", text, domain_identifiers("retail")) == []
 
@@ -383,7 +426,11 @@ def test_every_parse_of_python_in_evolver_takes_the_one_lock():
     bare = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
-                    and (node.func.value.id, node.func.attr) in {("ast", "parse"), ("symtable", "symtable")}:  # symtable parses too
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and (node.func.value.id, node.func.attr) in {("ast", "parse"), ("symtable", "symtable")}
+            ):  # symtable parses too
                 bare.append(f"{path.relative_to(root)}:{node.lineno}")
     assert bare == ["evaluation/scan/__init__.py:94", "evaluation/scan/__init__.py:100"]  # parse_python and symbol_table, under its lock

@@ -35,8 +35,10 @@ def driven(rng: random.Random, incumbent: list[float], candidates: dict[str, lis
 
     def run(stage: Stage):
         asked.append((stage.index, stage.incumbent_trials, stage.candidate_trials, stage.alive))
-        return ({t: r[:stage.incumbent_trials] for t, r in inc.items()},
-                {n: {t: r[:stage.candidate_trials] for t, r in arms[n].items()} for n in stage.alive})
+        return (
+            {t: r[: stage.incumbent_trials] for t, r in inc.items()},
+            {n: {t: r[: stage.candidate_trials] for t, r in arms[n].items()} for n in stage.alive},
+        )
 
     return run, asked
 
@@ -67,7 +69,7 @@ def test_a_screen_against_the_incumbents_history_stops_losers_alone_and_sends_th
     verdicts = judge_iteration(AUDITED, ["a", "b", "c"], run, reference=history, on_stage=lambda stage, v: seen.append((stage.index, v)))
     assert asked[0] == (0, 0, 1, ("a", "b", "c"))  # the screen: one trial each, the incumbent not run
     assert all(alive == ("b",) for *_, alive in asked[1:])
-    assert [a[1:3] for a in asked[1:]] == [(1, 2), (2, 3), (4, 5)][:len(asked) - 1]  # fresh trials after the screen's
+    assert [a[1:3] for a in asked[1:]] == [(1, 2), (2, 3), (4, 5)][: len(asked) - 1]  # fresh trials after the screen's
     screen = verdicts[0]
     assert screen.alive == ("b",) and not screen.decided
     assert {n: v.decision for n, v in screen.verdicts.items()} == {"a": "reject", "b": "continue", "c": "reject"}
@@ -143,8 +145,12 @@ def test_held_out_an_audit_keeps_a_best_no_better_than_the_base_at_most_alpha_of
 
 
 def test_the_run_level_benchmark_runs_quick_and_prints_every_cell():
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search.py"), "--quick", "--budgets", "500,1000", "--jobs", "2"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "search.py"), "--quick", "--budgets", "500,1000", "--jobs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line and not line.startswith(("world", "#"))]
     strategies = {" ".join(r[1:-11]) for r in rows}

@@ -19,7 +19,7 @@ import pytest
 
 from evolver.data import RoleUsage, SimRecord, cost_text
 from evolver.store.evaldir import SimsTally
-from tests.conftest import SCRIPTED_MODELS, run_cli, LINEAGE
+from tests.conftest import LINEAGE, SCRIPTED_MODELS, run_cli
 from tests.test_loop import make_target
 
 ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:policy_script", "EVOLVER_TEST_PROPOSALS": "exact"}
@@ -39,8 +39,13 @@ def test_cost_per_role_says_unknown_for_unpriced_tokens_never_zero():
 
 
 def _start(repo, extra_env: dict, stderr=subprocess.PIPE) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "evolver", "run", str(repo), *QUICK], env={**os.environ, **ENV, **extra_env},
-                            stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "evolver", "run", str(repo), *QUICK],
+        env={**os.environ, **ENV, **extra_env},
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        text=True,
+    )
 
 
 def _lock_holder(repo: Path) -> int | None:
@@ -78,8 +83,14 @@ def test_output_to_a_file_has_a_line_at_every_phase_and_at_least_every_interval(
     assert proc.wait(timeout=60) == 0, "\n".join(text for _, text in arrivals[-20:])
     texts = [text for _, text in arrivals]
     # (the default policy screens the candidate before its one configured stage: two stages in all)
-    for phase in ("measuring the baseline", "iteration 1: proposing 1 candidate", "iteration 1: smoke test", "iteration 1: gate stage 1/2",
-                  "iteration 1: gate stage 2/2", "audit: iteration 1, the run's best, against the base"):
+    for phase in (
+        "measuring the baseline",
+        "iteration 1: proposing 1 candidate",
+        "iteration 1: smoke test",
+        "iteration 1: gate stage 1/2",
+        "iteration 1: gate stage 2/2",
+        "audit: iteration 1, the run's best, against the base",
+    ):
         assert any(phase in t for t in texts), phase
     started = next(i for i, t in enumerate(texts) if "measuring the baseline" in t)
     times = [at for at, _ in arrivals[started:]]

@@ -13,11 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCRIPTED_MODELS, git, run_cli, LINEAGE
+from tests.conftest import LINEAGE, SCRIPTED_MODELS, git, run_cli
 from tests.test_loop import make_target, tiny_target
 
 LOOP_ENV = {"EVOLVER_SCRIPT": "tests.scripts.loop_cases:script"}
-QUICK = ["--gate-stages", "1", "--no-holdout", "--proposer", "oneshot", *LINEAGE, *SCRIPTED_MODELS]  # the loop_cases patches reach the loop as they are
+QUICK = [
+    "--gate-stages",
+    "1",
+    "--no-holdout",
+    "--proposer",
+    "oneshot",
+    *LINEAGE,
+    *SCRIPTED_MODELS,
+]  # the loop_cases patches reach the loop as they are
 
 
 @pytest.fixture
@@ -46,7 +54,9 @@ def test_the_stall_rule_stops_after_n_iterations_that_kept_nothing(repo):
     assert _verdicts(repo, run_id) == ["invalid", "refused"]
     status = _status(repo, run_id)
     assert status["status"] == "finished" and "2 consecutive" in status["stop_reason"] and status["iterations_done"] == 2
-    assert f"best: evolver/{run_id}/best (the base: no candidate was kept, nothing to merge)" in proc.stdout and "git merge" not in proc.stdout
+    assert (
+        f"best: evolver/{run_id}/best (the base: no candidate was kept, nothing to merge)" in proc.stdout and "git merge" not in proc.stdout
+    )
 
 
 @pytest.mark.slow
@@ -61,10 +71,13 @@ def test_an_undecided_iteration_neither_counts_nor_resets_the_stall(repo):
     assert _status(repo, run_id)["stop_reason"] == "completed 3 iteration(s)"
 
 
-@pytest.mark.parametrize("flags, reason, more", [
-    (["--budget-tokens", "1"], "token budget reached", ["--budget-tokens", "0"]),
-    (["--max-hours", "0.00001"], "wall-clock limit of 1e-05 h reached", ["--max-hours", "1"]),
-])
+@pytest.mark.parametrize(
+    "flags, reason, more",
+    [
+        (["--budget-tokens", "1"], "token budget reached", ["--budget-tokens", "0"]),
+        (["--max-hours", "0.00001"], "wall-clock limit of 1e-05 h reached", ["--max-hours", "1"]),
+    ],
+)
 @pytest.mark.slow
 def test_budget_and_clock_stop_right_after_the_baseline_and_the_run_can_be_extended(repo, flags, reason, more, tmp_path):
     """And the resume that stops at once reads the noise floor back from evolver's cache (simulating it costs
@@ -86,7 +99,11 @@ def test_budget_and_clock_stop_right_after_the_baseline_and_the_run_can_be_exten
     extended = run_cli(["run", str(repo), "--resume", run_id, *more], env=LOOP_ENV)
     assert extended.returncode == 0, extended.stderr[-2000:]
     status = _status(repo, run_id)
-    assert status["stop_reason"] == "completed 2 iteration(s)" and status["iterations_done"] == 2 and _verdicts(repo, run_id) == ["invalid", "refused"]
+    assert (
+        status["stop_reason"] == "completed 2 iteration(s)"
+        and status["iterations_done"] == 2
+        and _verdicts(repo, run_id) == ["invalid", "refused"]
+    )
     recorded = json.loads((repo / "runs" / run_id / "run.json").read_text())["config"]
     assert recorded[more[0][2:].replace("-", "_")] == json.loads(more[1])  # a later --resume keeps the new limit
 
@@ -124,7 +141,7 @@ def test_a_stale_reference_is_measured_again_before_the_next_candidate(extended_
     _, run, _, more = extended_run
     assert more.returncode == 0, more.stderr[-2000:]
     events = [json.loads(line)["event"] for line in (run / "log.jsonl").read_text().splitlines()]
-    assert "reference_stale" in events[events.index("resumed"):]
+    assert "reference_stale" in events[events.index("resumed") :]
     # a new generation for each stale reference (a busy machine can make one stale within a run, too): fresh seeds
     # and a fresh measurement of the incumbent before it is compared again
     generation = json.loads((run / "state.json").read_text())["generation"]
@@ -143,7 +160,9 @@ def test_allow_dirty_runs_from_head_and_says_so(repo):
 
 def test_split_flags_choose_what_the_meta_llm_sees_and_what_the_gate_decides_on(tmp_path):
     repo = make_target(tmp_path / "target")  # the 48-task domain: its train split has 8 tasks
-    proc = run_cli(["run", str(repo), "--dry-run", "--analysis-split", "test", "--gate-split", "train", "--no-holdout", *SCRIPTED_MODELS], env=LOOP_ENV)
+    proc = run_cli(
+        ["run", str(repo), "--dry-run", "--analysis-split", "test", "--gate-split", "train", "--no-holdout", *SCRIPTED_MODELS], env=LOOP_ENV
+    )
     assert proc.returncode == 0, proc.stderr
     assert "analysis split 'test', gate split 'train'" in proc.stderr
     same = run_cli(["run", str(repo), "--dry-run", "--analysis-split", "train", "--gate-split", "train", *SCRIPTED_MODELS], env=LOOP_ENV)
@@ -160,8 +179,27 @@ def test_tasks_lists_ids_quietly():
 
 @pytest.mark.slow
 def test_gate_flags_on_a_run_are_recorded_and_used(repo):
-    proc = run_cli(["run", str(repo), "--iterations", "3", "--candidates", "1", "--gate-policy", "per-decision", "--gate-stages", "1,2", "--gate-alpha", "0.1",
-                    "--gate-min-effect", "0.05", "--no-holdout", *SCRIPTED_MODELS], env=LOOP_ENV)
+    proc = run_cli(
+        [
+            "run",
+            str(repo),
+            "--iterations",
+            "3",
+            "--candidates",
+            "1",
+            "--gate-policy",
+            "per-decision",
+            "--gate-stages",
+            "1,2",
+            "--gate-alpha",
+            "0.1",
+            "--gate-min-effect",
+            "0.05",
+            "--no-holdout",
+            *SCRIPTED_MODELS,
+        ],
+        env=LOOP_ENV,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = repo / "runs" / _run_id(repo)
     gate = json.loads((run / "run.json").read_text())["gate"]
@@ -192,6 +230,7 @@ def test_a_candidate_identical_to_an_earlier_one_costs_no_simulation(repo):
     run = repo / "runs" / _run_id(repo)
     assert _verdicts(repo, run.name) == ["rejected", "no_patch"]
     second = json.loads((run / "iterations" / "002.json").read_text())["candidates"][0]
-    assert len(second["responses"]) == 3 and second["reason"].startswith("no valid patch after 3 answer(s): it makes agent/ the same as "
-                                                                           "candidate 1's, which was rejected"), second["reason"]
+    assert len(second["responses"]) == 3 and second["reason"].startswith(
+        "no valid patch after 3 answer(s): it makes agent/ the same as candidate 1's, which was rejected"
+    ), second["reason"]
     assert not (run / "evals" / "iter-002-smoke").exists() and not (run / "evals" / "iter-002-gate").exists()

@@ -27,10 +27,32 @@ def _record(task: str, trial: int = 0, outcome: str = "ok", reward=1.0, **extra)
 
 
 def _result(trials: int, note=None) -> EvalResult:
-    summary = EvalSummary(num_tasks=1, num_trials=trials, num_simulations=trials, scored=trials, failed=0, infra_errors=0,
-                          avg_reward=1.0, pass_hat_k={}, usage={}, duration=2.0 * trials)
-    return EvalResult(run_id="r", checkout="/c", domain="mock", split=None, task_ids=["a"], trials=trials, seed=1, max_steps=3,
-                      models={}, worker_note=note, summary=summary, simulations=[_record("a", t) for t in range(trials)])
+    summary = EvalSummary(
+        num_tasks=1,
+        num_trials=trials,
+        num_simulations=trials,
+        scored=trials,
+        failed=0,
+        infra_errors=0,
+        avg_reward=1.0,
+        pass_hat_k={},
+        usage={},
+        duration=2.0 * trials,
+    )
+    return EvalResult(
+        run_id="r",
+        checkout="/c",
+        domain="mock",
+        split=None,
+        task_ids=["a"],
+        trials=trials,
+        seed=1,
+        max_steps=3,
+        models={},
+        worker_note=note,
+        summary=summary,
+        simulations=[_record("a", t) for t in range(trials)],
+    )
 
 
 # ---- one evaluation's folder ---------------------------------------------------------
@@ -45,7 +67,11 @@ def test_sims_are_appended_whole_and_read_with_the_torn_line_and_retry_rules(tmp
     evaluation.append_sim(_record("d", outcome="infra_error", error_role="user"))
     with open(evaluation.sims_file, "a") as fh:
         fh.write('{"task_id": "c", "tri')  # a worker killed mid-write
-    assert [(r.task_id, r.outcome, r.reward) for r in evaluation.records()] == [("a", "ok", 0.0), ("b", "ok", 1.0), ("d", "infra_error", None)]
+    assert [(r.task_id, r.outcome, r.reward) for r in evaluation.records()] == [
+        ("a", "ok", 0.0),
+        ("b", "ok", 1.0),
+        ("d", "infra_error", None),
+    ]
     assert sorted(evaluation.measured()) == [("a", 0), ("b", 0)]  # an infrastructure error is measured again
     assert evaluation.lines_written() == 5
     assert EvalDir(tmp_path / "nothing").records() == [] and EvalDir(tmp_path / "nothing").lines_written() == 0
@@ -195,7 +221,9 @@ def test_a_newer_record_is_refused_in_one_line(tmp_path, name, what):
     path.write_text(json.dumps({**json.loads(path.read_text()), "schema": known + 1}))
     with pytest.raises(UsageError) as caught:
         run.state() if name == "state.json" else run.iterations()
-    assert str(caught.value) == f"{path}: {what} has schema {known + 1}, newer than this evolver knows ({known}); upgrade evolver to open it"
+    assert (
+        str(caught.value) == f"{path}: {what} has schema {known + 1}, newer than this evolver knows ({known}); upgrade evolver to open it"
+    )
     assert "\n" not in str(caught.value)
 
 
@@ -213,10 +241,17 @@ def test_audits_as_written_while_they_were_dicts_load_typed_and_write_back_uncha
     recorded audit (tests/fixtures/gate) reads as one and writes back the same; one from before audits recorded
     their label or the comparison its information reads too, judged by its iteration."""
     recorded = json.loads((Path(__file__).parent / "fixtures" / "gate" / "loop_audited_k1_keep_then_audit.json").read_text())["audits"]
-    audits = [{"best": a["best"], "label": a["label"], "best_commit": "c0ffee", **{k: v for k, v in a.items() if k not in ("best", "label")}}
-              for a in recorded]
-    older = {"best": 2, "best_commit": "abc123", "holds": False, "reason": "No evidence.",
-             "looks": [{k: v for k, v in audits[0]["looks"][0].items() if k != "information"}]}
+    audits = [
+        {"best": a["best"], "label": a["label"], "best_commit": "c0ffee", **{k: v for k, v in a.items() if k not in ("best", "label")}}
+        for a in recorded
+    ]
+    older = {
+        "best": 2,
+        "best_commit": "abc123",
+        "holds": False,
+        "reason": "No evidence.",
+        "looks": [{k: v for k, v in audits[0]["looks"][0].items() if k != "information"}],
+    }
     state = {"schema": 4, "iterations_target": 3, "incumbent_commit": "c0ffee", "audits": [*audits, older]}
     read = RunState.model_validate(state)
     assert read.audits[0].holds and read.audits[0].looks[0].n_b_sims == 30 and read.audits[0].candidate == "1"

@@ -11,21 +11,24 @@ CREATE = {"name": "create_task", "arguments": {"user_id": "user_1", "title": "Im
 CREATE_JSON = '{"name": "create_task", "arguments": {"user_id": "user_1", "title": "Important Meeting"}}'
 
 
-@pytest.mark.parametrize("text", [
-    CREATE_JSON,
-    f"  {CREATE_JSON}\n",
-    f"```json\n{CREATE_JSON}\n```",
-    f"```\n{CREATE_JSON}\n```",
-    f"<tool_call>\n{CREATE_JSON}\n</tool_call>",
-    f"<tool_call>\n{CREATE_JSON}",  # the model stopped before closing the tag
-    f"<tool_call>\n```json\n{CREATE_JSON}\n```\n</tool_call>",
-    f"[{CREATE_JSON}]",
-    '{"name": "create_task", "parameters": {"user_id": "user_1", "title": "Important Meeting"}}',
-    '{"name": "create_task", "arguments": "{\\"user_id\\": \\"user_1\\", \\"title\\": \\"Important Meeting\\"}"}',
-    '{"type": "function", "function": {"name": "create_task", "arguments": {"user_id": "user_1", "title": "Important Meeting"}}}',
-    "{" + CREATE_JSON + "}",  # doubled braces, as a Jinja-escaped template example teaches
-    "{{\"name\": \"create_task\", \"arguments\": {\"user_id\": \"user_1\", \"title\": \"Important Meeting\"}}}",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        CREATE_JSON,
+        f"  {CREATE_JSON}\n",
+        f"```json\n{CREATE_JSON}\n```",
+        f"```\n{CREATE_JSON}\n```",
+        f"<tool_call>\n{CREATE_JSON}\n</tool_call>",
+        f"<tool_call>\n{CREATE_JSON}",  # the model stopped before closing the tag
+        f"<tool_call>\n```json\n{CREATE_JSON}\n```\n</tool_call>",
+        f"[{CREATE_JSON}]",
+        '{"name": "create_task", "parameters": {"user_id": "user_1", "title": "Important Meeting"}}',
+        '{"name": "create_task", "arguments": "{\\"user_id\\": \\"user_1\\", \\"title\\": \\"Important Meeting\\"}"}',
+        '{"type": "function", "function": {"name": "create_task", "arguments": {"user_id": "user_1", "title": "Important Meeting"}}}',
+        "{" + CREATE_JSON + "}",  # doubled braces, as a Jinja-escaped template example teaches
+        '{{"name": "create_task", "arguments": {"user_id": "user_1", "title": "Important Meeting"}}}',
+    ],
+)
 def test_one_call_in_any_of_the_written_forms(text):
     calls, rest = parse_text_tool_calls(text, TOOLS)
     assert calls == [CREATE]
@@ -34,8 +37,11 @@ def test_one_call_in_any_of_the_written_forms(text):
 
 def test_several_calls_in_tags_and_lists():
     two = '{"name": "get_users", "arguments": {}}'
-    for text in (f"<tool_call>{CREATE_JSON}</tool_call>\n<tool_call>{two}</tool_call>", f"[{CREATE_JSON}, {two}]",
-                 f"```json\n{CREATE_JSON}\n```\n```json\n{two}\n```"):
+    for text in (
+        f"<tool_call>{CREATE_JSON}</tool_call>\n<tool_call>{two}</tool_call>",
+        f"[{CREATE_JSON}, {two}]",
+        f"```json\n{CREATE_JSON}\n```\n```json\n{two}\n```",
+    ):
         calls, rest = parse_text_tool_calls(text, TOOLS)
         assert [c["name"] for c in calls] == ["create_task", "get_users"]
         assert rest is None
@@ -47,15 +53,18 @@ def test_text_around_a_call_is_kept():
     assert rest == "Sure, I will create it now.\n\nDone soon."
 
 
-@pytest.mark.parametrize("text", [
-    "Hello! How can I help you with your tasks today?",
-    "Your task {task_1} is pending.",
-    'The user record is {"user_id": "user_1", "name": "Alice"}.',
-    '```json\n{"status": "completed"}\n```',
-    "```python\nprint('hi')\n```",
-    "Use braces like { and [ freely; they are not calls.",
-    '[1, 2, 3]',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hello! How can I help you with your tasks today?",
+        "Your task {task_1} is pending.",
+        'The user record is {"user_id": "user_1", "name": "Alice"}.',
+        '```json\n{"status": "completed"}\n```',
+        "```python\nprint('hi')\n```",
+        "Use braces like { and [ freely; they are not calls.",
+        "[1, 2, 3]",
+    ],
+)
 def test_genuine_text_is_never_taken(text):
     calls, rest = parse_text_tool_calls(text, TOOLS)
     assert calls == []

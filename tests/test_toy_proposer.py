@@ -14,8 +14,14 @@ from tests.test_readme import SCRIPTED
 
 
 def toy_evolver(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tests.scripts.toy_proposer", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **SCRIPTED, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "tests.scripts.toy_proposer", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **SCRIPTED, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_a_fourth_proposer_kind_runs_from_the_command_line(tmp_path):

@@ -70,10 +70,21 @@ def candidate_commit(run, which: str) -> str:
     return cand.commit
 
 
-def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b: Arm, out, run_id: str, *,
-                 tasks: Optional[list[str]], config: CompareConfig, num_tasks: Optional[int] = None,
-                 on_progress: Callable[[str, int, int, Optional[float]], None] = lambda *x: None,
-                 on_look: Callable[[dict], None] = lambda look: None) -> dict:
+def compare_arms(
+    cfg: Config,
+    backend,
+    local_api_base: Optional[str],
+    a: Arm,
+    b: Arm,
+    out,
+    run_id: str,
+    *,
+    tasks: Optional[list[str]],
+    config: CompareConfig,
+    num_tasks: Optional[int] = None,
+    on_progress: Callable[[str, int, int, Optional[float]], None] = lambda *x: None,
+    on_look: Callable[[dict], None] = lambda look: None,
+) -> dict:
     """Run A and B look by look until the test decides; the comparison as plain data, also saved in ``out``
     (a store.comparisons.ComparisonDir: each arm's evaluation and comparison.json)."""
     started = time.monotonic()
@@ -81,11 +92,24 @@ def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b:
     ran: dict[str, dict[tuple, SimRecord]] = {"a": {}, "b": {}}  # every look's simulations, by (task, trial)
     verdict, chosen = None, tasks
     for look, trials in enumerate(config.stages):
+
         def measure(arm: Arm) -> EvalResult:
-            req = eval_request(cfg, arm.checkout, out.arm(arm.name).path, local_api_base=local_api_base, task_ids=chosen,
-                               num_tasks=num_tasks if chosen is None else None, trials=trials, split=cfg.split or None)
-            return backend.evaluate(req, f"{run_id}-{arm.name}", timeout=cfg.worker_timeout,
-                                    on_progress=lambda done, total, mean: on_progress(arm.name, done, total, mean))
+            req = eval_request(
+                cfg,
+                arm.checkout,
+                out.arm(arm.name).path,
+                local_api_base=local_api_base,
+                task_ids=chosen,
+                num_tasks=num_tasks if chosen is None else None,
+                trials=trials,
+                split=cfg.split or None,
+            )
+            return backend.evaluate(
+                req,
+                f"{run_id}-{arm.name}",
+                timeout=cfg.worker_timeout,
+                on_progress=lambda done, total, mean: on_progress(arm.name, done, total, mean),
+            )
 
         with ThreadPoolExecutor(2) as pool:  # the same window: a drift moves both arms alike
             try:
@@ -114,22 +138,30 @@ def compare_arms(cfg: Config, backend, local_api_base: Optional[str], a: Arm, b:
     usage = summarize(records["a"] + records["b"], len(a_table), looks[-1]["trials"], 0.0).usage
     changed = flips(a_table, b_table)
     record = {
-        "schema": COMPARISON_SCHEMA, "id": run_id, "created": time.time(),
+        "schema": COMPARISON_SCHEMA,
+        "id": run_id,
+        "created": time.time(),
         "a": {"spec": a.spec, "commit": a.commit, "checkout": str(a.checkout)},
         "b": {"spec": b.spec, "commit": b.commit, "checkout": str(b.checkout)},
-        "domain": cfg.domain, "split": cfg.split or None, "tasks": sorted(a_table),
+        "domain": cfg.domain,
+        "split": cfg.split or None,
+        "tasks": sorted(a_table),
         "models": {role: cfg.role(role, local_api_base).model_dump() for role in ("agent", "user", "judge")},
         "config": asdict(config),
         "decision": verdict.decision if verdict else "undecided",
         "reason": verdict.reason if verdict else looks[-1]["undecided"],
-        "effect": verdict.effect if verdict else None, "ci": verdict.ci if verdict else None,
-        "p_value": verdict.p_value if verdict else None, "looks": looks,
-        "a_mean": mean_reward(a_table), "b_mean": mean_reward(b_table),
+        "effect": verdict.effect if verdict else None,
+        "ci": verdict.ci if verdict else None,
+        "p_value": verdict.p_value if verdict else None,
+        "looks": looks,
+        "a_mean": mean_reward(a_table),
+        "b_mean": mean_reward(b_table),
         "better_on": [{"task": t, "a": ra, "b": rb} for t, ra, rb in changed if rb > ra],
         "worse_on": [{"task": t, "a": ra, "b": rb} for t, ra, rb in changed if rb < ra],
         "simulations": {n: len(records[n]) for n in "ab"},
         "infra_errors": {n: sum(r.outcome == "infra_error" for r in records[n]) for n in "ab"},
-        "usage": {role: u.model_dump() for role, u in usage.items()}, "cost": cost_text(usage.values()),
+        "usage": {role: u.model_dump() for role, u in usage.items()},
+        "cost": cost_text(usage.values()),
         "seconds": round(time.monotonic() - started, 1),
     }
     out.save(record)
@@ -144,17 +176,21 @@ def lines(record: dict, *, tasks_shown: int = 10) -> list[str]:
         ci = record["ci"]
         interval = f", {100 * (1 - record['config']['alpha']):.0f}% interval {100 * ci[0]:+.1f} to {100 * ci[1]:+.1f}" if ci else ""
         p = "" if record["p_value"] is None else f", p={record['p_value']:.3f}"
-        out.append(f"effect of B over A: {100 * record['effect']:+.1f} points{interval}{p}; "
-                   f"mean reward A {record['a_mean']:.3f}, B {record['b_mean']:.3f} over {len(record['tasks'])} tasks")
+        out.append(
+            f"effect of B over A: {100 * record['effect']:+.1f} points{interval}{p}; "
+            f"mean reward A {record['a_mean']:.3f}, B {record['b_mean']:.3f} over {len(record['tasks'])} tasks"
+        )
     for key, word in (("better_on", "B better on"), ("worse_on", "B worse on")):
         shown = record[key][:tasks_shown]
         if shown:
             more = f" (and {len(record[key]) - tasks_shown} more)" if len(record[key]) > tasks_shown else ""
             out.append(f"{word} {len(record[key])} task(s): " + ", ".join(f"{f['task']} {f['a']:.2f}->{f['b']:.2f}" for f in shown) + more)
     sims = record["simulations"]
-    out.append(f"spent {sims.get('a', 0) + sims.get('b', 0)} simulations ({sims.get('a', 0)} + {sims.get('b', 0)}), "
-               f"{sum(u['prompt_tokens'] + u['completion_tokens'] for u in record['usage'].values()):,} tokens, {record['cost']}, "
-               f"{record['seconds']:g} s")
+    out.append(
+        f"spent {sims.get('a', 0) + sims.get('b', 0)} simulations ({sims.get('a', 0)} + {sims.get('b', 0)}), "
+        f"{sum(u['prompt_tokens'] + u['completion_tokens'] for u in record['usage'].values()):,} tokens, {record['cost']}, "
+        f"{record['seconds']:g} s"
+    )
     return out
 
 
@@ -174,8 +210,20 @@ def kept_steps(run, each: bool) -> list[tuple[str, str]]:
     return steps
 
 
-def transfer(run, cfg: Config, backend, local_api_base: Optional[str], *, each: bool, tasks: Optional[list[str]], transfer_id: str,
-             lineage, config: CompareConfig = CompareConfig(), on_progress=lambda *x: None, on_look=lambda look: None) -> dict:
+def transfer(
+    run,
+    cfg: Config,
+    backend,
+    local_api_base: Optional[str],
+    *,
+    each: bool,
+    tasks: Optional[list[str]],
+    transfer_id: str,
+    lineage,
+    config: CompareConfig = CompareConfig(),
+    on_progress=lambda *x: None,
+    on_look=lambda look: None,
+) -> dict:
     """Compare the run's base with its best (with ``each``: every kept step with the one before) under
     ``cfg``'s models and tasks; the transfer as plain data, also in the run directory (transfer.json)."""
     out = run.transfer(transfer_id)
@@ -184,26 +232,67 @@ def transfer(run, cfg: Config, backend, local_api_base: Optional[str], *, each: 
     for (a_label, a_commit), (b_label, b_commit) in zip(steps, steps[1:]):
         name = f"{a_label}-{b_label}"
         pair = out.pair(name)
-        arms = [Arm(side, label, lineage.open_worktree(pair.checkout_dir(side), commit), commit)
-                for side, label, commit in (("a", a_label, a_commit), ("b", b_label, b_commit))]
+        arms = [
+            Arm(side, label, lineage.open_worktree(pair.checkout_dir(side), commit), commit)
+            for side, label, commit in (("a", a_label, a_commit), ("b", b_label, b_commit))
+        ]
         try:
-            record = compare_arms(cfg, backend, local_api_base, *arms, pair, f"{transfer_id}-{name}", tasks=tasks, config=config,
-                                  on_progress=on_progress, on_look=on_look)
+            record = compare_arms(
+                cfg,
+                backend,
+                local_api_base,
+                *arms,
+                pair,
+                f"{transfer_id}-{name}",
+                tasks=tasks,
+                config=config,
+                on_progress=on_progress,
+                on_look=on_look,
+            )
         finally:
             for arm in arms:
                 lineage.remove_worktree(arm.checkout)
-        pairs.append({"a": a_label, "b": b_label, "a_commit": a_commit, "b_commit": b_commit, "verdict": VERDICTS[record["decision"]],
-                      **{k: record[k] for k in ("decision", "reason", "effect", "ci", "p_value", "a_mean", "b_mean", "simulations", "cost")},
-                      "comparison": str(pair.file)})
-    summary = {"schema": COMPARISON_SCHEMA, "id": transfer_id, "run_id": run.run_id, "created": time.time(),
-               "models": {role: cfg.role(role, local_api_base).model for role in ("agent", "user")},
-               "domain": cfg.domain, "split": cfg.split or None, "tasks": len(tasks) if tasks else None, "pairs": pairs}
+        pairs.append(
+            {
+                "a": a_label,
+                "b": b_label,
+                "a_commit": a_commit,
+                "b_commit": b_commit,
+                "verdict": VERDICTS[record["decision"]],
+                **{k: record[k] for k in ("decision", "reason", "effect", "ci", "p_value", "a_mean", "b_mean", "simulations", "cost")},
+                "comparison": str(pair.file),
+            }
+        )
+    summary = {
+        "schema": COMPARISON_SCHEMA,
+        "id": transfer_id,
+        "run_id": run.run_id,
+        "created": time.time(),
+        "models": {role: cfg.role(role, local_api_base).model for role in ("agent", "user")},
+        "domain": cfg.domain,
+        "split": cfg.split or None,
+        "tasks": len(tasks) if tasks else None,
+        "pairs": pairs,
+    }
     out.save(summary)
     return summary
 
 
 def transfer_rows(transfers: list[dict]) -> list[dict]:
     """One row per compared pair of every transfer, for the history, status and the report."""
-    return [{"transfer": t["id"], "agent_model": t["models"]["agent"], "user_model": t["models"]["user"], "domain": t["domain"],
-             "pair": f"{p['a']} -> {p['b']}", "a": p["a_mean"], "b": p["b_mean"], "effect": p["effect"], "ci": p["ci"], "verdict": p["verdict"]}
-            for t in transfers for p in t["pairs"]]
+    return [
+        {
+            "transfer": t["id"],
+            "agent_model": t["models"]["agent"],
+            "user_model": t["models"]["user"],
+            "domain": t["domain"],
+            "pair": f"{p['a']} -> {p['b']}",
+            "a": p["a_mean"],
+            "b": p["b_mean"],
+            "effect": p["effect"],
+            "ci": p["ci"],
+            "verdict": p["verdict"],
+        }
+        for t in transfers
+        for p in t["pairs"]
+    ]

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from evolver import events as ev
-from evolver.data import EvalResult, RoleUsage, cost_text
+from evolver.data import EvalResult, cost_text
 from evolver.evolution.plan import CACHED_SHARE
 
 
@@ -54,12 +54,20 @@ _bars_lock = threading.Lock()
 
 def _live(console: Console) -> Progress:
     """Bars with done/total, elapsed time and an ETA from the rate measured so far."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 def infra_line(role: str, count: int, first: str) -> str:
-    """"user: 3 infra errors, first: ..." (rich markup in the message escaped)."""
+    """ "user: 3 infra errors, first: ..." (rich markup in the message escaped)."""
     from rich.markup import escape
 
     return f"[red]{role}: {count} infra error{'' if count == 1 else 's'}[/red], first: {escape(first[:300])}"
@@ -104,8 +112,7 @@ def progress_bar(console: Console, label: str):
         progress = entry[0]
         task = progress.add_task(label, total=None)
     try:
-        yield lambda done, total, mean=None: progress.update(task, completed=done, total=total or None,
-                                                             description=_bar_label(label, mean))
+        yield lambda done, total, mean=None: progress.update(task, completed=done, total=total or None, description=_bar_label(label, mean))
     finally:
         with _bars_lock:
             progress.remove_task(task)
@@ -146,15 +153,22 @@ class ConsoleView:
             elif isinstance(event, ev.Spent):
                 self.spent = _spent_text(event)
             elif isinstance(event, ev.RateLimits):  # only lanes that are limited or have been: the others say nothing
-                self.limits = " | ".join(lane_text(lane, view) for lane, view in sorted(event.lanes.items())
-                                         if view.get("rpm") or view.get("tpm") or view.get("limited") or view.get("waiting"))
+                self.limits = " | ".join(
+                    lane_text(lane, view)
+                    for lane, view in sorted(event.lanes.items())
+                    if view.get("rpm") or view.get("tpm") or view.get("limited") or view.get("waiting")
+                )
             elif isinstance(event, ev.EvalProgress):
                 self.evals[event.name] = (event.done, event.total, event.mean)
                 if self.live is not None:
                     if event.name not in self.rows:
                         self.rows[event.name] = self.live.add_task(event.name, total=None)
-                    self.live.update(self.rows[event.name], completed=event.done, total=event.total or None,
-                                     description=_bar_label(event.name, event.mean))
+                    self.live.update(
+                        self.rows[event.name],
+                        completed=event.done,
+                        total=event.total or None,
+                        description=_bar_label(event.name, event.mean),
+                    )
             elif isinstance(event, ev.Proposing):
                 self.proposing[event.label] = f"{event.label}: turn {event.turn} of at most {event.turns}, {event.doing}"
             elif isinstance(event, ev.EvalFinished):
@@ -223,57 +237,80 @@ def _lines(event: ev.Event, terminal: bool) -> list[str]:
     if isinstance(event, ev.Phase):  # a log file hears of every phase; a terminal sees the bars
         return [] if terminal else [f"{time.strftime('%H:%M:%S')} {event.text}"]
     if isinstance(event, ev.Baseline):
-        return [f"baseline: analysis reward {_fmt(event.analysis)}, gate reward {_fmt(event.gate)}"]
+        return [f"baseline: analysis reward {fmt(event.analysis)}, gate reward {fmt(event.gate)}"]
     if isinstance(event, ev.NoiseFloor):
         where = f"with {event.tasks} gate tasks and {event.trials} trial(s) per task"
         if event.points is None:
-            return [f"[yellow]warning:[/yellow] {where} no effect reaches 80% power: only a candidate that fixes nearly every gate task can be kept; add gate tasks or trials"]
+            return [
+                f"[yellow]warning:[/yellow] {where} no effect reaches 80% power: only a candidate that fixes nearly every gate task can be kept; add gate tasks or trials"
+            ]
         lines = [f"noise floor: {where} the gate resolves effects of about {event.points:.1f} points (80% power)"]
         if 0 < event.min_effect_points < event.points:  # 0 means no minimum was asked for
-            lines.append(f"[yellow]warning:[/yellow] the minimum effect ({event.min_effect_points:.1f} points) is below the noise floor; smaller gains will usually be rejected")
+            lines.append(
+                f"[yellow]warning:[/yellow] the minimum effect ({event.min_effect_points:.1f} points) is below the noise floor; smaller gains will usually be rejected"
+            )
         return lines
     if isinstance(event, ev.Estimate):
-        return forecast_lines(event.forecast, event.seconds_per_simulation, event.concurrency, event.budget_usd, event.budget_tokens,
-                              "estimate of the rest of the run, priced by the baseline's simulations")
+        return forecast_lines(
+            event.forecast,
+            event.seconds_per_simulation,
+            event.concurrency,
+            event.budget_usd,
+            event.budget_tokens,
+            "estimate of the rest of the run, priced by the baseline's simulations",
+        )
     if isinstance(event, ev.Decided):
         colour = {"accepted": "green", "rejected": "red"}.get(event.status, "yellow")
         return [f"iteration {event.label}: [{colour}]{event.status}[/{colour}] {event.title or ''} - {event.reason}"]
     if isinstance(event, ev.Holdout):
-        return [f"holdout: base {_fmt(event.base)}, best {_fmt(event.best)} (never used for any decision)"]
+        return [f"holdout: base {fmt(event.base)}, best {fmt(event.best)} (never used for any decision)"]
     if isinstance(event, ev.Ended) and event.how != "failed":
         return {
             "stopped": [f"[bold]stopped:[/bold] {event.reason}"],
-            "paused": [f"[yellow]paused[/yellow]: the meta-LLM failed after retries ({event.reason}); "
-                       f"resume with `evolver run --resume {event.run_id}` once it is back"],
+            "paused": [
+                f"[yellow]paused[/yellow]: the meta-LLM failed after retries ({event.reason}); "
+                f"resume with `evolver run --resume {event.run_id}` once it is back"
+            ],
             "interrupted": [f"[yellow]interrupted[/yellow]: resume with `evolver run --resume {event.run_id}`"],
         }[event.how]
     return []
 
 
-def forecast_lines(fc, seconds: float, concurrency: int, budget_usd: float, budget_tokens: int, title: str,
-                   priced: bool = True) -> list[str]:
+def forecast_lines(
+    fc, seconds: float, concurrency: int, budget_usd: float, budget_tokens: int, title: str, priced: bool = True
+) -> list[str]:
     """A forecast (evolver.evolution.plan.Forecast) for people, ``seconds`` of wall clock per simulation at
     ``concurrency`` simulations at once: simulations and hours expected and at most,
     then per role tokens and dollars (unknown where a model has no known price), then the budgets."""
     hours = (fc.simulations * seconds / 3600, fc.simulations_most * seconds / 3600)
-    lines = [f"{title}: about {fc.simulations:,} simulations expected, at most {fc.simulations_most:,}; "
-             f"at {seconds:.2f} s of wall clock each ({concurrency} at once), about {hours[0]:.1f} h, up to {hours[1]:.1f} h; "
-             f"{fc.proposals:,} proposal(s) at most"]
+    lines = [
+        f"{title}: about {fc.simulations:,} simulations expected, at most {fc.simulations_most:,}; "
+        f"at {seconds:.2f} s of wall clock each ({concurrency} at once), about {hours[0]:.1f} h, up to {hours[1]:.1f} h; "
+        f"{fc.proposals:,} proposal(s) at most"
+    ]
     if not priced:
         lines.append("tokens and dollars of the simulations: measured on the baseline once it has run, or now with --pilot N")
     for role, (tokens, most, usd, usd_most) in fc.roles.items():
         if priced or role == "meta":
             cached = fc.meta_cached if role == "meta" else None
-            with_cache = (f"; with the prompt cache ({CACHED_SHARE:.0%} of the prompt read from it): about {_dollars(cached[0])}, "
-                          f"at most {_dollars(cached[1])}") if cached else ""
+            with_cache = (
+                (
+                    f"; with the prompt cache ({CACHED_SHARE:.0%} of the prompt read from it): about {_dollars(cached[0])}, "
+                    f"at most {_dollars(cached[1])}"
+                )
+                if cached
+                else ""
+            )
             lines.append(f"  {role}: about {tokens:,} tokens ({_dollars(usd)}), at most {most:,} ({_dollars(usd_most)}){with_cache}")
     total, total_most = fc.dollars(), fc.dollars(most=True)
     if budget_usd:
         verdict = "unknown" if total is None else "fits" if total <= budget_usd else "does not fit"
         lines.append(f"budget ${budget_usd:.2f}: the expected run {verdict} (expected {_dollars(total)}, at most {_dollars(total_most)})")
     if budget_tokens:
-        lines.append(f"token budget {budget_tokens:,}: the expected run {'fits' if fc.tokens() <= budget_tokens else 'does not fit'} "
-                     f"(expected {fc.tokens():,}, at most {fc.tokens(most=True):,})")
+        lines.append(
+            f"token budget {budget_tokens:,}: the expected run {'fits' if fc.tokens() <= budget_tokens else 'does not fit'} "
+            f"(expected {fc.tokens():,}, at most {fc.tokens(most=True):,})"
+        )
     return lines
 
 
@@ -281,11 +318,11 @@ def _dollars(usd) -> str:
     return "unknown" if usd is None else f"${usd:.2f}"
 
 
-def _fmt(x) -> str:
+def fmt(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def _score(x) -> str:
+def score(x) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
@@ -294,7 +331,9 @@ def investigation_lines(stats: dict) -> list[str]:
     lines = []
     if "turns" in stats:
         tools = ", ".join(f"{name} x{n}" for name, n in sorted(stats.get("tools", {}).items(), key=lambda kv: -kv[1]))
-        lines.append(f"{stats['turns']} turn(s), {stats.get('tokens', 0):,} tokens, {stats.get('seconds', 0):g} s; ended: {stats.get('stopped', '?')}")
+        lines.append(
+            f"{stats['turns']} turn(s), {stats.get('tokens', 0):,} tokens, {stats.get('seconds', 0):g} s; ended: {stats.get('stopped', '?')}"
+        )
         lines.append(f"tools: {tools or 'none'}")
         lines.append(f"edits applied: {stats.get('edits', 0)}, refused by validation: {stats.get('rejected_edits', 0)}")
         for t in stats.get("tries", []):
@@ -302,131 +341,12 @@ def investigation_lines(stats: dict) -> list[str]:
             lines.append(f"tried on {', '.join(t.get('tasks', []))}: rewards {rewards}")
     if "command" in stats:
         program = f"{stats['program']}; " if stats.get("program") else ""
-        lines.append(f"command: {stats['command']} ({program}exit {stats.get('exit_code')}, {stats.get('seconds', 0):g} s)"
-                     + (f"; {stats['stopped']}" if stats.get("stopped") else ""))
+        lines.append(
+            f"command: {stats['command']} ({program}exit {stats.get('exit_code')}, {stats.get('seconds', 0):g} s)"
+            + (f"; {stats['stopped']}" if stats.get("stopped") else "")
+        )
         lines += [f"kept out: {k}" for k in stats.get("kept_out", [])] + [f"problem: {p}" for p in stats.get("problems", [])]
     for key in ("transcript", "log"):
         if stats.get(key):
             lines.append(f"{key}: {stats[key]}")
     return lines
-
-
-def transfer_table(rows: list[dict]) -> Table:
-    """Does the kept harness carry to other models: a row per compared pair (evolver.cli.compare.transfer_rows)."""
-    table = Table(title="transfers", title_justify="left")
-    for col in ("agent model", "user model", "domain", "pair", "A", "B", "effect (interval)", "verdict"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        colour = {"helps": "green", "hurts": "red"}.get(r["verdict"], "yellow")
-        effect = "-" if r["effect"] is None else f"{100 * r['effect']:+.1f}" + (
-            f" ({100 * r['ci'][0]:+.1f} to {100 * r['ci'][1]:+.1f})" if r["ci"] else "")
-        table.add_row(r["agent_model"], r["user_model"], r["domain"], r["pair"], _score(r["a"]), _score(r["b"]), effect,
-                      f"[{colour}]{r['verdict']}[/{colour}]")
-    return table
-
-
-def history_table(run_id: str, rows: list[dict]) -> Table:
-    table = Table(title=f"evolver history {run_id}", title_justify="left")
-    for col in ("cand", "branch", "parent", "title", "analysis", "gate (inc -> cand)", "delta", "verdict", "reason", "cost"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        colour = {"accepted": "green", "joined": "green", "rejected": "red"}.get(r["verdict"], "yellow")
-        delta = "-" if r["gate_delta"] is None else f"{r['gate_delta']:+.3f}"
-        table.add_row(
-            f"{r['candidate']}{' *' if r['is_best'] else ''}", r["branch"] or "-", str(r["parent"]), r["title"] or "-",
-            _score(r["analysis"]), f"{_score(r['gate_incumbent'])} -> {_score(r['gate_candidate'])}", delta,
-            f"[{colour}]{r['verdict']}[/{colour}]", r["reason"],
-            (r["cost"] or "") + "".join(f"; {role} {text}" for role, text in (r.get("cached") or {}).items()),
-        )
-    return table
-
-
-def show_candidate(console: Console, info: dict) -> None:
-    """One candidate, or each candidate of an iteration that had several."""
-    if "candidates" in info:
-        joined = [c["label"] for c in info["candidates"] if c.get("joined")]
-        outcome = f"joined the pool: {', '.join(joined) or 'none'}" if info.get("parent_label") else f"kept {info['kept'] or 'none'}"
-        console.print(f"[bold]iteration {info['iteration']}[/bold]: {len(info['candidates'])} candidates from {info.get('parent_label') or 'the incumbent'}, "
-                      f"{outcome}  [{info['status']}]\n")
-        for cand in info["candidates"]:
-            show_candidate(console, cand)
-            console.print()
-        return
-    standing = " (joined the pool)" if info.get("joined") else ""
-    standing += ", the run's best" if info.get("best") else ""
-    console.print(f"[bold]candidate {info['label']}[/bold]: {info['title'] or '(no patch)'}  [{info['status']}]{standing}")
-    console.print(f"branch {info['branch'] or '-'}  commit {info['commit'] or '-'}  parent {'base' if info['parent'] == 0 else info['parent']}")
-    console.print(f"verdict: {info['reason']}")
-    if info.get("evidence"):
-        console.print(f"evidence: {info['evidence']}", markup=False, highlight=False)
-    if info.get("investigation"):
-        console.print("\n[bold]investigation[/bold]")
-        for line in investigation_lines(info["investigation"]):
-            console.print(line, markup=False, highlight=False)
-    if info["rationale"]:
-        console.print("\n[bold]rationale[/bold]\n" + info["rationale"])
-    if info["diff"]:
-        console.print("\n[bold]diff[/bold]")
-        console.print(info["diff"], markup=False, highlight=False)
-    if info["flips"]:
-        console.print("\n[bold]gate tasks whose pass rate changed[/bold]")
-        for f in info["flips"]:
-            console.print(f"  {f['task']}: {f['incumbent']:.2f} -> {f['candidate']:.2f}")
-
-def status_table(info: dict) -> Table:
-    """`evolver status` for people: one row per fact, no Python reprs."""
-    table = Table(title=f"evolver status {info['run_id']}", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    colour = {"running": "green", "dead": "red", "paused": "yellow", "interrupted": "yellow"}.get(info["status"], "")
-    table.add_row("status", f"[{colour}]{info['status']}[/{colour}]" if colour else info["status"])
-    if info["step"]:
-        table.add_row("doing", info["step"])
-    if info["stop_reason"]:
-        table.add_row("stopped because", info["stop_reason"])
-    table.add_row("iterations", f"{info['iterations_done']} of {info['iterations_target']}"
-                  + (f", {info['candidates_per_iteration']} candidates each" if info["candidates_per_iteration"] > 1 else ""))
-    best = info["best"]
-    table.add_row("best", f"{'base' if best['iteration'] == 0 else 'iteration ' + str(best['iteration'])} "
-                          f"(gate {_fmt(best['gate'])}), {best['branch']}")
-    if info.get("policy"):  # what the gate policy promised and did (history.policy_lines)
-        table.add_row("gate policy", "\n".join(info["policy"]))
-    table.add_row("simulations", f"{info['simulations_done']:,} done, at most {info['simulations_planned_at_most']:,} in all")
-    for role, tally in sorted(info["infra_errors"].items()):
-        table.add_row("infrastructure errors", infra_line(role, tally["count"], tally["first"]))
-    for lane, view in sorted(info.get("rate_limits", {}).items()):
-        table.add_row("rate limit", lane_text(lane, view, live="waiting" in view))
-    table.add_row("elapsed", _duration(info["elapsed_seconds"]))
-    if info["eta_seconds_at_most"] is not None:
-        table.add_row("time left", f"at most {_duration(info['eta_seconds_at_most'])} "
-                                   f"(at the measured {info['seconds_per_simulation']:.1f} s per simulation)")
-    for role, usage in sorted(info["usage"].items()):
-        u = RoleUsage(**usage)
-        table.add_row(f"{role}", f"{u.prompt_tokens:,} in / {u.completion_tokens:,} out tokens, {cost_text([u])}"
-                      + (f", {u.cached_text()}" if u.cached_text() else ""))
-    table.add_row("cost", info["cost_text"])
-    table.add_row("models", ", ".join(f"{role} {model}" for role, model in info["models"].items()))
-    for t in info.get("transfers", []):
-        table.add_row("transfer", f"{t['agent_model']} ({t['domain']}): {t['pair']} {t['verdict']}"
-                                  + ("" if t["effect"] is None else f", {100 * t['effect']:+.1f} points"))
-    table.add_row("tasks", info["split_note"])
-    return table
-
-
-def runs_table(rows: list[dict]) -> Table:
-    table = Table(title="evolver runs", title_justify="left")
-    for col in ("run", "status", "domain", "iterations", "best (gate)", "cost"):
-        table.add_column(col)
-    for r in rows:
-        if "reason" in r:  # a folder that holds no run
-            table.add_row(r["run_id"], r["reason"], "", "", "", "")
-            continue
-        best = r["best"]
-        table.add_row(r["run_id"], r["status"], r["domain"], f"{r['iterations_done']}/{r['iterations_target']}",
-                      f"{'base' if best['iteration'] == 0 else best['iteration']} ({_fmt(best['gate'])})", r["cost_text"])
-    return table
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min" if seconds >= 3600 else f"{seconds // 60} min {seconds % 60:02d} s"

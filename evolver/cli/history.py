@@ -37,25 +37,27 @@ def history_rows(run: RunDir) -> list[dict]:
     rows = []
     for r in run.iterations():
         for i, c in enumerate(r.candidates):
-            rows.append({
-                "iteration": r.iteration,
-                "candidate": c.label,
-                "branch": c.branch,
-                "parent": parent_of(r),
-                "title": c.title,
-                "analysis": r.analysis if r.kept == c.label else None,
-                "gate_incumbent": r.gate_incumbent,
-                "gate_candidate": c.gate_candidate,
-                "gate_delta": None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent,
-                "verdict": "joined" if r.parent_label and c.status == "accepted" else c.status,
-                "reason": c.reason,
-                "screen": c.screen or None,
-                "cost": cost_text(r.usage.values()) if i == 0 else None,
-                "usage": {k: v.model_dump() for k, v in r.usage.items()} if i == 0 else None,
-                "cached": {k: v.cached_text() for k, v in r.usage.items() if v.cached_text()} if i == 0 else None,
-                "tokens": sum(u.tokens for u in r.usage.values()) if i == 0 else None,
-                "is_best": bool(best) and c.label == best,
-            })
+            rows.append(
+                {
+                    "iteration": r.iteration,
+                    "candidate": c.label,
+                    "branch": c.branch,
+                    "parent": parent_of(r),
+                    "title": c.title,
+                    "analysis": r.analysis if r.kept == c.label else None,
+                    "gate_incumbent": r.gate_incumbent,
+                    "gate_candidate": c.gate_candidate,
+                    "gate_delta": None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent,
+                    "verdict": "joined" if r.parent_label and c.status == "accepted" else c.status,
+                    "reason": c.reason,
+                    "screen": c.screen or None,
+                    "cost": cost_text(r.usage.values()) if i == 0 else None,
+                    "usage": {k: v.model_dump() for k, v in r.usage.items()} if i == 0 else None,
+                    "cached": {k: v.cached_text() for k, v in r.usage.items() if v.cached_text()} if i == 0 else None,
+                    "tokens": sum(u.tokens for u in r.usage.values()) if i == 0 else None,
+                    "is_best": bool(best) and c.label == best,
+                }
+            )
     return rows
 
 
@@ -69,13 +71,19 @@ def status(run: RunDir) -> dict:
     shown = "running" if running else "dead" if state.status == "running" else state.status
     usage = dict(state.usage)
     current = run.iteration(state.next_iteration)
-    for role, u in (current.usage.items() if current else ()):
+    for role, u in current.usage.items() if current else ():
         usage[role] = usage.get(role, RoleUsage()).add(u)
     done, seconds_per_sim = _simulations(run)
     infra = infra_by_role([r for evaluation in run.evaluations() for r in evaluation.records()])
     cfg = Config(**manifest.config)
-    planned = done + max_simulations(cfg, len(manifest.analysis_tasks), len(manifest.gate_tasks), len(manifest.holdout_tasks),
-                                     iterations=max(0, state.iterations_target - state.next_iteration + 1), baseline=done == 0)
+    planned = done + max_simulations(
+        cfg,
+        len(manifest.analysis_tasks),
+        len(manifest.gate_tasks),
+        len(manifest.holdout_tasks),
+        iterations=max(0, state.iterations_target - state.next_iteration + 1),
+        baseline=done == 0,
+    )
     elapsed = state.elapsed + (time.time() - state.updated_at if running and state.updated_at else 0.0)
     return {
         "run_id": run.run_id,
@@ -85,14 +93,21 @@ def status(run: RunDir) -> dict:
         "iterations_done": state.next_iteration - 1,
         "iterations_target": state.iterations_target,
         "candidates_per_iteration": cfg.candidates,
-        "best": {"iteration": state.incumbent, "label": run.best_label(state) or "base", "commit": state.incumbent_commit,
-                 "branch": f"evolver/{run.run_id}/best", "gate": best_gate_score(run, state)},
+        "best": {
+            "iteration": state.incumbent,
+            "label": run.best_label(state) or "base",
+            "commit": state.incumbent_commit,
+            "branch": f"evolver/{run.run_id}/best",
+            "gate": best_gate_score(run, state),
+        },
         "consecutive_rejections": state.consecutive_rejections,
         "decisions": state.decisions,
         "expected_false_keeps": state.decisions * manifest.gate["alpha"],
         "gate_policy": manifest.policy.get("name", "per-decision"),
         "policy": policy_lines(manifest, state),
-        "pool": [{"label": "base", "parent": "", "iteration": 0}, *(m.model_dump() for m in state.pool)] if manifest.policy.get("population") else [],
+        "pool": [{"label": "base", "parent": "", "iteration": 0}, *(m.model_dump() for m in state.pool)]
+        if manifest.policy.get("population")
+        else [],
         "audits": [a.model_dump(mode="json") for a in state.audits],
         "usage": {k: v.model_dump() for k, v in usage.items()},
         "cost": sum(u.cost for u in usage.values()),
@@ -141,7 +156,6 @@ def judged(audit: Audit, record, cand) -> bool:
     return record.kept == cand.label and audit.best == record.iteration
 
 
-
 def rate_limits(run: RunDir, state, running: bool) -> dict:
     """Per provider endpoint and model: permits, 429s and seconds waited by the run's finished evaluations and
     its meta-LLM (as charged: the iteration in progress included); while it runs, the rate in use and the
@@ -152,7 +166,10 @@ def rate_limits(run: RunDir, state, running: bool) -> dict:
     live = run.rate_limits().get("lanes", {}) if running else {}
     for lane, view in live.items():
         now = {k: view[k] for k in ("rpm", "tpm", "source", "in_use_rpm", "waiting") if k in view}
-        lanes[lane] = {**lanes.get(lane, {"calls": view.get("calls", 0), "limited": view.get("limited", 0), "waited": view.get("waited", 0.0)}), **now}
+        lanes[lane] = {
+            **lanes.get(lane, {"calls": view.get("calls", 0), "limited": view.get("limited", 0), "waited": view.get("waited", 0.0)}),
+            **now,
+        }
     return lanes
 
 
@@ -164,7 +181,9 @@ def runs(repo) -> list[dict]:
             rows.append({"run_id": run.run_id, "status": "cut off", "reason": run.cut_off()})
             continue
         info = status(run)
-        rows.append({k: info[k] for k in ("run_id", "status", "iterations_done", "iterations_target", "best", "cost", "cost_text", "domain")})
+        rows.append(
+            {k: info[k] for k in ("run_id", "status", "iterations_done", "iterations_target", "best", "cost", "cost_text", "domain")}
+        )
     return rows
 
 
@@ -213,8 +232,10 @@ def show(run: RunDir, which: str) -> dict:
         return _candidate_info(run, lineage, record, cand)
     if match.group(2):
         raise UsageError(f"iteration {record.iteration} has no candidate {which}; it has {', '.join(c.label for c in record.candidates)}")
-    return {**record.model_dump(exclude={"schema_version", "candidates", "charged"}),
-            "candidates": [_candidate_info(run, lineage, record, c) for c in record.candidates]}
+    return {
+        **record.model_dump(exclude={"schema_version", "candidates", "charged"}),
+        "candidates": [_candidate_info(run, lineage, record, c) for c in record.candidates],
+    }
 
 
 def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
@@ -222,23 +243,37 @@ def _candidate_info(run: RunDir, lineage: Lineage, record, cand) -> dict:
     flips: list[dict] = []
     candidate = gate_table(run, cand.label)
     # What the gate compared with: its parent's gate trials (a pool member), or the incumbent measured beside it, else its reference.
-    incumbent = (gate_table(run, record.parent_label) if record.parent_label else
-                 latest_rewards(run, f"iter-{record.iteration:03d}-incumbent") or latest_rewards(run, f"reference-g{record.generation}"))
+    incumbent = (
+        gate_table(run, record.parent_label)
+        if record.parent_label
+        else latest_rewards(run, f"iter-{record.iteration:03d}-incumbent") or latest_rewards(run, f"reference-g{record.generation}")
+    )
     if candidate and incumbent:
         flips = [{"task": task, "incumbent": was, "candidate": now} for task, was, now in flipped(candidate, incumbent)]
     best = run.best_label()
-    return {**cand.model_dump(exclude={"responses"}), "iteration": record.iteration, "parent": parent_of(record),
-            "gate_incumbent": record.gate_incumbent, "kept": record.kept == cand.label, "joined": bool(record.parent_label) and cand.status == "accepted",
-            "best": bool(best) and best == cand.label, "evidence": _evidence(run, record, cand), "diff": diff, "flips": flips,
-            "note": lineage.note(cand.commit) if cand.commit else ""}
+    return {
+        **cand.model_dump(exclude={"responses"}),
+        "iteration": record.iteration,
+        "parent": parent_of(record),
+        "gate_incumbent": record.gate_incumbent,
+        "kept": record.kept == cand.label,
+        "joined": bool(record.parent_label) and cand.status == "accepted",
+        "best": bool(best) and best == cand.label,
+        "evidence": _evidence(run, record, cand),
+        "diff": diff,
+        "flips": flips,
+        "note": lineage.note(cand.commit) if cand.commit else "",
+    }
 
 
 def _evidence(run: RunDir, record, cand) -> str:
     """What the candidate's verdict stood on, and what the run's audit made of it, if it audited this one."""
     if cand.screen:
         screen = cand.screen
-        text = (f"screen: {screen['child']:g} against its parent's {screen['parent']:g} over {screen['tasks']} analysis task(s) "
-                f"({screen.get('reused', 0)} of them from its proposer's tries)")
+        text = (
+            f"screen: {screen['child']:g} against its parent's {screen['parent']:g} over {screen['tasks']} analysis task(s) "
+            f"({screen.get('reused', 0)} of them from its proposer's tries)"
+        )
         if cand.gate_part:
             text += f"; gate, first part: {cand.gate_part['child']:.3f} against its parent's {cand.gate_part['parent']:.3f} over {cand.gate_part['tasks']} task(s)"
     elif cand.verdicts:
@@ -263,8 +298,10 @@ def rollback(run: RunDir, to: str, reason: str) -> BestChange:
         elif state.pool or manifest.policy.get("population"):
             member = next((m for m in state.pool if m.label == to), None)
             if member is None:
-                raise UsageError(f"'{to}' is not a member of run {run.run_id}'s pool; members: {', '.join(m.label for m in state.pool) or 'none'} "
-                                 "(or 'base')")
+                raise UsageError(
+                    f"'{to}' is not a member of run {run.run_id}'s pool; members: {', '.join(m.label for m in state.pool) or 'none'} "
+                    "(or 'base')"
+                )
             iteration, commit, label = member.iteration, member.commit, member.label
         else:
             try:
@@ -274,7 +311,9 @@ def rollback(run: RunDir, to: str, reason: str) -> BestChange:
             record = run.iteration(iteration)
             if record is None or record.winner is None:
                 kept = [str(r.iteration) for r in run.iterations() if r.winner]
-                raise UsageError(f"iteration {to} is not a kept candidate of run {run.run_id}; kept: {', '.join(kept) or 'none'} (or 'base')")
+                raise UsageError(
+                    f"iteration {to} is not a kept candidate of run {run.run_id}; kept: {', '.join(kept) or 'none'} (or 'base')"
+                )
             commit, label = record.winner.commit, record.winner.label
         lineage = Lineage(run.repo, run.run_id)
         lineage.set_branch(lineage.best_branch, commit)

@@ -66,23 +66,29 @@ def read_source(source: str) -> Migration:
     path = Path(source).expanduser()
     if path.is_dir():
         if (path / "TauBench" / "scripts" / "eval_harness.py").is_file() or (path / "scripts" / "eval_harness.py").is_file():
-            raise UsageError(f"{path} is a Life-Harness checkout: pass its evaluation command line instead, e.g. "
-                             "--from 'python scripts/eval_harness.py --domain retail --enabled --h2 --h3 --trials 3'")
+            raise UsageError(
+                f"{path} is a Life-Harness checkout: pass its evaluation command line instead, e.g. "
+                "--from 'python scripts/eval_harness.py --domain retail --enabled --h2 --h3 --trials 3'"
+            )
         return from_auto_harness(path)
     if path.is_file():
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {path} ({getattr(exc, 'strerror', None) or exc}); pass an auto-harness checkout or a "
-                             "Life-Harness command line") from None
+            raise UsageError(
+                f"cannot read {path} ({getattr(exc, 'strerror', None) or exc}); pass an auto-harness checkout or a "
+                "Life-Harness command line"
+            ) from None
         lines = [line for line in _joined_lines(text) if "eval_harness.py" in line and not line.lstrip().startswith("#")]
         if len(lines) != 1:
             raise UsageError(f"{path} holds {len(lines)} eval_harness.py command lines; pass the one to bring (in quotes) as --from")
         return from_life_harness(lines[0], str(path))
     if "eval_harness.py" in source or source.lstrip().startswith("--"):
         return from_life_harness(source, "the Life-Harness command line")
-    raise UsageError(f"--from {source}: not a directory (an auto-harness checkout) nor a Life-Harness command line "
-                     "(python scripts/eval_harness.py --domain ... or its flags)")
+    raise UsageError(
+        f"--from {source}: not a directory (an auto-harness checkout) nor a Life-Harness command line "
+        "(python scripts/eval_harness.py --domain ... or its flags)"
+    )
 
 
 def _joined_lines(text: str) -> list[str]:
@@ -94,7 +100,7 @@ def _joined_lines(text: str) -> list[str]:
 
 AUTO_HARNESS_LEFT_OUT = {
     "threshold": "auto-harness's pass-rate threshold for its regression suite; evolver's gate keeps a change only when a paired "
-                 "statistical test on the gate split says it is better (gate_alpha, gate_min_effect; docs/gate.md)",
+    "statistical test on the gate split says it is better (gate_alpha, gate_min_effect; docs/gate.md)",
 }
 
 
@@ -105,12 +111,16 @@ def from_auto_harness(root: Path) -> Migration:
     if not agent_path.is_file():
         raise UsageError(f"no agent/agent.py in {root}: pass an auto-harness checkout (its agent/agent.py and experiment_config.yaml)")
     if not config_path.is_file():
-        raise UsageError(f"no experiment_config.yaml in {root}: auto-harness reads it; copy experiment_config.yaml.template, "
-                         "set it up for tau-bench, and run `evolver init --from` again")
+        raise UsageError(
+            f"no experiment_config.yaml in {root}: auto-harness reads it; copy experiment_config.yaml.template, "
+            "set it up for tau-bench, and run `evolver init --from` again"
+        )
     config = _yaml(config_path)
     benchmark = str(config.pop("benchmark", "tau-bench"))
     if benchmark != "tau-bench":
-        raise UsageError(f"{config_path} is set up for benchmark '{benchmark}'; evolver evolves tau2-bench agents (benchmark: \"tau-bench\")")
+        raise UsageError(
+            f"{config_path} is set up for benchmark '{benchmark}'; evolver evolves tau2-bench agents (benchmark: \"tau-bench\")"
+        )
     m.mapped.append("benchmark: tau-bench -> tau2-bench, which evolver runs")
     try:
         m.agent = agent_path.read_text(encoding="utf-8")
@@ -118,8 +128,10 @@ def from_auto_harness(root: Path) -> Migration:
         m.baseline = template.read_text(encoding="utf-8") if template.is_file() else m.agent
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {agent_path} ({getattr(exc, 'strerror', None) or exc})") from None
-    m.mapped.append("agent/agent.py -> agent/agent.py, unchanged (its process gets AGENT_MODEL and AGENT_REASONING_EFFORT; "
-                    "tau2.agent.base_agent resolves to the installed tau2's tau2.agent.base)")
+    m.mapped.append(
+        "agent/agent.py -> agent/agent.py, unchanged (its process gets AGENT_MODEL and AGENT_REASONING_EFFORT; "
+        "tau2.agent.base_agent resolves to the installed tau2's tau2.agent.base)"
+    )
     if "domain" in config:
         domain = str(config.pop("domain"))
         if domain not in DOMAINS:
@@ -134,8 +146,12 @@ def from_auto_harness(root: Path) -> Migration:
         m.set("agent_model", agent_model, f"agent_model: {agent_model}")
     user_model = config.pop("user_model", None)
     if user_model or agent_model:
-        m.set("user_model", user_model or agent_model, f"user_model: {user_model}" if user_model else f"agent_model: {agent_model}",
-              "" if user_model else "auto-harness simulates the user with the agent's model when user_model is unset")
+        m.set(
+            "user_model",
+            user_model or agent_model,
+            f"user_model: {user_model}" if user_model else f"agent_model: {agent_model}",
+            "" if user_model else "auto-harness simulates the user with the agent's model when user_model is unset",
+        )
     had = "max_concurrency" in config
     concurrency = config.pop("max_concurrency", 3)
     m.set("concurrency", concurrency, f"max_concurrency: {concurrency}", "" if had else "auto-harness's default")
@@ -146,8 +162,10 @@ def from_auto_harness(root: Path) -> Migration:
     for key, value in config.items():
         why = AUTO_HARNESS_LEFT_OUT.get(key, "no equivalent in evolver (not a tau-bench setting of evolver's)")
         m.left_out.append(f"{key}: {value}: {why}")
-    m.left_out.append("meta model: auto-harness has none (a coding agent follows PROGRAM.md); evolver's proposer needs meta_model, "
-                      "or proposer = \"command\" with that coding agent's command line (docs/proposer.md)")
+    m.left_out.append(
+        "meta model: auto-harness has none (a coding agent follows PROGRAM.md); evolver's proposer needs meta_model, "
+        'or proposer = "command" with that coding agent\'s command line (docs/proposer.md)'
+    )
     learnings = root / "workspace" / "learnings.md"
     text = learnings.read_text(encoding="utf-8", errors="replace").strip() if learnings.is_file() else ""
     if re.sub(r"^#\s*Learnings\s*$", "", text, flags=re.M | re.I).strip():  # more than the header prepare.py writes
@@ -155,9 +173,11 @@ def from_auto_harness(root: Path) -> Migration:
         m.set("learnings_file", LEARNINGS_FILE, "workspace/learnings.md", f"copied to {LEARNINGS_FILE}; the first run's proposer reads it")
     else:
         m.left_out.append("workspace/learnings.md: none, or only its header")
-    for name, why in (("workspace/suite.json", "its regression suite: evolver's gate measures every gate task at each decision"),
-                      ("workspace/results.tsv", "auto-harness's own history: evolver's runs start in runs/"),
-                      ("PROGRAM.md", "the coding agent's instructions: evolver's meta model follows Harness.md")):
+    for name, why in (
+        ("workspace/suite.json", "its regression suite: evolver's gate measures every gate task at each decision"),
+        ("workspace/results.tsv", "auto-harness's own history: evolver's runs start in runs/"),
+        ("PROGRAM.md", "the coding agent's instructions: evolver's meta model follows Harness.md"),
+    ):
         if (root / name).exists():
             m.left_out.append(f"{name}: {why}")
     others = sorted(p.name for p in (root / "agent").iterdir() if p.name not in ("agent.py", "templates", "__init__.py", "__pycache__"))
@@ -183,17 +203,48 @@ def _yaml(path: Path) -> dict:
 
 # ---- Life-Harness -----------------------------------------------------------------------------------
 
+
 def _life_harness_parser() -> argparse.ArgumentParser:
     """The flags of Life-Harness's scripts/eval_harness.py, with its defaults (None: the flag was not given)."""
     p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
-    for flag in ("--enabled", "--h2", "--h3", "--h4", "--h5", "--retrieve-policy", "--user-enable-reasoning", "--user-disable-thinking",
-                 "--nl", "--malicious-user"):
+    for flag in (
+        "--enabled",
+        "--h2",
+        "--h3",
+        "--h4",
+        "--h5",
+        "--retrieve-policy",
+        "--user-enable-reasoning",
+        "--user-disable-thinking",
+        "--nl",
+        "--malicious-user",
+    ):
         p.add_argument(flag, action="store_true")
-    for flag in ("--domain", "--split", "--agent-llm", "--agent-api-base", "--user-llm", "--user-api-base", "--user-api-key-env",
-                 "--retrieval-config", "--save-to", "--output", "--task-id-file", "--failed-from"):
+    for flag in (
+        "--domain",
+        "--split",
+        "--agent-llm",
+        "--agent-api-base",
+        "--user-llm",
+        "--user-api-base",
+        "--user-api-key-env",
+        "--retrieval-config",
+        "--save-to",
+        "--output",
+        "--task-id-file",
+        "--failed-from",
+    ):
         p.add_argument(flag)
-    for flag in ("--h5-top-k", "--policy-top-k", "--kb-top-k", "--concurrency", "--agent-max-tokens", "--user-max-tokens", "--num-tasks",
-                 "--max-steps"):
+    for flag in (
+        "--h5-top-k",
+        "--policy-top-k",
+        "--kb-top-k",
+        "--concurrency",
+        "--agent-max-tokens",
+        "--user-max-tokens",
+        "--num-tasks",
+        "--max-steps",
+    ):
         p.add_argument(flag, type=int)
     p.add_argument("--trials", "--num-trials", dest="trials", type=int)
     p.add_argument("--task-ids", nargs="+")
@@ -202,8 +253,15 @@ def _life_harness_parser() -> argparse.ArgumentParser:
 
 
 # Life-Harness's defaults where they change what a simulation does (its README and eval_harness.py).
-LIFE_HARNESS_DEFAULTS = {"domain": "airline", "split": "test", "trials": 1, "concurrency": 10, "h5_top_k": 3, "agent_max_tokens": 2048,
-                         "max_steps": 200}
+LIFE_HARNESS_DEFAULTS = {
+    "domain": "airline",
+    "split": "test",
+    "trials": 1,
+    "concurrency": 10,
+    "h5_top_k": 3,
+    "agent_max_tokens": 2048,
+    "max_steps": 200,
+}
 LIFE_HARNESS_LEFT_OUT = {
     "nl": "--nl: no equivalent: evolver scores with tau2's default evaluation, without the NL-assertion judge's verdict",
     "retrieve_policy": "--retrieve-policy: no equivalent (Life-Harness's policy-retrieval tool)",
@@ -214,7 +272,7 @@ LIFE_HARNESS_LEFT_OUT = {
     "output": "--output: evolver writes every evaluation to runs/<run-id>/",
     "save_to": "--save-to: evolver writes every evaluation to runs/<run-id>/",
     "user_api_key_env": "--user-api-key-env: keys are never settings: export the provider's own variable (OPENAI_API_KEY for an "
-                        "openai/ model), which only evolver's trusted side reads",
+    "openai/ model), which only evolver's trusted side reads",
     "task_id_file": "--task-id-file: no setting: pass the ids to `evolver eval --task-ids`",
     "task_indices": "--task-indices: no equivalent: pass task ids to `evolver eval --task-ids`",
     "failed_from": "--failed-from: no equivalent: pass the failed task ids to `evolver eval --task-ids`",
@@ -229,7 +287,7 @@ def from_life_harness(command: str, source: str) -> Migration:
     except ValueError as exc:
         raise UsageError(f"--from: the command line does not parse ({exc}); quote it as the shell would") from None
     script = next((i for i, t in enumerate(tokens) if t.endswith("eval_harness.py")), None)
-    tokens = tokens[script + 1:] if script is not None else tokens
+    tokens = tokens[script + 1 :] if script is not None else tokens
     try:
         args, unknown = _life_harness_parser().parse_known_args(tokens)
     except (argparse.ArgumentError, ValueError) as exc:
@@ -252,26 +310,34 @@ def from_life_harness(command: str, source: str) -> Migration:
     m.switches = {name: bool(args.enabled and getattr(args, flag)) for flag, name in LAYERS.items()}
     for flag, name in LAYERS.items():
         if getattr(args, flag):
-            m.mapped.append(f"--{flag} -> agent/harness.toml {name} = {'true' if m.switches[name] else 'false'}"
-                            + ("" if args.enabled else " (without --enabled Life-Harness leaves it off)"))
+            m.mapped.append(
+                f"--{flag} -> agent/harness.toml {name} = {'true' if m.switches[name] else 'false'}"
+                + ("" if args.enabled else " (without --enabled Life-Harness leaves it off)")
+            )
     if args.enabled and not any(m.switches.values()):
         m.mapped.append("--enabled with no layer flag -> every layer off in agent/harness.toml")
     if m.switches[LAYERS["h5"]]:
         m.h5_top_k = value("h5_top_k")
         if m.h5_top_k < 1:
             raise UsageError(f"{source}: --h5-top-k {m.h5_top_k} must be at least 1; fix it")
-        m.mapped.append(f"--h5-top-k {m.h5_top_k} -> H5_TOP_K = {m.h5_top_k} in agent/agent.py" + (f" ({note('h5_top_k')})" if note("h5_top_k") else ""))
+        m.mapped.append(
+            f"--h5-top-k {m.h5_top_k} -> H5_TOP_K = {m.h5_top_k} in agent/agent.py" + (f" ({note('h5_top_k')})" if note("h5_top_k") else "")
+        )
     elif "h5_top_k" in given:
         m.left_out.append(f"--h5-top-k {given['h5_top_k']}: H5 is off, so it has no effect")
     if any(m.switches.values()):
-        m.left_out.append("Life-Harness's domain rule sets (its tau2/harness/<domain>.py) do not come along: the switches turn on evolver's own "
-                          "H2-H5 layers (Harness.md), which the run then evolves")
+        m.left_out.append(
+            "Life-Harness's domain rule sets (its tau2/harness/<domain>.py) do not come along: the switches turn on evolver's own "
+            "H2-H5 layers (Harness.md), which the run then evolves"
+        )
     # Models, servers and their arguments.
     if "agent_llm" in given:
         m.set("agent_model", given["agent_llm"], f"--agent-llm {given['agent_llm']}")
     else:
-        m.left_out.append("--agent-llm not given: Life-Harness's default, openai/Qwen/Qwen3-4B-Instruct-2507 at AGENT_API_BASE, is not "
-                          "copied; set agent_model (and agent_api_base)")
+        m.left_out.append(
+            "--agent-llm not given: Life-Harness's default, openai/Qwen/Qwen3-4B-Instruct-2507 at AGENT_API_BASE, is not "
+            "copied; set agent_model (and agent_api_base)"
+        )
     if "agent_api_base" in given:
         m.set("agent_api_base", given["agent_api_base"], f"--agent-api-base {given['agent_api_base']}")
     if "user_llm" in given:
@@ -290,11 +356,19 @@ def from_life_harness(command: str, source: str) -> Migration:
     if user_base and "openrouter.ai" in user_base and not args.user_enable_reasoning:
         body["reasoning"] = {"enabled": False}  # what Life-Harness sends an OpenRouter user model by default
     if args.user_disable_thinking and user_base:
-        body.update({"enable_thinking": False} if "dashscope.aliyuncs.com" in user_base
-                    else {"thinking": {"type": "disabled"}, "reasoning": {"enabled": False}})
+        body.update(
+            {"enable_thinking": False}
+            if "dashscope.aliyuncs.com" in user_base
+            else {"thinking": {"type": "disabled"}, "reasoning": {"enabled": False}}
+        )
     if body:
-        m.add_arg("user_args", "extra_body", body, "--user-disable-thinking" if args.user_disable_thinking else "an OpenRouter --user-api-base",
-                  "the user simulator's thinking off, as Life-Harness sends it")
+        m.add_arg(
+            "user_args",
+            "extra_body",
+            body,
+            "--user-disable-thinking" if args.user_disable_thinking else "an OpenRouter --user-api-base",
+            "the user simulator's thinking off, as Life-Harness sends it",
+        )
     elif args.user_disable_thinking or args.user_enable_reasoning:
         m.left_out.append("--user-disable-thinking / --user-enable-reasoning: no effect without --user-api-base, as in Life-Harness")
     m.mapped.append("agent temperature 0.0 -> agent_temperature = 0.0 (evolver's default too)")

@@ -24,7 +24,6 @@ from rich.console import Console
 from evolver.config import Config
 from evolver.errors import ProviderUnavailable, UsageError
 
-
 SIMULATED = ("agent", "user", "judge")  # the roles a simulation calls (eval, compare, transfer)
 RUN_ROLES = SIMULATED + ("meta",)
 
@@ -60,7 +59,13 @@ def checks(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]) -
                 continue
             kwargs = meta_request(role, preflight_messages(), **extra)
         elif name == "agent":  # the proxy's request: the candidate's messages and tools, the configured model and arguments
-            kwargs = {"model": role.model, "messages": preflight_messages(), "tools": [PREFLIGHT_TOOL], "tool_choice": "auto", **role.litellm_args()}
+            kwargs = {
+                "model": role.model,
+                "messages": preflight_messages(),
+                "tools": [PREFLIGHT_TOOL],
+                "tool_choice": "auto",
+                **role.litellm_args(),
+            }
         elif name == "user":  # tau2's user simulator: messages, the configured arguments and the seed tau2 gives it (set_seed)
             kwargs = {"model": role.model, "messages": preflight_messages(), **role.litellm_args(), "seed": cfg.seed}
         else:  # tau2's judge: messages and the configured arguments
@@ -119,9 +124,11 @@ def preflight(cfg: Config, local_api_base: Optional[str], roles: tuple[str, ...]
             raise UsageError(configuration_line(c.roles[0], c.model, c.failure))
     if down:
         c = down[0]
-        raise ProviderUnavailable(f"the {c.roles[0]} model {c.model} did not answer evolver's first request through {cfg.llm_retries} "
-                                  f"attempt(s) ({failure_words(c.failure)}); nothing was spent: try again once it answers, or skip this check "
-                                  "with --no-preflight")
+        raise ProviderUnavailable(
+            f"the {c.roles[0]} model {c.model} did not answer evolver's first request through {cfg.llm_retries} "
+            f"attempt(s) ({failure_words(c.failure)}); nothing was spent: try again once it answers, or skip this check "
+            "with --no-preflight"
+        )
     return [check.line() for check in done]
 
 
@@ -131,8 +138,9 @@ def say(console: Console, lines: list[str]) -> None:
 
 
 @contextmanager
-def preflighted(cfg: Config, console: Console, roles: tuple[str, ...],
-                said: Optional[list[str]] = None) -> Iterator[tuple[Config, Optional[str]]]:
+def preflighted(
+    cfg: Config, console: Console, roles: tuple[str, ...], said: Optional[list[str]] = None
+) -> Iterator[tuple[Config, Optional[str]]]:
     """The embedded model's server when one of ``roles`` needs it (evolver.local.backend.serve_local), then the
     preflight of ``roles``; yields the settings as served and the server's address. Its lines are said here, or added to ``said`` for a
     caller that still has input to refuse (a run not yet created)."""

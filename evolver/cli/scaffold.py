@@ -10,6 +10,7 @@ from evolver.cli.settings_text import toml_template
 from evolver.errors import UsageError
 from evolver.store.rundir import runs_dir
 
+
 def _template_files(migration=None) -> dict[str, str]:
     """The baseline agent, its layer switches and skills: once pristine under
     agent/templates/, once as the working copy under agent/ that evolution edits.
@@ -18,7 +19,9 @@ def _template_files(migration=None) -> dict[str, str]:
     base = resources.files("evolver.baseline")
     agent = (base / "tau_bench.py").read_text()
     harness = (base / "harness.toml").read_text()
-    skills = {f"skills/{p.name}": p.read_text() for p in sorted(base.joinpath("skills").iterdir(), key=lambda p: p.name) if p.name.endswith(".md")}
+    skills = {
+        f"skills/{p.name}": p.read_text() for p in sorted(base.joinpath("skills").iterdir(), key=lambda p: p.name) if p.name.endswith(".md")
+    }
     files = {
         "agent/templates/tau_bench.py": agent,
         "agent/templates/__init__.py": (base / "__init__.py").read_text(),

@@ -33,8 +33,8 @@ def toml_template(values: dict | None = None) -> str:
     lines = [
         "# evolver configuration: every key, with its default. EVOLVER_<KEY> environment variables",
         "# override these values, and command-line flags (--key-name) override both.",
-        "# Models: one litellm model string per role, or \"local\" for the embedded model. Unset:",
-        "# openai/gpt-4.1-mini (agent, user) and openai/gpt-4.1 (meta) when OPENAI_API_KEY is set, else \"local\".",
+        '# Models: one litellm model string per role, or "local" for the embedded model. Unset:',
+        '# openai/gpt-4.1-mini (agent, user) and openai/gpt-4.1 (meta) when OPENAI_API_KEY is set, else "local".',
         "",
     ]
     tables = []
@@ -75,7 +75,9 @@ def markdown_tables() -> str:
             spec = SPECS[f.name]
             if spec.group != group:
                 continue
-            out.append(f"| `{f.name}` | {_shown(_default(f))} | {_accepts(f, spec)} | {_sources(f.name, spec)} | {spec.help.replace('|', '/')} |")
+            out.append(
+                f"| `{f.name}` | {_shown(_default(f))} | {_accepts(f, spec)} | {_sources(f.name, spec)} | {spec.help.replace('|', '/')} |"
+            )
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -89,7 +91,7 @@ def _accepts(f, spec) -> str:
     if spec.choices:
         return ", ".join(f"`{c}`" for c in spec.choices if c) + (", or empty" if "" in spec.choices else "")
     if spec.style == "limits":
-        return "a table: one model per line, `\"MODEL\" = {rpm = N, tpm = N}` (either or both)"
+        return 'a table: one model per line, `"MODEL" = {rpm = N, tpm = N}` (either or both)'
     if kind is dict:
         return "a table of model arguments ([the list](#model-arguments-per-role))"
     if kind is bool:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from importlib import resources
 import platform
 import random
 import tempfile
 import time
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
@@ -63,7 +62,9 @@ def choose_splits(cfg: Config, all_tasks: list[str], splits: dict[str, list[str]
     if cfg.exclude_tasks:
         unknown = sorted(set(cfg.exclude_tasks) - set(all_tasks))
         if unknown:
-            raise UsageError(f"exclude_tasks names task(s) {cfg.domain} does not have: {', '.join(unknown)}; see `evolver tasks {cfg.domain}`")
+            raise UsageError(
+                f"exclude_tasks names task(s) {cfg.domain} does not have: {', '.join(unknown)}; see `evolver tasks {cfg.domain}`"
+            )
         analysis, gate = [t for t in analysis if t not in cfg.exclude_tasks], [t for t in gate if t not in cfg.exclude_tasks]
         note += f"; {len(cfg.exclude_tasks)} task(s) excluded"
     overlap = set(analysis) & set(gate)
@@ -100,9 +101,18 @@ class NewRun(NamedTuple):
     said: tuple[str, ...]  # the preflight's lines, said once the run has started: one that could not says only why
 
 
-def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dirty: bool, dry_run: bool, console: Console,
-            pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None,
-            serving: Optional[contextlib.ExitStack] = None) -> NewRun | None:
+def new_run(
+    repo: Path,
+    cfg: Config,
+    run_id: str,
+    backend: Backend,
+    *,
+    allow_dirty: bool,
+    dry_run: bool,
+    console: Console,
+    pilot: Optional[Callable[[list[str]], tuple[dict, float, int, dict]]] = None,
+    serving: Optional[contextlib.ExitStack] = None,
+) -> NewRun | None:
     """A new run's checks, its tasks listed and split (outside runs/), then its record: the run's folder
     appears holding its settings and nothing else (start_run does the rest). None after a dry run, which
     prints the splits and the forecast (``pilot``, given the analysis tasks, measures a few simulations: usage
@@ -144,11 +154,22 @@ def new_run(repo: Path, cfg: Config, run_id: str, backend: Backend, *, allow_dir
     exclude_runs_dir(repo)
     run = RunDir(repo, run_id)
     run.create(
-        Manifest(run_id=run_id, created=time.time(), repo=str(repo), base_commit=base_commit,
-                 base_branch=None if git_repo.head.is_detached else git_repo.active_branch.name,
-                 config=dataclasses.asdict(cfg), versions=_versions(), models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
-                 analysis_tasks=[], gate_tasks=[], holdout_tasks=[], split_note="not chosen yet (the run lists its tasks first)",
-                 gate=dataclasses.asdict(policy.gate), policy=policy.to_json()),
+        Manifest(
+            run_id=run_id,
+            created=time.time(),
+            repo=str(repo),
+            base_commit=base_commit,
+            base_branch=None if git_repo.head.is_detached else git_repo.active_branch.name,
+            config=dataclasses.asdict(cfg),
+            versions=_versions(),
+            models={r: cfg.role(r) for r in ("agent", "user", "meta", "judge")},
+            analysis_tasks=[],
+            gate_tasks=[],
+            holdout_tasks=[],
+            split_note="not chosen yet (the run lists its tasks first)",
+            gate=dataclasses.asdict(policy.gate),
+            policy=policy.to_json(),
+        ),
         RunState(iterations_target=cfg.iterations, incumbent_commit=base_commit, current_step="choosing the tasks"),
     )
     return NewRun(run, local_api_base, listing, tuple(said))
@@ -165,8 +186,9 @@ def start_run(new: NewRun, cfg: Config, backend: Backend, console: Console) -> L
     return _loop(new.run, manifest, new.run.state(), cfg, Lineage(new.run.repo, new.run.run_id), console, backend, new.local_api_base)
 
 
-def _choose_tasks(run: RunDir, cfg: Config, backend: Backend, console: Console, listing: Optional[TaskListing] = None,
-                  said: tuple[str, ...] = ()) -> Manifest:
+def _choose_tasks(
+    run: RunDir, cfg: Config, backend: Backend, console: Console, listing: Optional[TaskListing] = None, said: tuple[str, ...] = ()
+) -> Manifest:
     """What a run does after its record, before its baseline: split the tasks (listed again unless
     ``listing`` is given), keep the scan's identifiers and the learnings, point `best` at the base. The split
     is recorded last, so `--resume` of a run killed before it does all of this again."""
@@ -182,24 +204,48 @@ def _choose_tasks(run: RunDir, cfg: Config, backend: Backend, console: Console, 
     lineage.set_branch(lineage.best_branch, manifest.base_commit)
     if not run.logged("started"):
         run.log("started", base_commit=manifest.base_commit, iterations=cfg.iterations)
-    manifest = manifest.model_copy(update={"analysis_tasks": analysis, "gate_tasks": gate_tasks, "holdout_tasks": holdout, "split_note": note})
+    manifest = manifest.model_copy(
+        update={"analysis_tasks": analysis, "gate_tasks": gate_tasks, "holdout_tasks": holdout, "split_note": note}
+    )
     run.save_manifest(manifest)
     say(console, list(said))
     console.print(_plan(cfg, run.repo, note, analysis, gate_tasks, holdout, None))
     return manifest
 
 
-def _plan(cfg: Config, repo: Path, note: str, analysis: list[str], gate_tasks: list[str], holdout: list[str],
-          measured: Optional[tuple[dict, float, int, dict]]) -> str:
+def _plan(
+    cfg: Config,
+    repo: Path,
+    note: str,
+    analysis: list[str],
+    gate_tasks: list[str],
+    holdout: list[str],
+    measured: Optional[tuple[dict, float, int, dict]],
+) -> str:
     """How the tasks were split and the forecast: from a pilot's measurements, or assuming a hosted API's pace."""
     per_sim, seconds = (measured[0], measured[1]) if measured else ({}, ASSUMED_SIM_SECONDS / max(1, cfg.concurrency))
     meta = cfg.role("meta")
-    fc = forecast(cfg, len(analysis), len(gate_tasks), len(holdout), iterations=cfg.iterations, per_simulation=per_sim,
-                  meta_price=price_of(meta.model), meta_prompt_tokens=meta_prompt_tokens(GUIDE.read_text(), repo, cfg.digest_chars),
-                  noise=measured[3] if measured else None, meta_cached_prompt_price=cached_prompt_price(meta.model, meta.api_base, CACHED_SHARE))
+    fc = forecast(
+        cfg,
+        len(analysis),
+        len(gate_tasks),
+        len(holdout),
+        iterations=cfg.iterations,
+        per_simulation=per_sim,
+        meta_price=price_of(meta.model),
+        meta_prompt_tokens=meta_prompt_tokens(GUIDE.read_text(), repo, cfg.digest_chars),
+        noise=measured[3] if measured else None,
+        meta_cached_prompt_price=cached_prompt_price(meta.model, meta.api_base, CACHED_SHARE),
+    )
     where = f"measured on a pilot of {measured[2]} simulation(s)" if measured else f"{ASSUMED_SIM_SECONDS:.0f} s per simulation assumed"
-    return "\n".join([f"{note}.", *forecast_lines(fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})",
-                                                  priced=measured is not None)])
+    return "\n".join(
+        [
+            f"{note}.",
+            *forecast_lines(
+                fc, seconds, cfg.concurrency, cfg.budget_usd, cfg.budget_tokens, f"estimate ({where})", priced=measured is not None
+            ),
+        ]
+    )
 
 
 def read_learnings(repo: Path, name: str) -> str:
@@ -210,12 +256,15 @@ def read_learnings(repo: Path, name: str) -> str:
     try:
         return path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"learnings_file {path} cannot be read ({getattr(exc, 'strerror', None) or exc}); "
-                         "give a text file in the repository, or leave learnings_file empty") from None
+        raise UsageError(
+            f"learnings_file {path} cannot be read ({getattr(exc, 'strerror', None) or exc}); "
+            "give a text file in the repository, or leave learnings_file empty"
+        ) from None
 
 
-def resume_run(run: RunDir, given: dict, console: Console, open_backend: Callable[[Config], Backend],
-               serving: Optional[contextlib.ExitStack] = None) -> Loop:
+def resume_run(
+    run: RunDir, given: dict, console: Console, open_backend: Callable[[Config], Backend], serving: Optional[contextlib.ExitStack] = None
+) -> Loop:
     """A run to drive on, with the backend ``open_backend`` makes for its recorded settings; one killed
     before it chose its tasks chooses them first. Of the settings ``given`` (as flags), the run takes a new
     total of iterations and new stop conditions, which decide when it stops, never what it measures. With
@@ -224,7 +273,9 @@ def resume_run(run: RunDir, given: dict, console: Console, open_backend: Callabl
     fixed = sorted(k for k in given if k != "iterations" and SPECS[k].group != "stopping")
     if fixed:  # the run's recorded settings win: say so rather than ignore the flag
         may = ", ".join(flag_of(k) for k in SPECS if k == "iterations" or SPECS[k].group == "stopping")
-        raise UsageError(f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in fixed)} (only {may} may change)")
+        raise UsageError(
+            f"--resume keeps the settings the run recorded; drop {', '.join(flag_of(k) for k in fixed)} (only {may} may change)"
+        )
     given = {k: checked(k, v, flag_of(k)) for k, v in given.items()}
     manifest = run.manifest()
     state = run.state()
@@ -251,8 +302,16 @@ def resume_run(run: RunDir, given: dict, console: Console, open_backend: Callabl
     return _loop(run, manifest, state, cfg, lineage, console, backend, local_api_base)
 
 
-def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage: Lineage, console: Console, backend: Backend,
-          local_api_base: Optional[str]) -> Loop:
+def _loop(
+    run: RunDir,
+    manifest: Manifest,
+    state: RunState,
+    cfg: Config,
+    lineage: Lineage,
+    console: Console,
+    backend: Backend,
+    local_api_base: Optional[str],
+) -> Loop:
     if cfg.meta_model == LOCAL and not (cfg.meta_api_base or cfg.api_base):
         # The meta prompt and its answer must fit one slot of the embedded server.
         cfg = dataclasses.replace(cfg, meta_context_tokens=min(cfg.meta_context_tokens, CTX_PER_SLOT - 4096))
@@ -263,9 +322,23 @@ def _loop(run: RunDir, manifest: Manifest, state: RunState, cfg: Config, lineage
     # mid-way. A run from before the policies (no `policy`) gated per decision with its recorded gate.
     policy = recorded_policy(manifest.policy, manifest.gate)
     proposer = proposer_kind(cfg.proposer).from_config(cfg)
-    return Loop(RunContext(run=run, manifest=manifest, state=state, cfg=cfg, policy=policy, lineage=lineage, proposer=proposer,
-                           prompts_dir=PROMPTS_DIR, guide=GUIDE.read_text(), events=_view(console, run, cfg), identifiers=identifiers,
-                           backend=backend, local_api_base=local_api_base))
+    return Loop(
+        RunContext(
+            run=run,
+            manifest=manifest,
+            state=state,
+            cfg=cfg,
+            policy=policy,
+            lineage=lineage,
+            proposer=proposer,
+            prompts_dir=PROMPTS_DIR,
+            guide=GUIDE.read_text(),
+            events=_view(console, run, cfg),
+            identifiers=identifiers,
+            backend=backend,
+            local_api_base=local_api_base,
+        )
+    )
 
 
 def _view(console: Console, run: RunDir, cfg: Config) -> Events:

@@ -62,8 +62,10 @@ def find_simulation(run: RunDir, which: str, task: str, trial: int) -> Simulatio
             name = f"holdout-{(commit or '')[:12]}"
     else:
         shown = ", ".join(manifest.analysis_tasks[:8]) + (", ..." if len(manifest.analysis_tasks) > 8 else "")
-        raise UsageError(f"task '{task}' is not one of run {run.run_id}'s analysis, gate or holdout tasks (a task id, not a label such "
-                         f"as T4); its analysis tasks: {shown}")
+        raise UsageError(
+            f"task '{task}' is not one of run {run.run_id}'s analysis, gate or holdout tasks (a task id, not a label such "
+            f"as T4); its analysis tasks: {shown}"
+        )
     evaluation = run.evaluation(name)
     found = {r.trial: r for r in evaluation.records() if r.task_id == task}
     if trial not in found:
@@ -71,8 +73,10 @@ def find_simulation(run: RunDir, which: str, task: str, trial: int) -> Simulatio
         raise UsageError(f"{name} has no trial {trial} of task '{task}' (trials measured: {measured})")
     view = evaluation.read_turns(found[trial])
     if view is None:
-        raise UsageError(f"{name} recorded no turns for task '{task}' trial {trial} (recorded since evolver records the model's view, "
-                         "when the simulation's agent started)")
+        raise UsageError(
+            f"{name} recorded no turns for task '{task}' trial {trial} (recorded since evolver records the model's view, "
+            "when the simulation's agent started)"
+        )
     switches = (evaluation.latest_result() or SimpleNamespace(harness={})).harness
     code = HarnessCode.parse(Lineage(run.repo, run.run_id).file_at(commit, "agent/agent.py"), switches) if commit else None
     return Simulation(name, found[trial], view, changes(view, switches), code)
@@ -100,16 +104,23 @@ def show_turns(run: RunDir, which: str, task: str, trial: int, as_json: bool, co
 
 def turns_info(sim: Simulation) -> dict:
     """For --json: the record, the whole view and the changes."""
-    return {"evaluation": sim.evaluation, "record": sim.record.model_dump(), "view": sim.view.model_dump(mode="json"),
-            "changes": [{**c.__dict__, "step": c.step, "where": [p.text() for p in sim.code.places(c)] if sim.code else []}
-                        for c in sim.changes]}
+    return {
+        "evaluation": sim.evaluation,
+        "record": sim.record.model_dump(),
+        "view": sim.view.model_dump(mode="json"),
+        "changes": [
+            {**c.__dict__, "step": c.step, "where": [p.text() for p in sim.code.places(c)] if sim.code else []} for c in sim.changes
+        ],
+    }
 
 
 def print_turns(console: Console, sim: Simulation) -> None:
     r = sim.record
     reward = "not measured" if r.reward is None else f"{r.reward:.2f}"
-    console.print(f"[bold]{r.task_id}[/bold] trial {r.trial} in {sim.evaluation}: reward {reward}, ended by {r.termination_reason} "
-                  f"after {r.steps} messages, {len(sim.view.turns)} agent turn(s)")
+    console.print(
+        f"[bold]{r.task_id}[/bold] trial {r.trial} in {sim.evaluation}: reward {reward}, ended by {r.termination_reason} "
+        f"after {r.steps} messages, {len(sim.view.turns)} agent turn(s)"
+    )
     line = summary(sim.changes, sim.code, kinds=len(sim.changes))
     console.print(Text("the harness changed: " + (line or "nothing"), style="bold yellow" if line else ""))
     if sim.view.cut:
@@ -132,7 +143,7 @@ def failed_analysis(run: RunDir) -> list[dict]:
     first.setdefault("analysis-g0", ("base", manifest.base_commit))
     lineage = Lineage(run.repo, run.run_id)
     for name, (which, commit) in sorted(first.items()):
-        generation = int(name[len("analysis-g"):]) if name.startswith("analysis-g") else int(which)
+        generation = int(name[len("analysis-g") :]) if name.startswith("analysis-g") else int(which)
         evaluation = run.evaluation(name)
         result = evaluation.latest_result()
         if result is None:
@@ -141,9 +152,18 @@ def failed_analysis(run: RunDir) -> list[dict]:
         for r in sorted(result.simulations, key=lambda r: (r.task_id, r.trial)):
             if r.outcome == "infra_error" or (r.reward or 0.0) >= 1.0:
                 continue
-            rows.append({"generation": generation, "iteration": which, "task": r.task_id, "trial": r.trial, "reward": r.reward,
-                         "ended": r.termination_reason, "harness": _harness(evaluation, r, result.harness, code),
-                         "command": f"evolver show {run.run_id} {which} --turns {r.task_id}" + (f" --trial {r.trial}" if r.trial else "")})
+            rows.append(
+                {
+                    "generation": generation,
+                    "iteration": which,
+                    "task": r.task_id,
+                    "trial": r.trial,
+                    "reward": r.reward,
+                    "ended": r.termination_reason,
+                    "harness": _harness(evaluation, r, result.harness, code),
+                    "command": f"evolver show {run.run_id} {which} --turns {r.task_id}" + (f" --trial {r.trial}" if r.trial else ""),
+                }
+            )
     return rows
 
 

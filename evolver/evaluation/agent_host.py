@@ -138,7 +138,9 @@ def _serve_turns(chan: Channel, cls) -> int:
         op = request["op"]
         try:
             if op == "init":
-                agent = cls(tools=[_remote_tool(s) for s in request["tools"]], domain_policy=request["policy"], llm=PLACEHOLDER_MODEL, llm_args={})
+                agent = cls(
+                    tools=[_remote_tool(s) for s in request["tools"]], domain_policy=request["policy"], llm=PLACEHOLDER_MODEL, llm_args={}
+                )
                 agent.max_steps = request.get("max_steps")  # tau2 does not tell an agent its step limit; evolver does
                 if request.get("seed") is not None:
                     agent.set_seed(request["seed"])
@@ -164,6 +166,7 @@ def prepare() -> None:
     _remote_tool_class()
     _complete_litellm_models()
     from evolver.evaluation import tau2_compat  # noqa: F401 - imported here, installed only in an agent process
+
     _answer_builtin_default_factories()
 
 
@@ -173,8 +176,12 @@ def _complete_litellm_models() -> None:
     from litellm import ModelResponse
 
     call = {"id": "warm", "type": "function", "function": {"name": "warm", "arguments": "{}"}}
-    ModelResponse(id="warm", model=PLACEHOLDER_MODEL, usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                  choices=[{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "", "tool_calls": [call]}}])
+    ModelResponse(
+        id="warm",
+        model=PLACEHOLDER_MODEL,
+        usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        choices=[{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "", "tool_calls": [call]}}],
+    )
 
 
 BUILTIN_FACTORIES = (list, dict, set, frozenset, tuple, str, bytes, int, float, bool)

@@ -1,4 +1,4 @@
-"""Where the program of a command line is installed: the folders a confined command (sandbox.confine_command)
+"""Where the program of a command line is installed: the folders a confined command (command_sandbox.confine_command)
 needs in its PATH and may read to run it, and the places it is never given (your home, the workspace's
 surroundings, where keys live).
 
@@ -24,15 +24,46 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Where keys and private settings live in a home folder: never granted, nor any folder that holds one.
-KEY_PLACES = (".ssh", ".gnupg", ".aws", ".azure", ".config", ".kube", ".docker", ".netrc", ".git-credentials", ".gitconfig",
-              ".npmrc", ".pypirc", ".pgpass", ".my.cnf", ".vault-token", ".password-store", ".local/share/keyrings", ".m2",
-              ".codex", ".claude.json", ".claude/.credentials.json", ".cargo/credentials", ".cargo/credentials.toml",
-              ".terraform.d", ".bash_history", ".zsh_history", ".python_history", ".node_repl_history", ".psql_history",
-              ".mysql_history", ".lesshst", ".viminfo")
+KEY_PLACES = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".gitconfig",
+    ".npmrc",
+    ".pypirc",
+    ".pgpass",
+    ".my.cnf",
+    ".vault-token",
+    ".password-store",
+    ".local/share/keyrings",
+    ".m2",
+    ".codex",
+    ".claude.json",
+    ".claude/.credentials.json",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".terraform.d",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".lesshst",
+    ".viminfo",
+)
 # Words of the shell itself: a command line that starts with one names no program to find.
-SHELL_WORDS = frozenset(". : [ alias bg break cd command continue eval exec exit export false fg getopts hash jobs kill pwd "
-                        "read readonly return set shift test times trap true type ulimit umask unalias unset wait echo printf "
-                        "local if then else elif fi case esac for while until do done { } ! ( )".split())
+SHELL_WORDS = frozenset(
+    ". : [ alias bg break cd command continue eval exec exit export false fg getopts hash jobs kill pwd "
+    "read readonly return set shift test times trap true type ulimit umask unalias unset wait echo printf "
+    "local if then else elif fi case esac for while until do done { } ! ( )".split()
+)
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 STEPS = 4  # links and interpreter lines followed: script -> venv python -> base python is 3
 
@@ -121,8 +152,9 @@ def program_folders(command: str, path: list[Path], keep_out: tuple[Path, ...]) 
             else:
                 readable.append(grant)
     allowed = set(readable)
-    return ProgramFolders(program=program, search=tuple(f for f in _unique(search) if f in allowed), readable=tuple(readable),
-                          kept_out=tuple(kept_out))
+    return ProgramFolders(
+        program=program, search=tuple(f for f in _unique(search) if f in allowed), readable=tuple(readable), kept_out=tuple(kept_out)
+    )
 
 
 def command_problem(command: str, readable: tuple[str, ...], repo: Path) -> str | None:
@@ -139,8 +171,10 @@ def command_problem(command: str, readable: tuple[str, ...], repo: Path) -> str 
         return f"--proposer-command: {word} is a relative path, and the command runs in its own workspace; give its full path"
     program = locate(word, search_path(readable))
     if program is None:
-        return (f"--proposer-command: {word} is not installed: not in your PATH, in {environment_bin()} or a --proposer-read "
-                "folder; install it, or give its full path")
+        return (
+            f"--proposer-command: {word} is not installed: not in your PATH, in {environment_bin()} or a --proposer-read "
+            "folder; install it, or give its full path"
+        )
     folder = program.resolve().parent
     why = exposed(folder, (repo,))
     if why:

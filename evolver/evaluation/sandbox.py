@@ -47,27 +47,76 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+from evolver.evaluation.sandbox_refusals import landlock_refusal, namespace_refusal, seccomp_filters_in_force, userns_sysctls
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CLONE_THREAD = 0x00010000
 PR_SET_PDEATHSIG = 1
-PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
-LINUX_CAPABILITY_VERSION_3 = 0x20080522
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 
 # Denied outright: process creation and replacement, sockets, other processes' memory,
 # namespaces and mounts, and kernel interfaces an agent never needs.
 DENIED_SYSCALLS = (
-    "fork", "vfork", "execve", "execveat",
-    "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4",
-    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "kcmp",
-    "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",  # no signals at all (abort() still ends the process)
-    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig",
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "keyctl", "add_key", "request_key", "mknod", "mknodat", "personality", "ioperm", "iopl", "swapon", "reboot",
-    "init_module", "finit_module", "delete_module", "kexec_load", "acct", "quotactl", "syslog",
+    "fork",
+    "vfork",
+    "execve",
+    "execveat",
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_open",
+    "pidfd_getfd",
+    "pidfd_send_signal",
+    "kcmp",
+    "kill",
+    "tkill",
+    "tgkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",  # no signals at all (abort() still ends the process)
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsmount",
+    "fsconfig",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "mknod",
+    "mknodat",
+    "personality",
+    "ioperm",
+    "iopl",
+    "swapon",
+    "reboot",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "acct",
+    "quotactl",
+    "syslog",
 )
 
 SYSTEM_LIBS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo")
@@ -99,7 +148,7 @@ def unavailable_reason() -> Optional[str]:
     except ImportError:
         return "the 'landlock' package is not installed; reinstall evolver"
     except OSError as exc:
-        return landlock_refusal(exc.errno, _seccomp_filters_in_force())
+        return landlock_refusal(exc.errno, seccomp_filters_in_force())
     if abi < 1:
         return "Landlock is not available in this kernel"
     try:
@@ -111,66 +160,6 @@ def unavailable_reason() -> Optional[str]:
     return None
 
 
-LANDLOCK_SYSCALLS = "landlock_create_ruleset, landlock_add_rule and landlock_restrict_self"
-
-
-def landlock_refusal(err: Optional[int], seccomp_filters: int) -> str:
-    """One line: why Landlock's version query failed with ``err``, and what to do. The kernel answers
-    ENOSYS (not built in) or EOPNOTSUPP (built in, not enabled), never EPERM: EPERM is a seccomp filter's
-    answer, as a container runtime's profile gives for syscalls it does not allow."""
-    if err == errno.EPERM:
-        return (f"Landlock is blocked by the seccomp profile this process runs under (landlock_create_ruleset: EPERM; "
-                f"Docker's default allows it from Docker 23.0 on): update the container runtime, or give it a seccomp profile "
-                f"that allows {LANDLOCK_SYSCALLS}")
-    if err == errno.EOPNOTSUPP:
-        return "Landlock is built into this kernel but not enabled (EOPNOTSUPP): add landlock to the kernel's lsm= boot parameter"
-    missing = "Landlock is not available in this kernel (ENOSYS); it needs Linux 5.13+ built with Landlock (CONFIG_SECURITY_LANDLOCK)"
-    if seccomp_filters:  # a runtime's profile may answer ENOSYS for syscalls it does not know (podman's before containers-common 0.49)
-        return (f"{missing}, or the seccomp profile this process runs under does not know {LANDLOCK_SYSCALLS}; "
-                f"in a container the kernel is the host's, or on macOS and Windows the runtime's VM's (see docs/container.md)")
-    return missing
-
-
-def namespace_refusal(err: int, seccomp_filters: int, sysctl: dict[str, str]) -> str:
-    """One line: why unshare(CLONE_NEWUSER | ...) failed with ``err``, and how to allow it. ``sysctl`` holds
-    the values of user.max_user_namespaces and kernel.unprivileged_userns_clone where this kernel has them."""
-    held = "the sandbox holds without them (Landlock keeps tau2's data out; the scratch is read-only, as nothing would bound it in all)"
-    if err == errno.EINVAL:
-        return f"no namespaces: this process has threads, and the kernel gives a threaded process no new user namespace; {held}"
-    if err == errno.ENOSPC or sysctl.get("user.max_user_namespaces") == "0":
-        return f"no namespaces: user namespaces are off here (user.max_user_namespaces is 0); {held}; to allow them: sysctl -w user.max_user_namespaces=10000"
-    if err == errno.EPERM and sysctl.get("kernel.unprivileged_userns_clone") == "0":
-        return f"no namespaces: unprivileged user namespaces are off here (kernel.unprivileged_userns_clone is 0); {held}; to allow them: sysctl -w kernel.unprivileged_userns_clone=1"
-    if err == errno.EPERM and seccomp_filters:
-        return (f"no namespaces: the seccomp profile this process runs under refuses unshare (EPERM; Docker's default allows it only "
-                f"with CAP_SYS_ADMIN); {held}; to allow them, run the container with a seccomp profile that allows unshare (podman's default does)")
-    return f"no namespaces: unshare failed ({errno.errorcode.get(err, err)}); {held}"
-
-
-def _seccomp_filters_in_force() -> int:
-    """How many seccomp filters this process runs under (a container runtime's, an outer sandbox's), from /proc."""
-    try:
-        with open("/proc/self/status") as fh:
-            status = fh.read()
-    except OSError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith("Seccomp_filters:"):
-            return int(line.split()[1])
-    return 0
-
-
-def _userns_sysctls() -> dict[str, str]:
-    values = {}
-    for name in ("user.max_user_namespaces", "kernel.unprivileged_userns_clone"):
-        try:
-            with open("/proc/sys/" + name.replace(".", "/")) as fh:
-                values[name] = fh.read().strip()
-        except OSError:  # not this kernel's (unprivileged_userns_clone is Debian's and Ubuntu's)
-            pass
-    return values
-
-
 def require_sandbox(cfg) -> None:
     """Refuse to run candidate code where it cannot be confined, unless the user gave up the sandbox
     by flag (``cfg.unsafe_no_sandbox`` of an evolver.config.Config)."""
@@ -180,8 +169,10 @@ def require_sandbox(cfg) -> None:
     if reason:
         from evolver.errors import UsageError
 
-        raise UsageError(f"{reason}; unconfined, candidate code could read your keys and files and forge its score: "
-                         "run where the sandbox works, or pass --unsafe-no-sandbox to accept that risk")
+        raise UsageError(
+            f"{reason}; unconfined, candidate code could read your keys and files and forge its score: "
+            "run where the sandbox works, or pass --unsafe-no-sandbox to accept that risk"
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -205,34 +196,34 @@ def _site_packages() -> list[Path]:
 
 
 @functools.lru_cache(maxsize=1)
-def _readable_roots() -> tuple[Path, ...]:
+def readable_roots() -> tuple[Path, ...]:
     """The folders an agent process reads, hidden paths and all; the same for every agent
     process, so computed once, in the zygote, before it forks."""
     import evolver
 
     paths = [Path(p) for p in SYSTEM_LIBS] + _stdlib_roots() + _site_packages() + [Path(evolver.__file__).parent]
-    return _distinct(paths)
+    return distinct(paths)
 
 
 @functools.lru_cache(maxsize=2)
 def _grants(hidden_by_mount: bool) -> tuple[Path, ...]:
     """The read grants: the roots whole when a mount hides what must stay hidden; otherwise
     every root with the hidden paths cut out, entry by entry along the way to each."""
-    roots, hidden = _readable_roots(), hidden_paths()
+    roots, hidden = readable_roots(), hidden_paths()
     if hidden_by_mount:
         return roots
-    return _distinct(p for root in roots for p in _excluding(root, hidden))
+    return distinct(p for root in roots for p in excluding(root, hidden))
 
 
-def _excluding(root: Path, hidden: tuple[Path, ...]) -> list[Path]:
+def excluding(root: Path, hidden: tuple[Path, ...]) -> list[Path]:
     if root in hidden:
         return []
     if not any(root in h.parents for h in hidden):
         return [root]
-    return [p for entry in root.iterdir() for p in _excluding(entry.resolve(), hidden)]
+    return [p for entry in root.iterdir() for p in excluding(entry.resolve(), hidden)]
 
 
-def _distinct(paths) -> tuple[Path, ...]:
+def distinct(paths) -> tuple[Path, ...]:
     seen: dict[Path, None] = {}
     for p in paths:
         p = Path(p).resolve()
@@ -295,7 +286,7 @@ def _unshare(libc) -> tuple[list[str], Optional[str]]:
     for flags, names in ((CLONE_NEWNS, ["mount"]), (0, [])):
         if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC | flags) == 0:
             return ["user", *names, "net", "ipc"], None
-    return [], namespace_refusal(ctypes.get_errno(), _seccomp_filters_in_force(), _userns_sysctls())
+    return [], namespace_refusal(ctypes.get_errno(), seccomp_filters_in_force(), userns_sysctls())
 
 
 def _mount_over(libc, paths: tuple[Path, ...]) -> bool:
@@ -350,87 +341,6 @@ def _landlock(readable: list[Path], scratch: Path, writable: bool) -> int:
         ruleset.allow(dev, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
     ruleset.apply()
     return landlock.landlock_abi_version()
-
-
-# What an interpreter or a command-line tool needs to start, for a command run confined (confine_command); a
-# program installed elsewhere is followed to its folders (program_folders), so /opt is not granted whole.
-# /proc is read-only, and what it holds of other processes beyond their command lines (environment, memory,
-# maps, open files, working folder) stays out of reach: Landlock refuses a confined process any ptrace-like
-# access to a process outside its domain. Claude Code's runtime aborts without /proc/self/maps.
-COMMAND_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/proc")
-# /etc entry by entry: what programs read there (found by running shells, git, Python, node, curl, Codex CLI and
-# Claude Code confined and reading what was refused). Never /etc/shadow, gshadow, sudoers, ssh/ (host keys),
-# ssl/private, or any entry not listed.
-ETC_GRANTED = (
-    "ssl/certs", "ssl/openssl.cnf", "ssl/cert.pem", "ca-certificates", "ca-certificates.conf", "pki/tls/certs",  # certificates
-    "pki/tls/cert.pem", "pki/tls/openssl.cnf", "pki/ca-trust/extracted", "crypto-policies", "gnutls",
-    "resolv.conf", "hosts", "host.conf", "nsswitch.conf", "gai.conf", "services", "protocols",  # names and addresses
-    "passwd", "group",  # getpwuid: names and home folders, no password hashes (those are in shadow)
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload",  # the dynamic loader
-    "localtime", "timezone", "locale.alias",
-    "alternatives", "mime.types", "magic", "gitconfig", "terminfo", "profile", "profile.d", "bash.bashrc", "os-release",
-    "python3*",
-)
-
-
-def etc_grants(etc: Path = Path("/etc")) -> list[Path]:
-    """The /etc entries a confined command may read, those present here."""
-    return [p for pattern in ETC_GRANTED for p in sorted(etc.glob(pattern))]
-
-
-def command_grants(extra: tuple[str, ...] = ()) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
-    """What a confined command may read: the system's programs and libraries, the /etc entries programs need,
-    this Python and its packages (tau2's task data cut out, as for an agent process), and ``extra`` (where its
-    program is installed, the folders you named); and the folders on the way to what is cut out, which it may
-    list but not read (a fresh interpreter lists its standard library's folder to import from it)."""
-    import evolver
-
-    own = Path(evolver.__file__).parent.resolve()  # evolver's own code is not the command's business
-    roots = [Path(p) for p in (*COMMAND_ROOTS, *etc_grants(), sys.prefix, sys.base_prefix, *extra)]
-    roots += [p for p in _readable_roots() if p != own]
-    roots = [Path(r).resolve() for r in roots if Path(r).exists()]
-    hidden = hidden_paths() + (own,)
-    readable = _distinct(p for root in roots for p in _excluding(root, hidden))
-    listable = _distinct(parent for h in hidden for parent in h.parents if any(parent == r or r in parent.parents for r in roots))
-    return readable, listable
-
-
-def confine_command(readable: tuple[Path, ...], listable: tuple[Path, ...], writable: Path, cpu_seconds: int) -> None:
-    """Confine this process (a child about to exec a command, e.g. as subprocess's preexec_fn): it may
-    read and run ``readable``, list ``listable``, and read and write ``writable`` only. Not the network:
-    the command calls its own model. Its children inherit all of it."""
-    import landlock
-    from landlock import FSAccess
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # evolver gone, the command goes too
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    ctypes.set_errno(0)
-    ruleset = landlock.Ruleset()
-    run = FSAccess.READ_FILE | FSAccess.READ_DIR | FSAccess.EXECUTE
-    for path in readable:
-        ruleset.allow(path, rules=run if path.is_dir() else FSAccess.READ_FILE | FSAccess.EXECUTE)
-    for path in listable:  # names only: Landlock's READ_DIR lets a folder be listed, never a file in it be read
-        ruleset.allow(path, rules=FSAccess.READ_DIR)
-    ruleset.allow(Path(writable), rules=FSAccess.all())
-    for dev in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/tty"):
-        if os.path.exists(dev):
-            ruleset.allow(dev, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
-    ruleset.apply()  # which also sets no_new_privs: no exec regains a privilege
-    _drop_capabilities(libc)
-
-
-def _drop_capabilities(libc) -> None:
-    """No capability left, for good, even where evolver runs as root: uid 0 owns files still, but the command
-    cannot load kernel code, mount, reach raw devices or open files by handle, and Landlock alone decides
-    what it reads (capabilities are what would let root around it)."""
-    for cap in range(64):
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past this kernel's last one; EPERM where none is held
-    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
-    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:  # effective, permitted, inheritable (64 bits: twice), all empty
-        raise OSError(ctypes.get_errno(), "capset: the command's capabilities could not be dropped")
 
 
 def prepare() -> None:

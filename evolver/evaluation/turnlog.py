@@ -57,8 +57,16 @@ class TurnLog:
             self.view.tool_sets.append(tools)
         if not self.view.turns:  # a request before the first turn: the harness called the model while starting
             self.view.turns.append(Turn())
-        self.view.turns[-1].calls.append(Call(keep=keep, add=[self._compact(m) for m in add], tools=self.view.tool_sets.index(tools) if tools else None,
-                                              tool_choice=request.get("tool_choice"), reply=_reply(response), error=error))
+        self.view.turns[-1].calls.append(
+            Call(
+                keep=keep,
+                add=[self._compact(m) for m in add],
+                tools=self.view.tool_sets.index(tools) if tools else None,
+                tool_choice=request.get("tool_choice"),
+                reply=_reply(response),
+                error=error,
+            )
+        )
         self.previous = messages
 
     def _compact(self, message: dict) -> dict:
@@ -67,7 +75,7 @@ class TurnLog:
         if not (policy and isinstance(content, str) and policy in content):
             return message
         at = content.index(policy)
-        return {**message, "content": content[:at] + content[at + len(policy):], "policy_at": at}
+        return {**message, "content": content[:at] + content[at + len(policy) :], "policy_at": at}
 
     def end(self, reply, stop: bool) -> None:
         [self.view.turns[-1].returned] = given(reply)
@@ -97,6 +105,7 @@ def recorded() -> Optional[str]:
 
 def recording(completion):
     """Settings.completion, recording each request (as the proxy checked it) and its answer in the simulation's log."""
+
     def complete(**kwargs):
         log = current()
         try:

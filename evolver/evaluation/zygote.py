@@ -263,8 +263,15 @@ class Zygote:
             pass
 
     def status(self) -> dict:
-        return {"pid": os.getpid(), "started": self.started, "idle_seconds": self.idle, "served": self.served,
-                "clients": len(self.clients), "workers": len(self.owner), "stopping": self.stopping}
+        return {
+            "pid": os.getpid(),
+            "started": self.started,
+            "idle_seconds": self.idle,
+            "served": self.served,
+            "clients": len(self.clients),
+            "workers": len(self.owner),
+            "stopping": self.stopping,
+        }
 
     def close(self) -> None:
         for pid in list(self.owner):

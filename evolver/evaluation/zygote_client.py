@@ -38,8 +38,21 @@ CONNECTION_ENV = "EVOLVER_ZYGOTE_FD"  # set in a worker by the zygote: its own c
 
 # What the zygote inherits of a client's environment: enough to find Python, evolver and
 # its own settings, and nothing that could be a secret (no *_API_KEY, no tokens).
-ZYGOTE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
-              "EVOLVER_RUNTIME_DIR", "EVOLVER_ZYGOTE_IDLE", "LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOG")
+ZYGOTE_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "EVOLVER_RUNTIME_DIR",
+    "EVOLVER_ZYGOTE_IDLE",
+    "LITELLM_LOCAL_MODEL_COST_MAP",
+    "LITELLM_LOG",
+)
 
 
 def zygote_environment() -> dict:
@@ -187,7 +200,11 @@ def _start(path: Path, idle: float) -> Connection:
     log = open(path.with_suffix(".log"), "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "evolver.evaluation.zygote", "--socket", str(path), "--idle", str(idle)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=path.parent, start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        cwd=path.parent,
+        start_new_session=True,
         env=zygote_environment(),  # keyless: agent processes are forked from it
     )
     log.close()
@@ -206,10 +223,15 @@ def _start(path: Path, idle: float) -> Connection:
 def first_start_note(idle: float) -> str:
     """What the first start of a zygote for this code tells its user: why this command takes longer, and that the
     zygote outlives it."""
-    stays = (f"it stays up after this command and exits after {idle:g} s without use (`evolver daemon stop` ends it sooner)"
-             if idle else "it exits with this command (EVOLVER_ZYGOTE_IDLE=0)")
-    return ("evolver: starting the worker daemon for this install: the first start imports tau2 and litellm and can take "
-            f"20 s or more, later commands start from it in a few seconds; {stays}")
+    stays = (
+        f"it stays up after this command and exits after {idle:g} s without use (`evolver daemon stop` ends it sooner)"
+        if idle
+        else "it exits with this command (EVOLVER_ZYGOTE_IDLE=0)"
+    )
+    return (
+        "evolver: starting the worker daemon for this install: the first start imports tau2 and litellm and can take "
+        f"20 s or more, later commands start from it in a few seconds; {stays}"
+    )
 
 
 def _ask(path: Path, message: dict, answer: str) -> Optional[dict]:

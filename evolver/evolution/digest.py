@@ -153,9 +153,17 @@ def describe(label: str, record: SimRecord, messages: list[dict], more_values=()
     return Failure(label=label, record=record, checks=checks, goal=goal, actions=actions, transcript=transcript, mask=mask)
 
 
-def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, full_examples: int = 2, focus: tuple[int, int] = (0, 1),
-                 notes: tuple[str, ...] = (), harness: Optional[Callable[[SimRecord], str]] = None, overview: str = "",
-                 turn: Optional[Callable[[SimRecord], str]] = None) -> str:
+def build_digest(
+    result: EvalResult,
+    result_dir: Path,
+    max_chars: int = 8000,
+    full_examples: int = 2,
+    focus: tuple[int, int] = (0, 1),
+    notes: tuple[str, ...] = (),
+    harness: Optional[Callable[[SimRecord], str]] = None,
+    overview: str = "",
+    turn: Optional[Callable[[SimRecord], str]] = None,
+) -> str:
     """A markdown digest of the failures in `result` (an analysis-set evaluation); ``harness`` says in one line what the
     harness changed in a simulation, ``overview`` where to look first, ``turn`` a simulation's first changed turn as the model
     saw it, "" when none changed (evolver.evolution.evidence.Evidence.harness_line, harness_overview, turn).
@@ -173,8 +181,14 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
     head = [
         f"# Failure digest: {len(failures)} of {len(scored)} analysis simulations failed",
         f"Tasks are labelled T1..T{len(labels)}; data values are shown as <Vn> placeholders.",
-        *(["'The harness changed' compares what tau2 gave the agent and took back with what the model was sent and answered; "
-           "it names the turns and the lines of agent/agent.py that run there."] if harness else []),
+        *(
+            [
+                "'The harness changed' compares what tau2 gave the agent and took back with what the model was sent and answered; "
+                "it names the turns and the lines of agent/agent.py that run there."
+            ]
+            if harness
+            else []
+        ),
         *([overview[0].upper() + overview[1:] + "."] if overview else []),
         *([f"Tasks that may be only noise (triage): {'; '.join(notes)}"] if notes else []),
         "",
@@ -194,7 +208,7 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
         said = ""
         for (goal, did, changed), same in alike.items():
             many = f" ({len(same)} simulations alike)" if len(same) > 1 else ""
-            body.append(f"- {', '.join(f'{f.label} (trial {f.record.trial})' for f in same)}{many}: user wanted: \"{goal}\"")
+            body.append(f'- {", ".join(f"{f.label} (trial {f.record.trial})" for f in same)}{many}: user wanted: "{goal}"')
             body.append(f"  agent did: {did}")
             if changed:  # said once per pattern: repeated, it would crowd the full trajectories out of the digest
                 body.append(f"  the harness changed: {'the same' if changed == said else changed}")
@@ -204,8 +218,10 @@ def build_digest(result: EvalResult, result_dir: Path, max_chars: int = 8000, fu
     index, count = focus
     mine = list(range(len(ranked)))[index::count] or list(range(len(ranked)))
     if count > 1:
-        head.append(f"This is proposal {index + 1} of {count} for the same agent. Focus on Pattern {', '.join(str(i + 1) for i in mine)}; "
-                    "the other proposals address the other patterns.\n")
+        head.append(
+            f"This is proposal {index + 1} of {count} for the same agent. Focus on Pattern {', '.join(str(i + 1) for i in mine)}; "
+            "the other proposals address the other patterns.\n"
+        )
     shown = [ranked[i][0] for i in mine][:full_examples]
     seen = next((text for f in shown if turn and (text := turn(f.record))), "")
     # Before the full trajectories, which the cap cuts first: the turn shows what the model was sent, they only what tau2 saw.

@@ -43,7 +43,7 @@ class EarlierCandidate:
     agent: str = ""  # noop.agent_digest of its agent/, so that a proposal can tell it is about to submit the same again
 
     def verdict(self) -> str:
-        """"candidate 2's, which was rejected: <reason>", said of an agent/ the same as this one's."""
+        """ "candidate 2's, which was rejected: <reason>", said of an agent/ the same as this one's."""
         return f"candidate {self.label}'s, which was {self.status}{': ' + self.reason[:200] if self.reason else ''}"
 
 
@@ -63,8 +63,11 @@ class Evidence:
 
     def triage_notes(self) -> list[str]:
         """The analysis tasks triage flags, by label: fixing them may be impossible or not the agent's job."""
-        return [f"{self.labels[t.task]}: {'; '.join(f'{flag} ({why})' for flag, why in zip(t.flags, t.why))}"
-                for t in self.triaged if t.flags and t.task in self.labels]
+        return [
+            f"{self.labels[t.task]}: {'; '.join(f'{flag} ({why})' for flag, why in zip(t.flags, t.why))}"
+            for t in self.triaged
+            if t.flags and t.task in self.labels
+        ]
 
     def __post_init__(self):
         self.labels = {task: f"T{i + 1}" for i, task in enumerate(self.analysis.task_ids)}
@@ -87,8 +90,12 @@ class Evidence:
         key = (record.task_id, record.trial)
         if key not in self._described:
             view = self.view(record)[0]
-            self._described[key] = describe(self.labels[record.task_id], record, load_messages(self.analysis_dir, record),
-                                            more_values=leaf_values(list(view.arguments())) if view else ())
+            self._described[key] = describe(
+                self.labels[record.task_id],
+                record,
+                load_messages(self.analysis_dir, record),
+                more_values=leaf_values(list(view.arguments())) if view else (),
+            )
         return self._described[key]
 
     def view(self, record: SimRecord) -> tuple[Optional[TurnView], list[Change]]:
@@ -112,9 +119,12 @@ class Evidence:
         checks = failed_checks(record.reward_breakdown) + [a.strip() for a in failure.actions if a.startswith("  exception: ")]
         errors = sum(1 for line in failure.transcript if line.startswith("tool ERROR"))
         harness = self.harness_line(record)
-        return (f"{label} trial {record.trial}: reward {record.reward or 0.0:.2f}, ended by {record.termination_reason} after {record.steps} messages"
-                + (f", {errors} tool error(s)" if errors else "") + (f"; failed: {'; '.join(checks)}" if checks else "")
-                + (f"; the harness changed: {harness}" if harness else ""))
+        return (
+            f"{label} trial {record.trial}: reward {record.reward or 0.0:.2f}, ended by {record.termination_reason} after {record.steps} messages"
+            + (f", {errors} tool error(s)" if errors else "")
+            + (f"; failed: {'; '.join(checks)}" if checks else "")
+            + (f"; the harness changed: {harness}" if harness else "")
+        )
 
     def failures(self, contains: str = "", page: int = 1) -> str:
         """The analysis simulations that did not pass, one line each; ``contains`` filters the lines
@@ -143,17 +153,26 @@ class Evidence:
             return ""
         kind, share, changed, failed, where = common
         off = self.layer_off(tools)
-        return (f"the harness changed what passed between tau2 and the model in {changed} of {failed} failed simulation(s); most often "
-                f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}" + (f" -> {self.first_read(tools)} first" if where else "")
-                + (f"; {off}" if off else ""))
+        return (
+            f"the harness changed what passed between tau2 and the model in {changed} of {failed} failed simulation(s); most often "
+            f"(in {share}): {KINDS[kind].many or 'the ' + KINDS[kind].one}"
+            + (f" -> {self.first_read(tools)} first" if where else "")
+            + (f"; {off}" if off else "")
+        )
 
     def layer_off(self, tools: bool = True) -> str:
         """When a switched-on layer makes every change the harness made in the failed simulations (nothing else is
         changed), the experiment that tells whether the layer is at fault, as words a small model can act on; "" otherwise."""
         switch = self.layer_to_switch_off()
         how = f"set_layer layer={switch} on=false, or {switch} = false in {SWITCHES}" if tools else f"{switch} = false in {SWITCHES}"
-        return (f"every change the harness made in these failures is the {switch[:2].upper()} layer's, which is on: if they are the fault, "
-                f"switching it off ({how}) tries the agent without it") if switch else ""
+        return (
+            (
+                f"every change the harness made in these failures is the {switch[:2].upper()} layer's, which is on: if they are the fault, "
+                f"switching it off ({how}) tries the agent without it"
+            )
+            if switch
+            else ""
+        )
 
     def layer_to_switch_off(self) -> str:
         """The switch of the one switched-on layer that makes every change in the failed simulations (layer_off), or ""."""
@@ -174,8 +193,14 @@ class Evidence:
         where = self.first_place()
         if where is None:
             return ""
-        lines = (f"; {line_numbers(where.writes)} there {'can leave messages out' if where.losing else 'make the change'}: if it is the "
-                 "fault, remove or correct them") if where.writes else ""
+        lines = (
+            (
+                f"; {line_numbers(where.writes)} there {'can leave messages out' if where.losing else 'make the change'}: if it is the "
+                "fault, remove or correct them"
+            )
+            if where.writes
+            else ""
+        )
         read = f"read_file {where.path} start={where.start} end={where.end}" if tools else f"{where.path} lines {where.start}-{where.end}"
         return f"{read} ({where.function}{', ' + where.part if where.part else ''}{lines})"
 
@@ -201,12 +226,21 @@ class Evidence:
         found = self.view(record)[1]
         changed = turns_with_changes(found)
         # Said again at the end of the first page, where a small model reads: the turn and the lines where the harness changed it.
-        tail = ([f"the harness changed this conversation in turn(s) {', '.join(map(str, changed[:5]))}: read_turn {self.labels[record.task_id]} "
-                 f"turn {changed[0]}" + (f", or read_file {where[0].path} start={where[0].start} end={where[0].end}"
-                                         if self.code and (where := self.code.places(next(c for c in found if c.turn == changed[0]))) else "")]
-                if changed else [])
+        tail = (
+            [
+                f"the harness changed this conversation in turn(s) {', '.join(map(str, changed[:5]))}: read_turn {self.labels[record.task_id]} "
+                f"turn {changed[0]}"
+                + (
+                    f", or read_file {where[0].path} start={where[0].start} end={where[0].end}"
+                    if self.code and (where := self.code.places(next(c for c in found if c.turn == changed[0])))
+                    else ""
+                )
+            ]
+            if changed
+            else []
+        )
         lines = self.described(record).transcript
-        return paged(head, lines[:PAGE_LINES - 1] + tail + lines[PAGE_LINES - 1:], page)  # the first page's last line
+        return paged(head, lines[: PAGE_LINES - 1] + tail + lines[PAGE_LINES - 1 :], page)  # the first page's last line
 
     def turn(self, label: str, trial: int = 0, turn: Optional[int] = None) -> str:
         """One turn of an analysis simulation as the model saw it (masked): tau2's message, each request and answer,
@@ -220,8 +254,10 @@ class Evidence:
         turn = turn if turn is not None else (turns_with_changes(found) or [1])[0]
         if not isinstance(turn, int) or isinstance(turn, bool) or not 1 <= turn <= len(view.turns):
             return f"{label} trial {trial} has turns 1..{len(view.turns)}; there is no turn {turn}"
-        head = (f"recorded turn of the agent you improve (not addressed to you): {self.labels[record.task_id]} trial {record.trial}, "
-                f"turns with changes: {', '.join(map(str, turns_with_changes(found))) or 'none'}")
+        head = (
+            f"recorded turn of the agent you improve (not addressed to you): {self.labels[record.task_id]} trial {record.trial}, "
+            f"turns with changes: {', '.join(map(str, turns_with_changes(found))) or 'none'}"
+        )
         return "\n".join([head, *turn_lines(view, turn, found, self.described(record).mask, self.code)])
 
     def changed_turn(self, record: SimRecord) -> str:
@@ -266,16 +302,23 @@ class Evidence:
     def candidates(self) -> str:
         if not self.earlier:
             return "no earlier candidates in this run: this is the first proposal"
-        lines = [f"{c.label}: {c.status}{'' if c.gate_delta is None else f' (gate {c.gate_delta * 100:+.1f} points)'} - {c.title or '(no patch)'}"
-                 + (f" - {c.reason[:160]}" if c.reason else "") for c in self.earlier]
+        lines = [
+            f"{c.label}: {c.status}{'' if c.gate_delta is None else f' (gate {c.gate_delta * 100:+.1f} points)'} - {c.title or '(no patch)'}"
+            + (f" - {c.reason[:160]}" if c.reason else "")
+            for c in self.earlier
+        ]
         return "\n".join(lines)
 
     def candidate(self, label: str, page: int = 1) -> str:
         found = next((c for c in self.earlier if c.label == str(label).strip()), None)
         if found is None:
             return f"no earlier candidate '{_short(label)}'; they are: {', '.join(c.label for c in self.earlier) or 'none'}"
-        head = [f"candidate {found.label}: {found.title}", f"verdict: {found.status}: {found.reason}",
-                f"gate tasks that flipped: {', '.join(found.flips) or 'none'}", "diff:"]
+        head = [
+            f"candidate {found.label}: {found.title}",
+            f"verdict: {found.status}: {found.reason}",
+            f"gate tasks that flipped: {', '.join(found.flips) or 'none'}",
+            "diff:",
+        ]
         return paged("\n".join(head), found.diff.splitlines(), page)
 
 
@@ -296,7 +339,7 @@ def paged(head: str, lines: list[str], page: int, size: int = PAGE_LINES) -> str
     page = page if isinstance(page, int) and not isinstance(page, bool) else 1
     if not 1 <= page <= pages:
         return f"{head}\nthere is no page {page}; pages 1..{pages}"
-    body = lines[(page - 1) * size: page * size]
+    body = lines[(page - 1) * size : page * size]
     more = f"\n(page {page} of {pages}; ask for page {page + 1} to read on)" if page < pages else ""
     return "\n".join([head, *body]) + more
 

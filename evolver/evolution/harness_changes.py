@@ -19,8 +19,13 @@ from typing import Optional
 from evolver.store.turnview import Given, TurnView, call_arguments
 
 # The steps of a turn, in the order the harness runs them.
-PROMPT, TOOLS, GUIDANCE, REPLY, TURN = "before the model call", "the tools offered", "the text added after the conversation", \
-    "after the model answered", "the whole turn"
+PROMPT, TOOLS, GUIDANCE, REPLY, TURN = (
+    "before the model call",
+    "the tools offered",
+    "the text added after the conversation",
+    "after the model answered",
+    "the whole turn",
+)
 
 
 @dataclass(frozen=True)
@@ -35,8 +40,11 @@ KINDS: dict[str, Kind] = {
     "result_altered": Kind(PROMPT, "tool result reached the model altered", "tool results reached the model altered"),
     "customer_dropped": Kind(PROMPT, "customer message never reached the model", "customer messages never reached the model"),
     "customer_altered": Kind(PROMPT, "customer message reached the model altered", "customer messages reached the model altered"),
-    "history_dropped": Kind(PROMPT, "earlier message of the conversation left out of a later prompt",
-                            "earlier messages of the conversation left out of later prompts"),
+    "history_dropped": Kind(
+        PROMPT,
+        "earlier message of the conversation left out of a later prompt",
+        "earlier messages of the conversation left out of later prompts",
+    ),
     "reordered": Kind(PROMPT, "prompt held the conversation out of order", "prompts held the conversation out of order"),
     "policy_missing": Kind(PROMPT, "domain policy tau2 gave never reached the model (no request held it)", ""),
     "message_added": Kind(PROMPT, "message the harness wrote into a prompt", "messages the harness wrote into prompts"),
@@ -50,10 +58,16 @@ KINDS: dict[str, Kind] = {
     "calls_to_text": Kind(REPLY, "reply with tool calls handed back as text", "replies with tool calls handed back as text"),
     "text_to_calls": Kind(REPLY, "text reply handed back as tool calls", "text replies handed back as tool calls"),
     "text_changed": Kind(REPLY, "reply's text changed after the model answered", "replies' text changed after the model answered"),
-    "to_stop": Kind(REPLY, "reply handed back as a stop (the harness ended the conversation)",
-                    "replies handed back as a stop (the harness ended the conversation)"),
-    "retried": Kind(REPLY, "turn in which the model was asked again (its earlier answer not handed back)",
-                    "turns in which the model was asked again (its earlier answers not handed back)"),
+    "to_stop": Kind(
+        REPLY,
+        "reply handed back as a stop (the harness ended the conversation)",
+        "replies handed back as a stop (the harness ended the conversation)",
+    ),
+    "retried": Kind(
+        REPLY,
+        "turn in which the model was asked again (its earlier answer not handed back)",
+        "turns in which the model was asked again (its earlier answers not handed back)",
+    ),
     "no_call": Kind(TURN, "turn answered without asking the model", "turns answered without asking the model"),
 }
 
@@ -101,7 +115,7 @@ def changes(view: TurnView, switches: Optional[dict] = None) -> list[Change]:
         items += [_Item(n, _who(g), g) for g in turn.given]
         calls = [(call, messages) for t, call, messages in requests if t == n - 1]
         for k, (call, messages) in enumerate(calls, 1):
-            earlier_replies = [c.reply for c, _ in calls[:k - 1] if c.reply]
+            earlier_replies = [c.reply for c, _ in calls[: k - 1] if c.reply]
             found += _prompt(n, k, messages, items, earlier_replies, added)
             policy_seen = policy_seen or any(m.get("role") == "system" and view.policy.strip() in _text(m) for m in messages)
             found += _tools(n, k, view, call, tools_seen)
@@ -111,8 +125,13 @@ def changes(view: TurnView, switches: Optional[dict] = None) -> list[Change]:
             items.append(_Item(n, "agent", turn.returned, also=last.model_dump() if last else None))
     for item in items:  # what never reached the model, though the harness asked it after the item arrived
         if item.who != "agent" and not item.seen and any(t >= item.turn - 1 for t in asked):
-            found.append(Change(item.turn, "result_dropped" if item.who == "tool result" else "customer_dropped",
-                                details=(("content", item.given.content or "", ""),)))
+            found.append(
+                Change(
+                    item.turn,
+                    "result_dropped" if item.who == "tool result" else "customer_dropped",
+                    details=(("content", item.given.content or "", ""),),
+                )
+            )
     if not policy_seen and requests:
         found.append(Change(1, "policy_missing", call=1))
     found.sort(key=lambda c: (c.turn, c.call))
@@ -185,12 +204,16 @@ class _Request:
         other content), "moved into a ... message" (another role's); (None, "") when it did not."""
         text, role = g.content or "", "tool" if g.role == "tool" else "user"
         free = [i for i in range(len(self.messages) - 1, -1, -1) if i not in self.used]
-        same_role = [i for i in free if self.messages[i].get("role") == role and (role != "tool" or self.messages[i].get("tool_call_id") == g.id)]
+        same_role = [
+            i for i in free if self.messages[i].get("role") == role and (role != "tool" or self.messages[i].get("tool_call_id") == g.id)
+        ]
         found = next(((i, how) for i in same_role if (how := _altered(text, _text(self.messages[i])))), None)
         if found is None and role == "tool" and same_role:
             found = (same_role[0], "replaced")
         if found is None and text:
-            found = next(((i, f"moved into a {self.messages[i].get('role')} message") for i in free if text in _text(self.messages[i])), None)
+            found = next(
+                ((i, f"moved into a {self.messages[i].get('role')} message") for i in free if text in _text(self.messages[i])), None
+            )
         if found is None:
             return None, ""
         self._take(found[0])
@@ -239,12 +262,23 @@ def _tools(n: int, k: int, view: TurnView, call, seen: set) -> list[Change]:
     out = []
     for name in sorted(theirs.keys() | mine.keys()):
         a, b = theirs.get(name), mine.get(name)
-        what = ("not offered" if b is None else "added" if a is None else "description changed" if a.get("description") != b.get("description")
-                else "parameters changed" if a.get("parameters") != b.get("parameters") else "")
+        what = (
+            "not offered"
+            if b is None
+            else "added"
+            if a is None
+            else "description changed"
+            if a.get("description") != b.get("description")
+            else "parameters changed"
+            if a.get("parameters") != b.get("parameters")
+            else ""
+        )
         if what and (name, what) not in seen:
             seen.add((name, what))
             before, after = (a or {}).get("description") or "", (b or {}).get("description") or ""
-            out.append(Change(n, "tool_changed", f"{name}: {what}", details=(("description", before, after),) if before != after else (), call=k))
+            out.append(
+                Change(n, "tool_changed", f"{name}: {what}", details=(("description", before, after),) if before != after else (), call=k)
+            )
     return out
 
 
@@ -266,11 +300,17 @@ def _reply(n: int, turn, calls: list) -> list[Change]:
     if turn.stop and not (same_text and [x[1:] for x in mine] == [x[1:] for x in theirs]):
         return out + [Change(n, "to_stop", details=(("reply", _reply_text(model), returned.content or ""),), call=k)]
     if mine and not theirs:
-        return out + [Change(n, "calls_to_text", ", ".join(c[1] for c in mine), details=(("text", _reply_text(model), returned.content or ""),), call=k)]
+        return out + [
+            Change(
+                n, "calls_to_text", ", ".join(c[1] for c in mine), details=(("text", _reply_text(model), returned.content or ""),), call=k
+            )
+        ]
     if theirs and not mine:
         return out + [Change(n, "text_to_calls", ", ".join(c[1] for c in theirs), details=(("text", model.content or "", ""),), call=k)]
     if not mine:
-        return out + ([] if same_text else [Change(n, "text_changed", details=(("text", model.content or "", returned.content or ""),), call=k)])
+        return out + (
+            [] if same_text else [Change(n, "text_changed", details=(("text", model.content or "", returned.content or ""),), call=k)]
+        )
     pairs, left = [], list(theirs)
     for m in mine:  # by call id first, then in order
         match = next((t for t in left if t[0] == m[0]), None) or next((t for t in left if t[1] == m[1]), None)
@@ -284,10 +324,14 @@ def _reply(n: int, turn, calls: list) -> list[Change]:
         if m[1] != t[1]:
             out.append(Change(n, "name_changed", f"{m[1]} -> {t[1]}", call=k))
         if m[2] != t[2]:
-            keys = [key for key in list(m[2]) + [key for key in t[2] if key not in m[2]] if m[2].get(key, _NONE) != t[2].get(key, _NONE)] \
-                if isinstance(m[2], dict) else ["(not JSON)"]
-            details = tuple((key, _value(m[2].get(key, _NONE) if isinstance(m[2], dict) else m[2]), _value(t[2].get(key, _NONE)))
-                            for key in keys)
+            keys = (
+                [key for key in list(m[2]) + [key for key in t[2] if key not in m[2]] if m[2].get(key, _NONE) != t[2].get(key, _NONE)]
+                if isinstance(m[2], dict)
+                else ["(not JSON)"]
+            )
+            details = tuple(
+                (key, _value(m[2].get(key, _NONE) if isinstance(m[2], dict) else m[2]), _value(t[2].get(key, _NONE))) for key in keys
+            )
             out.append(Change(n, "args_changed", f"{t[1]}({', '.join(keys)})", details=details, call=k))
     out += [Change(n, "call_added", t[1], call=k) for t in left]
     return out
@@ -301,7 +345,10 @@ def _with_layer(change: Change, switches: dict) -> Change:
     on = {name[:2].upper() for name, value in switches.items() if value is True and name[:1] == "h"}
     text = " ".join(after for _, _, after in change.details)
     layer = ""
-    if change.kind in ("args_changed", "name_changed", "call_dropped", "call_added", "text_to_calls", "calls_to_text", "retried") and "H2" in on:
+    if (
+        change.kind in ("args_changed", "name_changed", "call_dropped", "call_added", "text_to_calls", "calls_to_text", "retried")
+        and "H2" in on
+    ):
         layer = "H2"
     elif change.kind == "message_added" and change.subject in ("tool", "assistant") and change.call > 1 and "H2" in on:
         layer = "H2"  # its retry: the repaired call and the errors shown to the model

@@ -22,14 +22,26 @@ PATH = "agent/agent.py"
 TURN_METHOD = "generate_next_message"
 MODEL_CALLS = ("call_llm", "generate")  # how the template asks the model (Harness.md)
 # The members a kind of change runs through, whatever the switches; and each layer's own entry (the template's names).
-BY_KIND = {"policy_missing": ("system_prompt", "get_init_state"), "guidance_added": ("guidance",),
-           "tool_changed": ("tool_schemas", "call_llm"), "no_tools": ("tool_schemas", "call_llm")}
-BY_LAYER = {(REPLY, "H2"): "realize_action", (PROMPT, "H2"): "realize_action", (REPLY, "H4"): "should_stop",
-            (GUIDANCE, "H4"): "regulation_notes", (GUIDANCE, "H5"): "skill_texts", (TOOLS, "H3"): "tool_schemas"}
+BY_KIND = {
+    "policy_missing": ("system_prompt", "get_init_state"),
+    "guidance_added": ("guidance",),
+    "tool_changed": ("tool_schemas", "call_llm"),
+    "no_tools": ("tool_schemas", "call_llm"),
+}
+BY_LAYER = {
+    (REPLY, "H2"): "realize_action",
+    (PROMPT, "H2"): "realize_action",
+    (REPLY, "H4"): "should_stop",
+    (GUIDANCE, "H4"): "regulation_notes",
+    (GUIDANCE, "H5"): "skill_texts",
+    (TOOLS, "H3"): "tool_schemas",
+}
 HELPERS = 3  # functions of agent.py a layer's entry calls, listed after it (one-liners left out)
 # In the turn's own lines, what writes the prompt (before the model call) or the reply (after it): the names assigned or mutated.
-WRITTEN = {PROMPT: ("the prompt", ("context", "messages", "message", "system_messages")),
-           REPLY: ("the reply", ("reply", "arguments", "tool_calls", "name", "content"))}
+WRITTEN = {
+    PROMPT: ("the prompt", ("context", "messages", "message", "system_messages")),
+    REPLY: ("the reply", ("reply", "arguments", "tool_calls", "name", "content")),
+}
 MUTATORS = ("append", "extend", "insert", "pop", "remove", "clear", "update")
 # Changes where something tau2 gave never reached the prompt: of the lines that write the prompt, the ones that can leave
 # messages out (a reset, a slice, a filter, a removal, a write only under a condition) are pointed to first: given every
@@ -123,7 +135,9 @@ class HarnessCode:
         start, end = self.spans[TURN_METHOD]
         if self.model_line is None or step in (TURN, GUIDANCE, TOOLS):
             return Place(TURN_METHOD, start, end)
-        first, last, part = (start, self.model_line - 1, "before the model call") if step == PROMPT else (self.model_line, end, "after the model call")
+        first, last, part = (
+            (start, self.model_line - 1, "before the model call") if step == PROMPT else (self.model_line, end, "after the model call")
+        )
         written, names = WRITTEN[step]
         writes = (kind in SENT and self._writes(("system_messages", *self._sent()), first, last)) or self._writes(names, first, last)
         losing = self._losing(names, first, last) if kind in LOSSES else []
@@ -131,8 +145,14 @@ class HarnessCode:
 
     def _sent(self) -> tuple[str, ...]:
         """The names the turn's model call is given (`self.call_llm(context)` -> context)."""
-        call = next((n for n in ast.walk(self.nodes[TURN_METHOD]) if isinstance(n, ast.Call) and _called(n) in MODEL_CALLS
-                     and n.lineno == self.model_line), None)
+        call = next(
+            (
+                n
+                for n in ast.walk(self.nodes[TURN_METHOD])
+                if isinstance(n, ast.Call) and _called(n) in MODEL_CALLS and n.lineno == self.model_line
+            ),
+            None,
+        )
         return tuple(name for a in [*call.args, *(k.value for k in call.keywords)] if (name := _name(a))) if call else ()
 
     def _write_nodes(self, names: tuple[str, ...], first: int, last: int) -> list[ast.AST]:
@@ -142,11 +162,21 @@ class HarnessCode:
         off = [(n.lineno, n.end_lineno) for n in ast.walk(node) if isinstance(n, ast.If) and self._off(n.test)]
         out = []
         for n in ast.walk(node):
-            targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
+            targets = (
+                n.targets
+                if isinstance(n, (ast.Assign, ast.Delete))
+                else [n.target]
+                if isinstance(n, (ast.AugAssign, ast.AnnAssign))
+                else []
+            )
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in MUTATORS:
                 targets = [n.func.value]
-            if (any(_name(t) in names for t in targets) and first <= n.lineno <= last and n.lineno != self.model_line
-                    and not any(a <= n.lineno <= b for a, b in off)):
+            if (
+                any(_name(t) in names for t in targets)
+                and first <= n.lineno <= last
+                and n.lineno != self.model_line
+                and not any(a <= n.lineno <= b for a, b in off)
+            ):
                 out.append(n)
         return out
 
@@ -156,8 +186,13 @@ class HarnessCode:
         return sorted(lines | self._headers(lines, first, last))
 
     def _headers(self, lines: set[int], first: int, last: int) -> set[int]:
-        return {n.lineno for n in ast.walk(self.nodes[TURN_METHOD]) if isinstance(n, (ast.For, ast.While, ast.If, ast.With))
-                and first <= n.lineno <= last and any(n.lineno < line <= (n.end_lineno or n.lineno) for line in lines)}
+        return {
+            n.lineno
+            for n in ast.walk(self.nodes[TURN_METHOD])
+            if isinstance(n, (ast.For, ast.While, ast.If, ast.With))
+            and first <= n.lineno <= last
+            and any(n.lineno < line <= (n.end_lineno or n.lineno) for line in lines)
+        }
 
     def _losing(self, names: tuple[str, ...], first: int, last: int) -> list[int]:
         """Of the lines that write the prompt, the ones that can leave a message out: a write that empties, slices, filters or
@@ -168,15 +203,25 @@ class HarnessCode:
         lines = {line for n in nodes if _loses(n, names) for line in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
         takes = {n.lineno for n in nodes if given and any(isinstance(x, ast.Name) and x.id == given for x in ast.walk(n))}
         for n in ast.walk(turn):
-            if isinstance(n, ast.If) and not n.orelse and first <= n.lineno <= last and any(n.lineno < line <= (n.end_lineno or n.lineno) for line in takes):
+            if (
+                isinstance(n, ast.If)
+                and not n.orelse
+                and first <= n.lineno <= last
+                and any(n.lineno < line <= (n.end_lineno or n.lineno) for line in takes)
+            ):
                 lines.update(range(n.lineno, (n.end_lineno or n.lineno) + 1))
         return sorted(lines)
 
     def _off(self, test: ast.AST) -> bool:
         """Whether a test checks the switch of a layer that is off (`if self.switches.h2_action_realization:`)."""
         node = test.values[0] if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else test
-        return (self.switches is not None and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-                and node.value.attr == "switches" and not self.switches.get(node.attr, False))
+        return (
+            self.switches is not None
+            and isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "switches"
+            and not self.switches.get(node.attr, False)
+        )
 
     def _place(self, name: str, part: str = "") -> Optional[Place]:
         span = self.spans.get(name)
@@ -185,7 +230,9 @@ class HarnessCode:
     def _helpers(self, name: str) -> list[Place]:
         """The functions of agent.py a member calls (repair_call from realize_action), in the order it calls them."""
         node = self.nodes.get(name)
-        calls = [] if node is None else sorted((n for n in ast.walk(node) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+        calls = (
+            [] if node is None else sorted((n for n in ast.walk(node) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+        )
         called = [_called(n) for n in calls]
         places = [p for c in dict.fromkeys(called) if c != name and c not in MODEL_CALLS and (p := self._place(c))]
         return [p for p in places if p.end - p.start > 2]
@@ -210,7 +257,9 @@ def _loses(node: ast.AST, names: tuple[str, ...]) -> bool:
     return value is not None and any(
         (isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Slice) and _name(n.value) in names)
         or (isinstance(n, (ast.ListComp, ast.GeneratorExp)) and any(g.ifs for g in n.generators))
-        or (isinstance(n, ast.Call) and _called(n) == "filter") for n in ast.walk(value))
+        or (isinstance(n, ast.Call) and _called(n) == "filter")
+        for n in ast.walk(value)
+    )
 
 
 def _name(target: ast.AST) -> str:

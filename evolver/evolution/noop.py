@@ -54,15 +54,20 @@ def inert_edit_reason(parent: Path, candidate: Path) -> Optional[str]:
     off = sorted({layer for ways in needs for way in ways for layer in way - on if layer in LAYER_NAMES})
     if not off:
         return "its edits change only code that nothing calls: they cannot change a simulation"
-    return (f"its edits lie only in harness layers that are off ({', '.join(off)}): they cannot change a simulation; "
-            "switch the layer on in agent/harness.toml in the same patch")
+    return (
+        f"its edits lie only in harness layers that are off ({', '.join(off)}): they cannot change a simulation; "
+        "switch the layer on in agent/harness.toml in the same patch"
+    )
 
 
 def agent_files(root: Path) -> dict[str, bytes]:
     """agent/'s files a candidate may change, by path (agent/templates/ is the pristine baseline)."""
     base = root / "agent"
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in base.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts and not in_baseline(p.relative_to(root).as_posix())}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in base.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and not in_baseline(p.relative_to(root).as_posix())
+    }
 
 
 def agent_digest(files: dict[str, bytes]) -> str:
@@ -96,8 +101,11 @@ def _layers(path: Path) -> Optional[dict[str, set[frozenset]]]:
             names = _names(member)
             nodes.update(dict.fromkeys(names, member))
             defines = isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            runs = not names or (member is not node and (names[0] in ENTRY_POINTS or not defines)) or (
-                member is node and not defines and not _pure(getattr(member, "value", None)))  # runs at import
+            runs = (
+                not names
+                or (member is not node and (names[0] in ENTRY_POINTS or not defines))
+                or (member is node and not defines and not _pure(getattr(member, "value", None)))
+            )  # runs at import
             if runs:
                 todo += [(ref, frozenset({guard}) - {None}) for ref, guard in _references(member)]
                 todo += [(name, frozenset()) for name in names]
@@ -167,8 +175,14 @@ def _body(statements: list, guard: Optional[str]) -> list[tuple[str, Optional[st
     for statement in statements:
         found += _references(statement, guard)
         test = statement.test if isinstance(statement, ast.If) else None
-        if (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and (layer := _switch(test.operand))
-                and statement.body and isinstance(statement.body[-1], ast.Return) and not statement.orelse):
+        if (
+            isinstance(test, ast.UnaryOp)
+            and isinstance(test.op, ast.Not)
+            and (layer := _switch(test.operand))
+            and statement.body
+            and isinstance(statement.body[-1], ast.Return)
+            and not statement.orelse
+        ):
             guard = layer
     return found
 
@@ -176,7 +190,12 @@ def _body(statements: list, guard: Optional[str]) -> list[tuple[str, Optional[st
 def _switch(test: ast.AST) -> Optional[str]:
     """The layer a test checks the switch of (`self.switches.h2_action_realization`), if it is one."""
     node = test.values[0] if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else test
-    if isinstance(node, ast.Attribute) and node.attr in LAYER_NAMES and isinstance(node.value, ast.Attribute) and node.value.attr == "switches":
+    if (
+        isinstance(node, ast.Attribute)
+        and node.attr in LAYER_NAMES
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "switches"
+    ):
         return node.attr
     return None
 
@@ -190,7 +209,9 @@ def _definitions(path: Path) -> Optional[dict[str, str]]:
     out: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "HarnessAgent":
-            out["HarnessAgent"] = ast.dump(ast.ClassDef(name=node.name, bases=node.bases, keywords=node.keywords, body=[], decorator_list=node.decorator_list))
+            out["HarnessAgent"] = ast.dump(
+                ast.ClassDef(name=node.name, bases=node.bases, keywords=node.keywords, body=[], decorator_list=node.decorator_list)
+            )
             for member in node.body:
                 for name in _names(member):
                     out[name] = ast.dump(member)

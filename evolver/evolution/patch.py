@@ -49,7 +49,9 @@ class PatchRejected(ValueError):
 
     def hinted(self, quoted: str) -> str:
         """The message, and the lines most like what the model quoted (``quoted``: what it calls that text) when there are some."""
-        return str(self) + (f"\nThe lines of the file most like your {quoted}, to quote exactly instead:\n{self.closest}" if self.closest else "")
+        return str(self) + (
+            f"\nThe lines of the file most like your {quoted}, to quote exactly instead:\n{self.closest}" if self.closest else ""
+        )
 
 
 @dataclass
@@ -128,8 +130,10 @@ def _read_block(lines: list[str], i: int, path: str) -> tuple[int, Edit]:
         else:
             target.append(lines[i])
         i += 1
-    raise ParseError(f"line {start}: edit block for {path!r} is not closed with '{REPLACE}': after '{DIVIDER}' write only the lines "
-                     f"that take the SEARCH lines' place, then the line '{REPLACE}'")
+    raise ParseError(
+        f"line {start}: edit block for {path!r} is not closed with '{REPLACE}': after '{DIVIDER}' write only the lines "
+        f"that take the SEARCH lines' place, then the line '{REPLACE}'"
+    )
 
 
 ALLOWED_SUFFIXES = (".py", ".toml", ".md", ".txt", ".json")
@@ -229,8 +233,11 @@ def _apply_one(n: int, rel: str, current: str | None, edit: Edit) -> str:
     if count != 1:
         first = edit.search.strip().splitlines()[0][:80]
         where = "not found" if count == 0 else f"found {count} times"
-        raise PatchRejected(f"edit {n}: SEARCH text for {rel} {where} (it starts with {first!r}); quote exact, unique lines", retryable=True,
-                            closest=closest_lines(current, edit.search) if count == 0 else "")
+        raise PatchRejected(
+            f"edit {n}: SEARCH text for {rel} {where} (it starts with {first!r}); quote exact, unique lines",
+            retryable=True,
+            closest=closest_lines(current, edit.search) if count == 0 else "",
+        )
     return current.replace(edit.search, edit.replace, 1)
 
 
@@ -249,14 +256,14 @@ def closest_lines(text: str, search: str) -> str:
     matcher = difflib.SequenceMatcher(None, b="\n".join(COMMENT.sub("", line).strip() for line in wanted), autojunk=False)
 
     def likeness(i: int, exact: bool) -> float:  # b is the side SequenceMatcher indexes once; quick_ratio bounds ratio from above
-        matcher.set_seq1("\n".join(bare[i:i + len(wanted)]))
+        matcher.set_seq1("\n".join(bare[i : i + len(wanted)]))
         return matcher.ratio() if exact else matcher.quick_ratio()
 
     starts = range(len(lines) - len(wanted) + 1)
     likely = sorted(starts, key=lambda i: -likeness(i, False))[:CLOSEST_CANDIDATES]
     ratio = {i: likeness(i, True) for i in sorted(likely)}
     best = max(ratio, key=ratio.get)  # the first of equals: they are in file order
-    return "\n".join(lines[best:best + len(wanted)]) if ratio[best] >= CLOSEST_MIN_RATIO else ""
+    return "\n".join(lines[best : best + len(wanted)]) if ratio[best] >= CLOSEST_MIN_RATIO else ""
 
 
 def _read(root: Path, rel: str) -> str | None:

@@ -67,8 +67,17 @@ def proposer_budget(cfg: Config):
     return Budget(turns=cfg.proposer_turns, tokens=cfg.proposer_tokens, tries=tries, seconds=cfg.proposer_seconds)
 
 
-def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool = True,
-                    gate_share: Optional[float] = None, gate_trials: Optional[int] = None) -> int:
+def max_simulations(
+    cfg: Config,
+    n_analysis: int,
+    n_gate: int,
+    n_holdout: int,
+    *,
+    iterations: int,
+    baseline: bool = True,
+    gate_share: Optional[float] = None,
+    gate_trials: Optional[int] = None,
+) -> int:
     """The most simulations a run can take: per iteration each candidate's smoke test (and, with
     several, their screen), the full gate of one candidate and of the incumbent beside it, at
     the longest the gate may be sized to, a fresh reference (if the policy takes one) and analysis
@@ -78,8 +87,9 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
 
     policy = policy_of(cfg)
     if policy.population is not None:
-        return _population_simulations(cfg, policy, n_analysis, n_gate, n_holdout, iterations=iterations, baseline=baseline,
-                                       expected=gate_share is not None)
+        return _population_simulations(
+            cfg, policy, n_analysis, n_gate, n_holdout, iterations=iterations, baseline=baseline, expected=gate_share is not None
+        )
     gate = policy.gate
     longest = math.ceil(gate.stages[-1] * (MOST_STRETCH if policy.fresh_reference else 1))
     screen = 1 if policy.screen_bar is not None else gate.screen if cfg.candidates > 1 else 0  # trials per task of each candidate alone
@@ -94,13 +104,19 @@ def max_simulations(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *
         return math.ceil((n_analysis * cfg.analysis_trials + reference if baseline else 0) + iterations * per_iteration + end)
     end = audit_cost(policy, n_gate) + holdout
     fresh = reference if policy.fresh_reference else 0
-    per_iteration = cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen) + 2 * n_gate * longest + fresh + n_analysis * cfg.analysis_trials
+    per_iteration = (
+        cfg.candidates * (proposer_budget(cfg).tries + 1 + n_gate * screen)
+        + 2 * n_gate * longest
+        + fresh
+        + n_analysis * cfg.analysis_trials
+    )
     start = n_analysis * cfg.analysis_trials + reference if baseline else 0
     return start + iterations * per_iteration + end
 
 
-def _population_simulations(cfg: Config, policy, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool,
-                            expected: bool) -> int:
+def _population_simulations(
+    cfg: Config, policy, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, baseline: bool, expected: bool
+) -> int:
     """max_simulations under the population search: per iteration the parent's minibatches, and per child its
     proposer's tries, its screen (the minibatch, no try assumed reused) and its gate trials (all of them at most;
     expected, the shares that pass the screen and the first part); plus the baseline, the audit and the holdout."""
@@ -137,9 +153,20 @@ class Forecast:
         return sum(v[1 if most else 0] for v in self.roles.values())
 
 
-def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, iterations: int, per_simulation: dict[str, RoleUsage],
-             meta_price: Optional[tuple[float, float]], meta_prompt_tokens: int, baseline: bool = True,
-             noise: Optional[dict] = None, meta_cached_prompt_price: Optional[float] = None) -> Forecast:
+def forecast(
+    cfg: Config,
+    n_analysis: int,
+    n_gate: int,
+    n_holdout: int,
+    *,
+    iterations: int,
+    per_simulation: dict[str, RoleUsage],
+    meta_price: Optional[tuple[float, float]],
+    meta_prompt_tokens: int,
+    baseline: bool = True,
+    noise: Optional[dict] = None,
+    meta_cached_prompt_price: Optional[float] = None,
+) -> Forecast:
     """Simulations expected and at most, and per role the tokens and dollars: the simulated roles at
     ``per_simulation`` (what one simulation used, measured on a pilot or the baseline; a role whose
     tokens had no known price costs None, never $0), the meta-LLM at ``meta_price`` (dollars per
@@ -154,14 +181,19 @@ def forecast(cfg: Config, n_analysis: int, n_gate: int, n_holdout: int, *, itera
         from evolver.evolution.gate.search import iteration_gate
 
         trials = iteration_gate(policy_of(cfg), noise).stages[-1]
-    expected = max_simulations(*args, iterations=iterations, baseline=baseline, gate_share=GATE_SHARE if len(stages) > 1 else 1.0,
-                               gate_trials=trials)
+    expected = max_simulations(
+        *args, iterations=iterations, baseline=baseline, gate_share=GATE_SHARE if len(stages) > 1 else 1.0, gate_trials=trials
+    )
     most = max_simulations(*args, iterations=iterations, baseline=baseline)
     roles: dict[str, tuple[int, int, Optional[float], Optional[float]]] = {}
     for role, u in per_simulation.items():
         price = (u.cost / u.tokens) if u.priced and u.tokens else (0.0 if not u.tokens else None)
-        roles[role] = (round(expected * u.tokens), round(most * u.tokens),
-                       None if price is None else expected * u.tokens * price, None if price is None else most * u.tokens * price)
+        roles[role] = (
+            round(expected * u.tokens),
+            round(most * u.tokens),
+            None if price is None else expected * u.tokens * price,
+            None if price is None else most * u.tokens * price,
+        )
     from evolver.evolution.proposers import proposer_kind
 
     proposals, kind = iterations * cfg.candidates, proposer_kind(cfg.proposer)

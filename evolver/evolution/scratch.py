@@ -42,8 +42,12 @@ class Scratch:
     def files(self) -> str:
         lines = [f"{rel} ({len(self._text(rel).splitlines())} lines)" for rel in self.editable()]
         lines.append(f"{GUIDE} (the guide: layers, rules, skill format; read-only)")
-        return "files you may read (agent/templates/ is the pristine baseline and never changes):\n" + "\n".join(lines) + \
-               "\nharness layers: " + self.switches()
+        return (
+            "files you may read (agent/templates/ is the pristine baseline and never changes):\n"
+            + "\n".join(lines)
+            + "\nharness layers: "
+            + self.switches()
+        )
 
     def switches(self) -> str:
         text = self._text(SWITCHES) or ""
@@ -97,7 +101,9 @@ class Scratch:
         if isinstance(removed, str):
             return f"not applied: {removed}"
         text, first, last = removed
-        span = f"removed lines {first}-{last}" + (f" (the statements that start in {start}-{end} end at line {last})" if last != end else "")
+        span = f"removed lines {first}-{last}" + (
+            f" (the statements that start in {start}-{end} end at line {last})" if last != end else ""
+        )
         return self._apply(path, Edit(path=path, search=current, replace=text), done=f"applied to {path}: {span}.")
 
     def removable(self, path: str, start: int, end: int) -> bool:
@@ -252,16 +258,23 @@ def without_lines(text: str, start, end, python: bool):
         for node in ast.walk(tree):
             for field in ("body", "orelse", "finalbody"):
                 block = getattr(node, field, None)
-                if isinstance(block, list) and block and getattr(node, "lineno", start) < start and all(start <= b.lineno and b.end_lineno <= end for b in block):
+                if (
+                    isinstance(block, list)
+                    and block
+                    and getattr(node, "lineno", start) < start
+                    and all(start <= b.lineno and b.end_lineno <= end for b in block)
+                ):
                     keep_pass = " " * block[0].col_offset + "pass\n"
-    out = lines[:start - 1] + ([keep_pass] if keep_pass else []) + lines[end:]
+    out = lines[: start - 1] + ([keep_pass] if keep_pass else []) + lines[end:]
     result = "".join(out)
     if python:
         try:
             parse_python(result)
         except SyntaxError as exc:
-            return (f"without lines {start}-{end} the file does not parse ({exc.msg}, line {exc.lineno}); "
-                    "remove whole statements: read_file shows where they start and end")
+            return (
+                f"without lines {start}-{end} the file does not parse ({exc.msg}, line {exc.lineno}); "
+                "remove whole statements: read_file shows where they start and end"
+            )
     return result, start, end
 
 
@@ -288,7 +301,7 @@ def unguarded(text: str, start: int, end: int) -> Optional[str]:
     lines = text.splitlines(keepends=True)
     shift = node.body[0].col_offset - node.col_offset
     body = [line[shift:] if not line[:shift].strip() else line for line in lines[start:end]]
-    result = "".join(lines[:start - 1] + body + lines[end:])
+    result = "".join(lines[: start - 1] + body + lines[end:])
     try:
         parse_python(result)
     except SyntaxError:
@@ -308,8 +321,10 @@ def _still_used(before: str, after: str) -> Optional[str]:
         code = new[line - 1].strip() if 0 < line <= len(new) else ""
         where = next((i + 1 for i, text in enumerate(old) if text.strip() == code), line)  # the file as it stands
         uses.append(f"{name} at line {where}: {_short(code, 90)}")
-    return ("not applied: it removes the definition of what the file still uses (" + "; ".join(uses) + "). "
-            "Change or remove those uses first, or keep the definition")
+    return (
+        "not applied: it removes the definition of what the file still uses (" + "; ".join(uses) + "). "
+        "Change or remove those uses first, or keep the definition"
+    )
 
 
 def _int(value, default: int) -> int:

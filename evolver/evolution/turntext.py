@@ -51,7 +51,9 @@ def change_line(change: Change, mask, width: int = 160) -> str:
     for what, before, after in change.details:
         show = mask.json_shape if what == "content" else mask.text  # a tool result as "tau2 gave the harness" shows it: keys kept
         if before and after:
-            shown.append(f"{what}: {_cut(show(before), width // 2)} -> {_cut(show(after), width // 2)}{_how(before, after, isinstance(mask, Plain))}")
+            shown.append(
+                f"{what}: {_cut(show(before), width // 2)} -> {_cut(show(after), width // 2)}{_how(before, after, isinstance(mask, Plain))}"
+            )
         elif before or after:
             shown.append(f"{what}: {_cut(show(before or after), width)}")
     return text + (": " + "; ".join(shown) if shown else "") + (f" [{change.layer} on]" if change.layer else "")
@@ -61,14 +63,19 @@ def turn_lines(view: TurnView, n: int, found: list[Change], mask, code: Optional
     """Turn n (from 1) as the harness lived it: tau2's message, each request and answer, what went back, what changed."""
     turn = view.turns[n - 1]
     requests = [(call, messages) for t, call, messages in view.requests() if t == n - 1]
-    lines = [f"turn {n} of {len(view.turns)}",
-             "1. tau2 gave the harness: " + ("; ".join(_given(g, mask, width) for g in turn.given) or "nothing (the harness started)")]
+    lines = [
+        f"turn {n} of {len(view.turns)}",
+        "1. tau2 gave the harness: " + ("; ".join(_given(g, mask, width) for g in turn.given) or "nothing (the harness started)"),
+    ]
     lines.append(f"2. the harness asked the model {len(requests)} time(s)" + (":" if requests else " (it answered tau2 itself)"))
     for k, (call, messages) in enumerate(requests, 1):
         tools = view.tools_of(call)
         offered = "no tools" if tools is None else "tau2's tools" if call.tools == 0 else f"{len(tools)} tools of the harness's own"
         kept = call.keep
-        lines.append(f"   request {k}: {len(messages)} message(s), {offered}; " + (f"the first {kept} as in the request before, then:" if kept else "all new:"))
+        lines.append(
+            f"   request {k}: {len(messages)} message(s), {offered}; "
+            + (f"the first {kept} as in the request before, then:" if kept else "all new:")
+        )
         lines += [f"     + {_message(m, mask, width)}" for m in messages[kept:]]
         if call.error:
             lines.append(f"   the provider refused it: {_cut(call.error, width)}")
@@ -78,7 +85,9 @@ def turn_lines(view: TurnView, n: int, found: list[Change], mask, code: Optional
     if returned is None:
         lines.append("3. the turn did not finish (the agent failed)")
     else:
-        lines.append("3. the harness handed back to tau2: " + _given(returned, mask, width) + (" and ended the conversation" if turn.stop else ""))
+        lines.append(
+            "3. the harness handed back to tau2: " + _given(returned, mask, width) + (" and ended the conversation" if turn.stop else "")
+        )
     mine = sorted((c for c in found if c.turn == n), key=lambda c: bool(c.layer))  # what no switched-on layer explains first
     lines.append("what the harness changed in this turn:" if mine else "what the harness changed in this turn: nothing")
     for c in mine:
@@ -141,7 +150,10 @@ def _message(m: dict, mask, width: int) -> str:
     content = m.get("content")
     text = "".join(p.get("text", "") for p in content if isinstance(p, dict)) if isinstance(content, list) else content or ""
     if role == "assistant":
-        calls = [{"name": (c.get("function") or {}).get("name"), "arguments": (c.get("function") or {}).get("arguments")} for c in m.get("tool_calls") or []]
+        calls = [
+            {"name": (c.get("function") or {}).get("name"), "arguments": (c.get("function") or {}).get("arguments")}
+            for c in m.get("tool_calls") or []
+        ]
         return "assistant: " + _reply(text, calls, mask, width)
     if role == "tool":
         return f"tool: {_cut(mask.json_shape(text), width)}"
@@ -152,4 +164,4 @@ def _message(m: dict, mask, width: int) -> str:
 
 def _cut(text: str, width: int) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."

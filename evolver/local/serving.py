@@ -138,8 +138,9 @@ def _complete_as_customer(messages: list, api_base: str, params: dict, tool_name
     return retry
 
 
-def _customer_reply(messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str], history: int = 0,
-                    recheck: bool = False):
+def _customer_reply(
+    messages: list, api_base: str, params: dict, tool_names: list[str], steps: frozenset[str], history: int = 0, recheck: bool = False
+):
     presented, opening = customer.present(messages, steps, has_tools=bool(tool_names), recheck=recheck, history=history)
     response = _complete(USER_LABEL, presented, api_base, params, tool_names)
     message = response.choices[0].message
@@ -227,7 +228,8 @@ def _apply_text_calls(label: str, choice, tool_names: list[str], turn: int, trun
 
     choice.message.tool_calls = [
         ChatCompletionMessageToolCall(
-            id=_call_id(turn, i, c), type="function",
+            id=_call_id(turn, i, c),
+            type="function",
             function=Function(name=c["name"], arguments=json.dumps(c["arguments"])),
         )
         for i, c in enumerate(unique)
@@ -246,11 +248,16 @@ def _names_an_unknown_tool(content: str | None, tool_names: list[str]) -> bool:
 def _call_schema(tools: list[dict]) -> dict:
     """A json_schema response format: one call to a known tool, with valid arguments."""
     options = [
-        {"type": "object", "required": ["name", "arguments"], "properties": {
-            "name": {"const": t["function"]["name"]},
-            "arguments": t["function"].get("parameters") or {"type": "object"},
-        }}
-        for t in tools if t.get("function")
+        {
+            "type": "object",
+            "required": ["name", "arguments"],
+            "properties": {
+                "name": {"const": t["function"]["name"]},
+                "arguments": t["function"].get("parameters") or {"type": "object"},
+            },
+        }
+        for t in tools
+        if t.get("function")
     ]
     return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": {"anyOf": options}}}
 

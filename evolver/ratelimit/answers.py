@@ -29,9 +29,11 @@ def read_headers(headers) -> Answer:
     if not headers:
         return Answer()
     flat = {str(k).lower().removeprefix("llm_provider-"): str(v) for k, v in dict(headers).items()}
-    return Answer(retry_after=_seconds(flat.get("retry-after-ms"), 0.001) or _seconds(flat.get("retry-after"), 1.0),
-                  limit_requests=_number(flat.get("x-ratelimit-limit-requests")),
-                  limit_tokens=_number(flat.get("x-ratelimit-limit-tokens")))
+    return Answer(
+        retry_after=_seconds(flat.get("retry-after-ms"), 0.001) or _seconds(flat.get("retry-after"), 1.0),
+        limit_requests=_number(flat.get("x-ratelimit-limit-requests")),
+        limit_tokens=_number(flat.get("x-ratelimit-limit-tokens")),
+    )
 
 
 def _number(text: Optional[str]) -> Optional[float]:

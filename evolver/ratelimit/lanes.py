@@ -22,6 +22,7 @@ ASK_AGAIN = 1.0  # seconds a waiting call sleeps at most before it asks again (a
 
 # ---- what people configure --------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Limit:
     """A configured limit: requests and tokens per minute (None: not configured)."""
@@ -47,6 +48,7 @@ def matches(configured: str, key: str) -> bool:
 
 
 # ---- one lane ---------------------------------------------------------------------------------
+
 
 class Lane:
     """One provider endpoint and model: its permits, rate and counts. Not thread-safe: Limiter locks.
@@ -140,9 +142,14 @@ class Lane:
         requests, per_token, source = self.rates()
         while self.granted and self.granted[0] < now - 60:
             self.granted.popleft()
-        return {"rpm": None if requests is None else round(requests * 60, 1), "tpm": None if per_token is None else round(per_token * 60),
-                "source": source, "in_use_rpm": float(sum(1 for t in self.granted if t <= now)), "waiting": self.waiting(now),
-                **self.tally.model_dump()}
+        return {
+            "rpm": None if requests is None else round(requests * 60, 1),
+            "tpm": None if per_token is None else round(per_token * 60),
+            "source": source,
+            "in_use_rpm": float(sum(1 for t in self.granted if t <= now)),
+            "waiting": self.waiting(now),
+            **self.tally.model_dump(),
+        }
 
 
 # ---- the limiter ------------------------------------------------------------------------------
@@ -171,8 +178,9 @@ class Limiter:
     long to wait for it; the caller waits (wherever it is: a thread, a worker, a Ray node) and comes
     back with its ticket, which stands unless the lane slowed down meanwhile."""
 
-    def __init__(self, limits: Optional[dict] = None, learner: Callable[[], Learner] = Learner,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, limits: Optional[dict] = None, learner: Callable[[], Learner] = Learner, clock: Callable[[], float] = time.monotonic
+    ):
         self.limits = {name: _limit(value) for name, value in (limits or {}).items()}
         self.learner, self.clock = learner, clock
         self.lanes: dict[str, Lane] = {}
@@ -258,4 +266,3 @@ def wait_for_permit(reserve: Callable[..., tuple[float, Ticket]], key: str, toke
         time.sleep(min(delay, ASK_AGAIN))
         delay, ticket = reserve(key, tokens, ticket)
     return time.monotonic() - started
-

@@ -23,7 +23,7 @@ class Service:
 
     def __init__(self, limiter, directory: Path):
         self.limiter = limiter
-        self.path = Path(directory) / f"limiter-{os.getpid()}-{id(self) & 0xffffff:x}.sock"
+        self.path = Path(directory) / f"limiter-{os.getpid()}-{id(self) & 0xFFFFFF:x}.sock"
         self.path.unlink(missing_ok=True)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(self.path))
@@ -133,4 +133,3 @@ class SocketClient:
 
     def snapshot(self) -> dict[str, dict]:
         return self._ask({"op": "snapshot"})["lanes"]
-

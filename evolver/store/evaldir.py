@@ -123,7 +123,9 @@ class EvalDir:
     def claim(self, task_id: str, trial: int, again: bool = False) -> bool:
         """Take one simulation, first come first served between the workers (O_EXCL); False when another has it.
         ``again``: its second chance after an infrastructure error, claimed apart from its first."""
-        name = hashlib.sha1(f"{task_id}\0{trial}{chr(0) + 'again' if again else ''}".encode()).hexdigest()  # task ids may hold any character
+        name = hashlib.sha1(
+            f"{task_id}\0{trial}{chr(0) + 'again' if again else ''}".encode()
+        ).hexdigest()  # task ids may hold any character
         try:
             os.close(os.open(self.claims_dir / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except FileExistsError:

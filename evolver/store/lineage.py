@@ -100,8 +100,12 @@ class Lineage:
         reader = self.repo.config_reader()
         if reader.has_option("user", "name") and reader.has_option("user", "email"):
             return {}
-        return {"GIT_AUTHOR_NAME": "evolver", "GIT_AUTHOR_EMAIL": "evolver@localhost",
-                "GIT_COMMITTER_NAME": "evolver", "GIT_COMMITTER_EMAIL": "evolver@localhost"}
+        return {
+            "GIT_AUTHOR_NAME": "evolver",
+            "GIT_AUTHOR_EMAIL": "evolver@localhost",
+            "GIT_COMMITTER_NAME": "evolver",
+            "GIT_COMMITTER_EMAIL": "evolver@localhost",
+        }
 
     @_serial
     def set_branch(self, name: str, commit: str) -> None:
@@ -201,4 +205,3 @@ def commit_message(title: str, rationale: str, trailers: dict[str, str]) -> str:
     body = rationale.strip()
     trailer_text = "\n".join(f"{k}: {v}" for k, v in trailers.items())
     return f"{title.strip()}\n\n{body}\n\n{trailer_text}\n" if body else f"{title.strip()}\n\n{trailer_text}\n"
-

@@ -65,8 +65,9 @@ def read_record(model, path: Path):
             raise UsageError(f"{path}: {cause}") from None
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first.get("loc", ()))
-        raise UsageError(f"{path} is unreadable or corrupt ({where + ': ' if where else ''}{first['msg']}); "
-                         "restore it from a copy, or start a new run") from None
+        raise UsageError(
+            f"{path} is unreadable or corrupt ({where + ': ' if where else ''}{first['msg']}); restore it from a copy, or start a new run"
+        ) from None
     except (OSError, ValueError) as exc:
         why = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
         raise UsageError(f"{path} is unreadable or corrupt ({why}); restore it from a copy, or start a new run") from None

@@ -124,7 +124,11 @@ class RunDir:
 
     def cut_off(self) -> Optional[str]:
         """Why nothing can resume a folder with no record (left by an evolver before the record came first); None for a run."""
-        return f"{self.run_id} was cut off before it recorded its settings; start a new run" if self.path.is_dir() and not self.exists() else None
+        return (
+            f"{self.run_id} was cut off before it recorded its settings; start a new run"
+            if self.path.is_dir() and not self.exists()
+            else None
+        )
 
     def create(self, manifest: Manifest, state: RunState) -> None:
         """The run's folder, appearing at once with its record (run.json and state.json): a kill at any moment
@@ -263,9 +267,16 @@ def measured(repo: Path, name: str) -> dict[str, list]:
     folder = runs_dir(repo) / name
     if not RUN_ID.fullmatch(name) or not folder.is_dir():
         known = sorted(p.name for p in runs_dir(repo).iterdir() if p.is_dir()) if runs_dir(repo).is_dir() else []
-        raise UsageError(f"no run, comparison or evaluation '{name}' in {runs_dir(repo)}" + (f"; known: {', '.join(known[-5:])}" if known else ""))
-    found = sorted({p.parent for pattern in ("evals/*/sims.jsonl", "*/sims.jsonl", "sims.jsonl", "transfers/*/*/*/sims.jsonl")
-                    for p in folder.glob(pattern)})
+        raise UsageError(
+            f"no run, comparison or evaluation '{name}' in {runs_dir(repo)}" + (f"; known: {', '.join(known[-5:])}" if known else "")
+        )
+    found = sorted(
+        {
+            p.parent
+            for pattern in ("evals/*/sims.jsonl", "*/sims.jsonl", "sims.jsonl", "transfers/*/*/*/sims.jsonl")
+            for p in folder.glob(pattern)
+        }
+    )
     return {str(path.relative_to(folder)) or ".": EvalDir(path).records() for path in found}
 
 
@@ -279,7 +290,9 @@ def find_run(repo: Path, run_id: Optional[str]) -> RunDir:
     """A run by id, or the newest one when run_id is None."""
     runs = runs_dir(repo)
     if run_id is None:
-        candidates = sorted((p for p in runs.glob("run-*") if (p / "run.json").exists()), key=lambda p: p.stat().st_mtime) if runs.exists() else []
+        candidates = (
+            sorted((p for p in runs.glob("run-*") if (p / "run.json").exists()), key=lambda p: p.stat().st_mtime) if runs.exists() else []
+        )
         if not candidates:
             raise UsageError(f"no runs in {runs}; start one with `evolver run`")
         return RunDir(repo, candidates[-1].name)

@@ -19,7 +19,14 @@ from evolver.data import RateTally, RoleModel, RoleUsage, SimRecord, add_tallies
 from evolver.store.records import Versioned
 
 IterationStatus = Literal[
-    "proposing", "no_patch", "refused", "invalid", "evaluating", "accepted", "rejected", "undecided",
+    "proposing",
+    "no_patch",
+    "refused",
+    "invalid",
+    "evaluating",
+    "accepted",
+    "rejected",
+    "undecided",
 ]
 FINAL_STATUSES = ("no_patch", "refused", "invalid", "accepted", "rejected", "undecided")
 
@@ -217,7 +224,9 @@ class CandidateRecord(BaseModel):
     commit: Optional[str] = None
     reason: str = ""
     findings: list[str] = Field(default_factory=list)  # the static scan's, one line each: path:line: rule: detail
-    investigation: dict = Field(default_factory=dict)  # what the proposer did: turns, tools, edits, tries, transcript (proposers.ProposalResult.stats)
+    investigation: dict = Field(
+        default_factory=dict
+    )  # what the proposer did: turns, tools, edits, tries, transcript (proposers.ProposalResult.stats)
     verdicts: list[dict] = Field(default_factory=list)
     gate_candidate: Optional[float] = None
     # The proposer's tries: {"evaluation", "agent" (the digest of the agent/ it ran), "tasks"}; a population run's
@@ -262,7 +271,7 @@ class IterationRecord(Versioned):
 def slug(label: str) -> str:
     """A candidate's label as file and branch names use it: "3" -> "003", "3b" -> "003b"."""
     digits = label.rstrip(string.ascii_lowercase)
-    return f"{int(digits):03d}{label[len(digits):]}"
+    return f"{int(digits):03d}{label[len(digits) :]}"
 
 
 def named(label: str) -> str:

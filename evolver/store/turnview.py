@@ -77,7 +77,7 @@ class TurnView(Versioned):
         previous: list[dict] = []
         for n, turn in enumerate(self.turns):
             for call in turn.calls:
-                previous = previous[:call.keep] + [self._whole(m) for m in call.add]
+                previous = previous[: call.keep] + [self._whole(m) for m in call.add]
                 yield n, call, previous
 
     def _whole(self, message: dict) -> dict:

@@ -48,8 +48,26 @@ from typing import Callable, Optional
 
 DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 VERSIONS = ("2023-06-01", "2023-01-01")
-TOP_LEVEL = {"model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream", "temperature", "top_k", "top_p",
-             "tools", "tool_choice", "thinking", "service_tier", "container", "mcp_servers", "context_management", "output_config"}
+TOP_LEVEL = {
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "metadata",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_k",
+    "top_p",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "service_tier",
+    "container",
+    "mcp_servers",
+    "context_management",
+    "output_config",
+}
 BLOCK_FIELDS = {  # the fields of each content block, by role; "cache_control" where it may be set
     "text": {"text", "cache_control", "citations"},
     "tool_use": {"id", "name", "input", "cache_control"},
@@ -57,12 +75,25 @@ BLOCK_FIELDS = {  # the fields of each content block, by role; "cache_control" w
     "thinking": {"thinking", "signature"},
     "redacted_thinking": {"data"},
 }
-REQUIRED = {"text": ("text",), "tool_use": ("id", "name", "input"), "tool_result": ("tool_use_id",), "thinking": ("thinking", "signature"),
-            "redacted_thinking": ("data",)}
+REQUIRED = {
+    "text": ("text",),
+    "tool_use": ("id", "name", "input"),
+    "tool_result": ("tool_use_id",),
+    "thinking": ("thinking", "signature"),
+    "redacted_thinking": ("data",),
+}
 ROLE_BLOCKS = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use", "thinking", "redacted_thinking")}
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
-MAX_OUTPUT = {"claude-sonnet-4-5": 64000, "claude-haiku-4-5": 64000, "claude-opus-4-5": 64000, "claude-sonnet-4": 64000,
-              "claude-opus-4-1": 32000, "claude-opus-4": 32000, "claude-3-7-sonnet": 64000, "claude-3-5-haiku": 8192}
+MAX_OUTPUT = {
+    "claude-sonnet-4-5": 64000,
+    "claude-haiku-4-5": 64000,
+    "claude-opus-4-5": 64000,
+    "claude-sonnet-4": 64000,
+    "claude-opus-4-1": 32000,
+    "claude-opus-4": 32000,
+    "claude-3-7-sonnet": 64000,
+    "claude-3-5-haiku": 8192,
+}
 
 
 class Refusal(Exception):
@@ -115,7 +146,9 @@ def check(body: dict, signed: Callable[[str, str], bool]) -> list[Turn]:
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise Refusal("max_tokens: Input should be greater than or equal to 1")
     if max_tokens > MAX_OUTPUT.get(family(model), max_tokens):
-        raise Refusal(f"max_tokens: {max_tokens} > {MAX_OUTPUT[family(model)]}, which is the maximum allowed number of output tokens for {model}")
+        raise Refusal(
+            f"max_tokens: {max_tokens} > {MAX_OUTPUT[family(model)]}, which is the maximum allowed number of output tokens for {model}"
+        )
     _sampling(body, model)
     _system(body.get("system"))
     names = _tools(body.get("tools"))
@@ -191,7 +224,9 @@ def _tool_choice(choice, names: set[str]) -> None:
     kinds = ("auto", "any", "tool", "none")
     if not isinstance(choice, dict) or choice.get("type") not in kinds:
         found = choice.get("type") if isinstance(choice, dict) else choice
-        raise Refusal(f"tool_choice: Input tag '{found}' found using 'type' does not match any of the expected tags: 'auto', 'any', 'tool', 'none'")
+        raise Refusal(
+            f"tool_choice: Input tag '{found}' found using 'type' does not match any of the expected tags: 'auto', 'any', 'tool', 'none'"
+        )
     allowed = {"type", "disable_parallel_tool_use"} | ({"name"} if choice["type"] == "tool" else set())
     _fields(choice, allowed, ("name",) if choice["type"] == "tool" else (), f"tool_choice.{choice['type']}")
 
@@ -221,7 +256,9 @@ def _turns(messages) -> list[Turn]:
             if kind == "image":
                 raise Refusal("fake provider: images are not emulated")
             if kind not in ROLE_BLOCKS[role]:
-                raise Refusal(f"messages.{i}.content.{j}.type: Input should be {' or '.join(repr(k) for k in ROLE_BLOCKS[role])}")  # a guess
+                raise Refusal(
+                    f"messages.{i}.content.{j}.type: Input should be {' or '.join(repr(k) for k in ROLE_BLOCKS[role])}"
+                )  # a guess
             _fields(block, BLOCK_FIELDS[kind], REQUIRED[kind], f"messages.{i}.content.{j}.{kind}")
             turns[-1].blocks.append((i, j, block))
     return turns
@@ -233,7 +270,9 @@ def _thinking(body: dict, turns: list[Turn], signed: Callable[[str, str], bool])
         raise Refusal("fake provider: adaptive thinking and output_config (Claude 4.6 and later) are not emulated")
     if thinking is not None:
         if thinking.get("type") not in ("enabled", "disabled"):
-            raise Refusal(f"thinking: Input tag '{thinking.get('type')}' found using 'type' does not match any of the expected tags: 'disabled', 'enabled'")
+            raise Refusal(
+                f"thinking: Input tag '{thinking.get('type')}' found using 'type' does not match any of the expected tags: 'disabled', 'enabled'"
+            )
         if thinking["type"] == "enabled":
             _fields(thinking, {"budget_tokens"}, ("budget_tokens",), "thinking.enabled")
     budget = thinking_budget(body)
@@ -247,30 +286,40 @@ def _thinking(body: dict, turns: list[Turn], signed: Callable[[str, str], bool])
         final = turns[-1]
         if final.role == "assistant" and final.of_type("thinking"):
             i, j, _ = final.of_type("thinking")[0]
-            raise Refusal(f"messages.{i}.content.{j}: When thinking is disabled, an `assistant` message in the final position cannot "
-                          "contain `thinking`. To use thinking blocks, enable `thinking` in your request.")
+            raise Refusal(
+                f"messages.{i}.content.{j}: When thinking is disabled, an `assistant` message in the final position cannot "
+                "contain `thinking`. To use thinking blocks, enable `thinking` in your request."
+            )
         return
     if not isinstance(budget, int) or budget < 1024:
         raise Refusal("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
     if body["max_tokens"] <= budget:
-        raise Refusal(f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {DOCS}#max-tokens-and-context-window-size")
+        raise Refusal(
+            f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {DOCS}#max-tokens-and-context-window-size"
+        )
     if body.get("temperature") not in (None, 1):
-        raise Refusal(f"`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation at {DOCS}"
-                      "#important-considerations-when-using-extended-thinking")
+        raise Refusal(
+            f"`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation at {DOCS}"
+            "#important-considerations-when-using-extended-thinking"
+        )
     if body.get("top_p") is not None and body["top_p"] < 0.95:
         raise Refusal("`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled")
     if body.get("top_k") is not None:
-        raise Refusal(f"`top_k` must be unset when thinking is enabled. Please consult our documentation at {DOCS}"
-                      "#important-considerations-when-using-extended-thinking")
+        raise Refusal(
+            f"`top_k` must be unset when thinking is enabled. Please consult our documentation at {DOCS}"
+            "#important-considerations-when-using-extended-thinking"
+        )
     if (body.get("tool_choice") or {}).get("type") in ("any", "tool"):
         raise Refusal("Thinking may not be enabled when tool_choice forces tool use.")
     if len(turns) >= 2 and turns[-1].role == "user" and turns[-1].of_type("tool_result") and turns[-2].role == "assistant":
         i, j, first = turns[-2].blocks[0]
         if first.get("type") not in ("thinking", "redacted_thinking"):
-            raise Refusal(f"messages.{i}.content.{j}.type: Expected `thinking` or `redacted_thinking`, but found `{first.get('type')}`. When "
-                          "`thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of "
-                          "`tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this "
-                          f"requirement, disable `thinking`. Please consult our documentation at {DOCS}")
+            raise Refusal(
+                f"messages.{i}.content.{j}.type: Expected `thinking` or `redacted_thinking`, but found `{first.get('type')}`. When "
+                "`thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of "
+                "`tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this "
+                f"requirement, disable `thinking`. Please consult our documentation at {DOCS}"
+            )
 
 
 def _cache_marks(body: dict, turns: list[Turn]) -> int:
@@ -286,11 +335,15 @@ def _pairs(turns: list[Turn]) -> None:
             answered = {b["tool_use_id"] for _, _, b in turns[n + 1].of_type("tool_result")} if n + 1 < len(turns) else set()
             missing = [i for i in asked if i not in answered]
             if missing:
-                raise Refusal(f"messages.{turn.blocks[-1][0]}: `tool_use` ids were found without `tool_result` blocks immediately after: "
-                              f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.")
+                raise Refusal(
+                    f"messages.{turn.blocks[-1][0]}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                    f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+                )
         else:
             asked = {b["id"] for _, _, b in turns[n - 1].of_type("tool_use")} if n and turns[n - 1].role == "assistant" else set()
             for i, j, block in turn.of_type("tool_result"):
                 if block["tool_use_id"] not in asked:
-                    raise Refusal(f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {block['tool_use_id']}. "
-                                  "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.")
+                    raise Refusal(
+                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {block['tool_use_id']}. "
+                        "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                    )

@@ -77,16 +77,22 @@ def probe() -> None:
         return ctypes.CDLL(None).prctl(23, 21, 0, 0, 0)  # PR_CAPBSET_READ, CAP_SYS_ADMIN: 1 when held
 
     actions = {
-        "/etc/shadow": lambda: Path("/etc/shadow").read_bytes(), "/etc/gshadow": lambda: Path("/etc/gshadow").read_bytes(),
-        "/etc/sudoers": lambda: Path("/etc/sudoers").read_bytes(), "/etc/ssh": lambda: os.listdir("/etc/ssh"),
-        "/etc/ssh/ssh_config": lambda: Path("/etc/ssh/ssh_config").read_bytes(), "/etc listing": lambda: os.listdir("/etc"),
+        "/etc/shadow": lambda: Path("/etc/shadow").read_bytes(),
+        "/etc/gshadow": lambda: Path("/etc/gshadow").read_bytes(),
+        "/etc/sudoers": lambda: Path("/etc/sudoers").read_bytes(),
+        "/etc/ssh": lambda: os.listdir("/etc/ssh"),
+        "/etc/ssh/ssh_config": lambda: Path("/etc/ssh/ssh_config").read_bytes(),
+        "/etc listing": lambda: os.listdir("/etc"),
         "/etc/ssl/private": lambda: os.listdir("/etc/ssl/private"),
-        "home key": lambda: (home / ".ssh" / "id_ed25519").read_bytes(), "home listing": lambda: os.listdir(home),
+        "home key": lambda: (home / ".ssh" / "id_ed25519").read_bytes(),
+        "home listing": lambda: os.listdir(home),
         "home config": lambda: (home / ".config" / "gh" / "hosts.yml").read_bytes(),
         "home history": lambda: (home / ".bash_history").read_bytes(),
         "certificates": lambda: len(os.listdir("/etc/ssl/certs")) and ssl.create_default_context().cert_store_stats()["x509_ca"],
-        "passwd entry": lambda: pwd.getpwuid(os.getuid()).pw_name, "localhost": lambda: socket.getaddrinfo("localhost", 80)[0][4][0],
-        "chown": lambda: os.chown("chown-me", 4242, 4242), "cap_sys_admin": cap_sys_admin,
+        "passwd entry": lambda: pwd.getpwuid(os.getuid()).pw_name,
+        "localhost": lambda: socket.getaddrinfo("localhost", 80)[0][4][0],
+        "chown": lambda: os.chown("chown-me", 4242, 4242),
+        "cap_sys_admin": cap_sys_admin,
     }
     report = {}
     for name, action in actions.items():

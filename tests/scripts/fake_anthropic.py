@@ -36,8 +36,15 @@ from tests.scripts.fake_server import Answer, FakeProvider, Received, Signer, to
 from tests.scripts.prompt_cache import PrefixCache, prefixes
 
 PATH = "/v1/messages"
-KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-         413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+KINDS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 TTL = {"5m": 300.0, "1h": 3600.0}
 LOOKBACK = 20  # blocks before a marked one that are checked for a cached prefix
 
@@ -62,13 +69,20 @@ class FakeAnthropic(FakeProvider):
         return self.origin
 
     def error(self, status: int, message: str) -> dict:
-        return {"type": "error", "error": {"type": KINDS.get(status, "api_error"), "message": message},
-                "request_id": "req_" + hashlib.sha256(f"{message}{len(self.received)}".encode()).hexdigest()[:24]}
+        return {
+            "type": "error",
+            "error": {"type": KINDS.get(status, "api_error"), "message": message},
+            "request_id": "req_" + hashlib.sha256(f"{message}{len(self.received)}".encode()).hexdigest()[:24],
+        }
 
     def listing(self) -> dict:
         names = list(self.roles)
-        return {"data": [{"type": "model", "id": n, "display_name": n, "created_at": "2025-09-29T00:00:00Z"} for n in names],
-                "has_more": False, "first_id": names[0] if names else None, "last_id": names[-1] if names else None}
+        return {
+            "data": [{"type": "model", "id": n, "display_name": n, "created_at": "2025-09-29T00:00:00Z"} for n in names],
+            "has_more": False,
+            "first_id": names[0] if names else None,
+            "last_id": names[-1] if names else None,
+        }
 
     def answer(self, request: Received, headers: dict) -> Answer:
         key, version = headers.get("x-api-key"), headers.get("anthropic-version")
@@ -113,10 +127,19 @@ class FakeAnthropic(FakeProvider):
             blocks.append({"type": "text", "text": text})
         for n, (name, args) in enumerate(calls):
             seed = f"{len(messages)}:{n}:{name}:{json.dumps(args, sort_keys=True)}"
-            blocks.append({"type": "tool_use", "id": "toolu_01" + hashlib.sha256(seed.encode()).hexdigest()[:22], "name": name, "input": args})
-        return {"id": "msg_01" + hashlib.sha256(json.dumps(blocks).encode()).hexdigest()[:22], "type": "message", "role": "assistant",
-                "model": model, "content": blocks, "stop_reason": stop or ("tool_use" if calls else "end_turn"), "stop_sequence": sequence,
-                "usage": {**self._input_usage(scope, body, turns, minimum_cached(model)), "output_tokens": output, "service_tier": "standard"}}
+            blocks.append(
+                {"type": "tool_use", "id": "toolu_01" + hashlib.sha256(seed.encode()).hexdigest()[:22], "name": name, "input": args}
+            )
+        return {
+            "id": "msg_01" + hashlib.sha256(json.dumps(blocks).encode()).hexdigest()[:22],
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": blocks,
+            "stop_reason": stop or ("tool_use" if calls else "end_turn"),
+            "stop_sequence": sequence,
+            "usage": {**self._input_usage(scope, body, turns, minimum_cached(model)), "output_tokens": output, "service_tier": "standard"},
+        }
 
     def _input_usage(self, scope: tuple, body: dict, turns: list[Turn], minimum: int) -> dict:
         """Input tokens as Anthropic splits them: read from the cache, written to it, and the rest."""
@@ -124,7 +147,9 @@ class FakeAnthropic(FakeProvider):
         system_blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system or [])
         marked = [("tool", t) for t in body.get("tools") or []] + [("system", b) for b in system_blocks]
         marked += [(turn.role, block) for turn in turns for _, _, block in turn.blocks]
-        chunks = [f"{where}:" + json.dumps({k: v for k, v in block.items() if k != "cache_control"}, sort_keys=True) for where, block in marked]
+        chunks = [
+            f"{where}:" + json.dumps({k: v for k, v in block.items() if k != "cache_control"}, sort_keys=True) for where, block in marked
+        ]
         ends = prefixes(chunks)
         marks = [(n, block["cache_control"].get("ttl", "5m")) for n, (_, block) in enumerate(marked) if "cache_control" in block]
         read = self.cache.read(scope, [ends[k] for n, _ in marks for k in range(max(0, n - LOOKBACK + 1), n + 1)])
@@ -136,9 +161,15 @@ class FakeAnthropic(FakeProvider):
             last, life = max(eligible)
             written = max(0, ends[last][0] - read)
         total = max(1, ends[-1][0] if ends else 0)
-        return {"input_tokens": max(0, total - read - written), "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
-                "cache_creation": {"ephemeral_5m_input_tokens": written if life == "5m" else 0,
-                                   "ephemeral_1h_input_tokens": written if life == "1h" else 0}}
+        return {
+            "input_tokens": max(0, total - read - written),
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": written if life == "5m" else 0,
+                "ephemeral_1h_input_tokens": written if life == "1h" else 0,
+            },
+        }
 
 
 def openai_messages(body: dict, turns: list[Turn]) -> list[dict]:
@@ -151,8 +182,10 @@ def openai_messages(body: dict, turns: list[Turn]) -> list[dict]:
     for turn in turns:
         if turn.role == "assistant":
             message: dict = {"role": "assistant", "content": "\n\n".join(b["text"] for _, _, b in turn.of_type("text")) or None}
-            calls = [{"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": json.dumps(b["input"])}}
-                     for _, _, b in turn.of_type("tool_use")]
+            calls = [
+                {"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": json.dumps(b["input"])}}
+                for _, _, b in turn.of_type("tool_use")
+            ]
             out.append({**message, "tool_calls": calls} if calls else message)
             continue
         texts = []
@@ -170,8 +203,10 @@ def openai_tools(body: dict) -> Optional[list[dict]]:
     tools = body.get("tools")
     if not tools:
         return None
-    return [{"type": "function", "function": {"name": t["name"], "description": t.get("description", ""), "parameters": t["input_schema"]}}
-            for t in tools]
+    return [
+        {"type": "function", "function": {"name": t["name"], "description": t.get("description", ""), "parameters": t["input_schema"]}}
+        for t in tools
+    ]
 
 
 def _result_text(content) -> str:

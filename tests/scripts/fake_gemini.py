@@ -36,8 +36,16 @@ from tests.scripts.gemini_rules import Refusal
 from tests.scripts.prompt_cache import PrefixCache, automatic
 
 PATH = re.compile(r"^/v1beta/models/([^/:]+):(\w+)$")
-STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
-          500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 THOUGHTS = 256  # tokens a thinking reply spends (at most its budget): a deterministic stand-in
 
 
@@ -81,8 +89,15 @@ class FakeGemini(FakeProvider):
         model = request.model
         role = self.role_of(model)
         if role is None:
-            return 404, self.error(404, f"models/{model} is not found for API version v1beta, or is not supported for generateContent. "
-                                        "Call ListModels to see the list of available models and their supported methods."), {}
+            return (
+                404,
+                self.error(
+                    404,
+                    f"models/{model} is not found for API version v1beta, or is not supported for generateContent. "
+                    "Call ListModels to see the list of available models and their supported methods.",
+                ),
+                {},
+            )
         forced = self.injected(request)
         if forced is not None:
             return forced
@@ -124,15 +139,23 @@ class FakeGemini(FakeProvider):
         if minimum:
             self.cache.write(scope, automatic(prompt, minimum))
         prompt_tokens = max(1, tokens(prompt))
-        usage = {"promptTokenCount": prompt_tokens, "candidatesTokenCount": visible, "totalTokenCount": prompt_tokens + visible + thoughts,
-                 "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt_tokens}]}
+        usage = {
+            "promptTokenCount": prompt_tokens,
+            "candidatesTokenCount": visible,
+            "totalTokenCount": prompt_tokens + visible + thoughts,
+            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt_tokens}],
+        }
         if cached:
             usage |= {"cachedContentTokenCount": cached, "cacheTokensDetails": [{"modality": "TEXT", "tokenCount": cached}]}
         if thoughts:
             usage["thoughtsTokenCount"] = thoughts
         content = {"role": "model", "parts": parts} if parts else {"role": "model"}
-        return {"candidates": [{"content": content, "finishReason": finish, "index": 0}], "usageMetadata": usage, "modelVersion": model,
-                "responseId": hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]}
+        return {
+            "candidates": [{"content": content, "finishReason": finish, "index": 0}],
+            "usageMetadata": usage,
+            "modelVersion": model,
+            "responseId": hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24],
+        }
 
 
 def openai_messages(request: dict) -> list[dict]:
@@ -146,11 +169,16 @@ def openai_messages(request: dict) -> list[dict]:
     for k, content in enumerate(request["contents"]):
         parts = content["parts"]
         if content.get("role") == "model":
-            message: dict = {"role": "assistant", "content": "\n\n".join(p["text"] for p in parts if "text" in p and not p.get("thought")) or None}
+            message: dict = {
+                "role": "assistant",
+                "content": "\n\n".join(p["text"] for p in parts if "text" in p and not p.get("thought")) or None,
+            }
             calls = [p["functionCall"] for p in parts if "functionCall" in p]
             asked = [f"call_{k}_{n}" for n in range(len(calls))]
-            tool_calls = [{"id": i, "type": "function", "function": {"name": c.get("name"), "arguments": json.dumps(c.get("args") or {})}}
-                          for i, c in zip(asked, calls)]
+            tool_calls = [
+                {"id": i, "type": "function", "function": {"name": c.get("name"), "arguments": json.dumps(c.get("args") or {})}}
+                for i, c in zip(asked, calls)
+            ]
             out.append({**message, "tool_calls": tool_calls} if tool_calls else message)
             continue
         answers = [p["functionResponse"] for p in parts if "functionResponse" in p]
@@ -165,8 +193,13 @@ def openai_tools(request: dict) -> Optional[list[dict]]:
     declarations = [d for tool in request["tools"] for d in tool["functionDeclarations"]]
     if not declarations:
         return None
-    return [{"type": "function", "function": {"name": d["name"], "description": d.get("description", ""), "parameters": d.get("parameters", {})}}
-            for d in declarations]
+    return [
+        {
+            "type": "function",
+            "function": {"name": d["name"], "description": d.get("description", ""), "parameters": d.get("parameters", {})},
+        }
+        for d in declarations
+    ]
 
 
 def _response_text(response) -> str:

@@ -35,7 +35,7 @@ from typing import Optional
 
 from evolver.scripted import Reply
 from tests.scripts import openai_rules
-from tests.scripts.fake_server import Answer, Fault, FakeProvider, Received, tokens
+from tests.scripts.fake_server import Answer, FakeProvider, Fault, Received, tokens
 from tests.scripts.prompt_cache import PrefixCache, automatic
 
 __all__ = ["FakeOpenAI", "Fault", "Limit", "ROLE"]
@@ -45,10 +45,12 @@ __all__ = ["FakeOpenAI", "Fault", "Limit", "ROLE"]
 # (A test hook: api.openai.com would refuse the unknown argument.)
 ROLE = "fake_role"
 CONTEXT_MESSAGE = "This model's maximum context length is {limit} tokens. However, your messages resulted in {used} tokens."
-NO_KEY = ("You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth "
-          "(i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if you're accessing the API "
-          "from your browser and are prompted for a username and password. You can obtain an API key from "
-          "https://platform.openai.com/account/api-keys.")
+NO_KEY = (
+    "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth "
+    "(i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if you're accessing the API "
+    "from your browser and are prompted for a username and password. You can obtain an API key from "
+    "https://platform.openai.com/account/api-keys."
+)
 PATH = "/v1/chat/completions"
 
 
@@ -84,8 +86,15 @@ class _Bucket:
 class FakeOpenAI(FakeProvider):
     thread_name = "fake-openai"
 
-    def __init__(self, faults: Optional[dict[str, Fault]] = None, lifetime: float = 900.0, limit: Optional[Limit] = None,
-                 roles: Optional[dict[str, str]] = None, cache_ttl: float = 300.0, extra_parameters: frozenset = frozenset()):
+    def __init__(
+        self,
+        faults: Optional[dict[str, Fault]] = None,
+        lifetime: float = 900.0,
+        limit: Optional[Limit] = None,
+        roles: Optional[dict[str, str]] = None,
+        cache_ttl: float = 300.0,
+        extra_parameters: frozenset = frozenset(),
+    ):
         self.limit = limit
         # An OpenAI-compatible server's own arguments beyond OpenAI's (a Qwen server's enable_thinking): none, as api.openai.com
         self.extra_parameters = frozenset(extra_parameters)
@@ -130,7 +139,11 @@ class FakeOpenAI(FakeProvider):
         fault = self.faults.get(model, Fault())
         chars = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
         if fault.context_chars is not None and chars > fault.context_chars:
-            return 400, self.error(400, CONTEXT_MESSAGE.format(limit=fault.context_chars // 4, used=chars // 4), code="context_length_exceeded"), {}
+            return (
+                400,
+                self.error(400, CONTEXT_MESSAGE.format(limit=fault.context_chars // 4, used=chars // 4), code="context_length_exceeded"),
+                {},
+            )
         messages = body.get("messages", [])
         completion = _completion(model, messages, self.reply(role, messages, body.get("tools")))
         self._account(completion, model, body, scope=(hashlib.sha256(key.encode()).hexdigest(), model))
@@ -153,10 +166,16 @@ class FakeOpenAI(FakeProvider):
             choice["message"]["tool_calls"], choice["finish_reason"], visible = None, "length", cap - reasoning
         prompt_tokens = max(1, tokens(prompt))
         completion["usage"] = {
-            "prompt_tokens": prompt_tokens, "completion_tokens": reasoning + visible, "total_tokens": prompt_tokens + reasoning + visible,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": reasoning + visible,
+            "total_tokens": prompt_tokens + reasoning + visible,
             "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0, "accepted_prediction_tokens": 0,
-                                          "rejected_prediction_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": reasoning,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         }
 
     def _over_limit(self, model: str, body: dict) -> tuple[Optional[tuple[int, dict]], dict]:
@@ -165,8 +184,10 @@ class FakeOpenAI(FakeProvider):
         cost = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) / 4 + (body.get("max_tokens") or 0)
         with self.lock:
             if model not in self.buckets:
-                self.buckets[model] = (_Bucket(limit.rpm, limit.burst, now) if limit.rpm else None,
-                                       _Bucket(limit.tpm, limit.burst, now) if limit.tpm else None)
+                self.buckets[model] = (
+                    _Bucket(limit.rpm, limit.burst, now) if limit.rpm else None,
+                    _Bucket(limit.tpm, limit.burst, now) if limit.tpm else None,
+                )
             requests, words = self.buckets[model]
             waits = []
             for bucket, amount in ((requests, 1.0), (words, cost)):

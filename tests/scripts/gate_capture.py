@@ -38,6 +38,7 @@ CONFIG = gatelib.GateConfig()
 
 # ---------------------------------------------------------------- encoding
 
+
 def encode(table) -> dict:
     """A reward table in JSON: a task's trials as a string ("1" pass, "0" fail, "-" infrastructure
     error) when they are all 0/1/None, as a list otherwise."""
@@ -85,14 +86,17 @@ def dump(path: Path, data: dict) -> None:
 
 # ---------------------------------------------------------------- scripted sets
 
+
 def draw(rng: random.Random, rates: list[float], trials: int, errors: float = 0.0, values=(0.0, 1.0)) -> dict:
     """Trials per task at these pass rates; with `values` beyond 0/1, a pass draws its reward from them."""
+
     def one(p):
         if errors and rng.random() < errors:
             return None
         if rng.random() >= p:
             return values[0]
         return values[-1] if len(values) == 2 else rng.choice(values[1:])
+
     return {f"t{i:02d}": [one(p) for _ in range(trials)] for i, p in enumerate(rates)}
 
 
@@ -105,8 +109,13 @@ def drive_set(config, names, incumbent, tables, reference):
         for name in alive:
             current[name] = {t: r[:cand_trials] for t, r in tables[name].items()}
         seen = {t: r[:inc_trials] for t, r in incumbent.items()}
-        stages.append({"request": [inc_trials, cand_trials, list(alive)], "incumbent": encode(seen),
-                       "candidates": {n: encode(t) for n, t in current.items()}})
+        stages.append(
+            {
+                "request": [inc_trials, cand_trials, list(alive)],
+                "incumbent": encode(seen),
+                "candidates": {n: encode(t) for n, t in current.items()},
+            }
+        )
         return seen, {n: dict(t) for n, t in current.items()}
 
     verdicts = gatelib.evaluate_set(names, run, config, reference=reference)
@@ -120,8 +129,14 @@ def set_case(name, config, names, incumbent, tables, reference=None, *, check):
     stages = drive_set(config, names, incumbent, tables, reference)
     last = stages[-1]["verdict"]
     assert check(last), (name, last["reason"])
-    return {"name": name, "kind": "set", "config": config_dict(config), "names": list(names),
-            "reference": None if reference is None else encode(reference), "stages": stages}
+    return {
+        "name": name,
+        "kind": "set",
+        "config": config_dict(config),
+        "names": list(names),
+        "reference": None if reference is None else encode(reference),
+        "stages": stages,
+    }
 
 
 def single_case(name, config, stage, incumbent, tables, reference=None, *, check):
@@ -129,9 +144,16 @@ def single_case(name, config, stage, incumbent, tables, reference=None, *, check
     verdict = gatelib.decide_set(incumbent, tables, config, stage=stage, reference=reference)
     out = plain(dataclasses.asdict(verdict))
     assert check(out), (name, out["reason"])
-    return {"name": name, "kind": "single", "config": config_dict(config), "stage": stage,
-            "reference": None if reference is None else encode(reference),
-            "incumbent": encode(incumbent), "candidates": {n: encode(t) for n, t in tables.items()}, "verdict": out}
+    return {
+        "name": name,
+        "kind": "single",
+        "config": config_dict(config),
+        "stage": stage,
+        "reference": None if reference is None else encode(reference),
+        "incumbent": encode(incumbent),
+        "candidates": {n: encode(t) for n, t in tables.items()},
+        "verdict": out,
+    }
 
 
 def first_seed(build, check):
@@ -167,6 +189,7 @@ def set_cases() -> list[dict]:
             inc = draw(rng, rates, config.stages[-1], errors, values)
             cand = draw(rng, moved, config.stages[-1], errors, values)
             return set_case(name, config, ["7"], inc, {"7": cand}, ref, check=check)
+
         cases.append(first_seed(build, check))
 
     k1("set_k1_accept", 0.35, check=kept)
@@ -175,23 +198,42 @@ def set_cases() -> list[dict]:
     k1("set_k1_within_noise", 0.05, check=reason_has("within noise"))
     k1("set_k1_min_effect", 0.35, config=dataclasses.replace(CONFIG, min_effect=0.45), check=reason_has("below the minimum effect"))
     k1("set_k1_errors", 0.3, errors=0.15, check=kept)
-    k1("set_k1_fractional", 0.2, values=(0.0, 0.25, 0.5, 0.75, 1.0), config=dataclasses.replace(CONFIG, permutations=1000),
-       check=lambda v: v["decided"] and v["verdicts"]["7"]["p_value"] is not None)
+    k1(
+        "set_k1_fractional",
+        0.2,
+        values=(0.0, 0.25, 0.5, 0.75, 1.0),
+        config=dataclasses.replace(CONFIG, permutations=1000),
+        check=lambda v: v["decided"] and v["verdicts"]["7"]["p_value"] is not None,
+    )
     k1("set_k1_no_reference", 0.3, reference=False, check=lambda v: v["decided"] and v["verdicts"]["7"]["final"])
     one_look = dataclasses.replace(CONFIG, stages=(4,), futility=())
     k1("set_k1_one_look_no_improvement", -0.05, config=one_look, check=reason_has("no improvement"))
     k1("set_k1_one_look_exact", 0.25, config=one_look, errors=0.1, check=lambda v: v["verdicts"]["7"]["p_value"] is not None)
     fine_grid = dataclasses.replace(CONFIG, stages=(9,), futility=())  # 7, 8 and 9 valid trials: lcm 504, past the exact grid
-    k1("set_k1_one_look_rounded_grid", 0.2, config=fine_grid, errors=0.12,
-       check=lambda v: v["verdicts"]["7"]["p_value"] is not None and 0.001 < v["verdicts"]["7"]["p_value"] < 1)
+    k1(
+        "set_k1_one_look_rounded_grid",
+        0.2,
+        config=fine_grid,
+        errors=0.12,
+        check=lambda v: v["verdicts"]["7"]["p_value"] is not None and 0.001 < v["verdicts"]["7"]["p_value"] < 1,
+    )
 
     # A reliable task broken by an otherwise clearly better candidate.
     rng = random.Random("set_k1_regression")
     inc = draw(rng, [0.5] * 12 + [1.0] * 4, gate_trials)
     cand = draw(rng, [0.95] * 12 + [1.0] * 3 + [0.0], gate_trials)
     cand["t15"][0] = 1.0  # passes its first trial: only the final look can see the break
-    cases.append(set_case("set_k1_regression", CONFIG, ["7"], inc, {"7": cand}, draw(rng, [0.5] * 12 + [1.0] * 4, 6),
-                          check=lambda v: reason_has("broke 1 of")(v)))
+    cases.append(
+        set_case(
+            "set_k1_regression",
+            CONFIG,
+            ["7"],
+            inc,
+            {"7": cand},
+            draw(rng, [0.5] * 12 + [1.0] * 4, 6),
+            check=lambda v: reason_has("broke 1 of")(v),
+        )
+    )
 
     # Several candidates: a screen, then the winner's gate.
     def kmany(name, shifts, *, check, errors=0.0, blank=None):
@@ -204,6 +246,7 @@ def set_cases() -> list[dict]:
             if blank:
                 tables[blank] = {t: [None] * run_trials for t in tables[blank]}
             return set_case(name, CONFIG, names, draw(rng, rates, gate_trials, errors), tables, draw(rng, rates, 6, errors), check=check)
+
         cases.append(first_seed(build, check))
 
     kmany("set_k3_screen_accept", [0.0, 0.35, 0.0], check=lambda v: v["kept"] == "3b")
@@ -216,8 +259,7 @@ def set_cases() -> list[dict]:
     good = draw(rng, [0.95] * 12 + [1.0] * 3 + [0.0], run_trials)
     good["t15"][:3] = [1.0, 1.0, 1.0]  # passes its screen and first gate trial of the task it breaks
     other = draw(rng, [0.5] * 16, run_trials)
-    cases.append(set_case("set_k2_regression", CONFIG, ["3a", "3b"], inc, {"3a": other, "3b": good}, None,
-                          check=reason_has("broke 1 of")))
+    cases.append(set_case("set_k2_regression", CONFIG, ["3a", "3b"], inc, {"3a": other, "3b": good}, None, check=reason_has("broke 1 of")))
 
     # Out of turn: the final stage asked of results the first look stops (the replay of the looks stops there).
     rng = random.Random("single_k1_would_have_stopped")
@@ -225,14 +267,31 @@ def set_cases() -> list[dict]:
     for rewards in inc.values():
         rewards[0] = 1.0
     late = {t: [0.0] + [1.0] * (gate_trials - 1) for t in inc}
-    cases.append(single_case("single_k1_would_have_stopped", CONFIG, len(CONFIG.stages) - 1, inc, {"7": late},
-                             check=lambda v: v["kept"] is None and v["verdicts"]["7"]["stage"] == 0))
+    cases.append(
+        single_case(
+            "single_k1_would_have_stopped",
+            CONFIG,
+            len(CONFIG.stages) - 1,
+            inc,
+            {"7": late},
+            check=lambda v: v["kept"] is None and v["verdicts"]["7"]["stage"] == 0,
+        )
+    )
     mid = len(gatelib.set_stages(CONFIG, 2)) - 3
     inc_mid, cand_mid = gatelib.set_stages(CONFIG, 2)[mid]
     rng = random.Random("single_k2_mid_stage")
     tables = {nm: draw(rng, [0.7] * n, cand_mid) for nm in ("3a", "3b")}
-    cases.append(single_case("single_k2_mid_stage", CONFIG, mid, draw(rng, [0.5] * n, inc_mid), tables, draw(rng, [0.5] * n, 6),
-                             check=lambda v: not v["decided"] and v["alive"]))
+    cases.append(
+        single_case(
+            "single_k2_mid_stage",
+            CONFIG,
+            mid,
+            draw(rng, [0.5] * n, inc_mid),
+            tables,
+            draw(rng, [0.5] * n, 6),
+            check=lambda v: not v["decided"] and v["alive"],
+        )
+    )
     return cases
 
 
@@ -245,7 +304,13 @@ LOOPS = [
     ("loop_k2_screen", "exact+thorough", {"gate_policy": "per-decision", "iterations": 1, "candidates": 2}, None, None),
     ("loop_k1_undecided", "worse,note1,note2", {"gate_policy": "per-decision", "iterations": 6, "stall": 2}, "Note 1", None),
     # The screen's winner meets an outage from its second gate stage on: undecided, with the screen's verdicts on record.
-    ("loop_k2_undecided_candidate", "note1+exact", {"gate_policy": "per-decision", "iterations": 1, "candidates": 2}, None, ("iter-001b-gate", 2)),
+    (
+        "loop_k2_undecided_candidate",
+        "note1+exact",
+        {"gate_policy": "per-decision", "iterations": 1, "candidates": 2},
+        None,
+        ("iter-001b-gate", 2),
+    ),
     ("loop_k1_incumbent_outage", "exact", {"gate_policy": "per-decision", "iterations": 1}, None, ("iter-001-incumbent", 2)),
     # the audited policy (the default): the screen against the incumbent's history, the lenient gate, the audit
     ("loop_audited_k1_keep_then_audit", "exact,note1,worse", {"iterations": 3}, None, None),
@@ -261,9 +326,16 @@ def record_calls(monkeypatch) -> list:
     def recording(incumbent, candidates, config, *, stage, reference=None):
         verdict = original(incumbent, candidates, config, stage=stage, reference=reference)
         if _within("gate_candidates"):
-            calls.append({"stage": stage, "config": plain(config_dict(config)), "reference": None if reference is None else encode(reference),
-                          "incumbent": encode(incumbent), "candidates": {n: encode(t) for n, t in candidates.items()},
-                          "verdict": plain(dataclasses.asdict(verdict))})
+            calls.append(
+                {
+                    "stage": stage,
+                    "config": plain(config_dict(config)),
+                    "reference": None if reference is None else encode(reference),
+                    "incumbent": encode(incumbent),
+                    "candidates": {n: encode(t) for n, t in candidates.items()},
+                    "verdict": plain(dataclasses.asdict(verdict)),
+                }
+            )
         return verdict
 
     for module in [m for name, m in sys.modules.items() if name == gatelib.__name__ or name.startswith(gatelib.__name__ + ".")]:
@@ -287,13 +359,21 @@ def iteration_facts(run, calls: list | None = None) -> list[dict]:
     and reference once, then each stage's tables (the verdict of stage i is gate_stages[i])."""
     out, calls = [], list(calls or [])
     for r in run.iterations():
-        facts = plain({
-            "iteration": r.iteration, "status": r.status, "reason": r.reason, "kept": r.kept, "gate_incumbent": r.gate_incumbent,
-            "gate_stages": r.gate_stages,
-            "candidates": [{"label": c.label, "status": c.status, "reason": c.reason, "gate_candidate": c.gate_candidate,
-                            "verdicts": c.verdicts} for c in r.candidates],
-        })
-        mine, calls = calls[:len(r.gate_stages)], calls[len(r.gate_stages):]
+        facts = plain(
+            {
+                "iteration": r.iteration,
+                "status": r.status,
+                "reason": r.reason,
+                "kept": r.kept,
+                "gate_incumbent": r.gate_incumbent,
+                "gate_stages": r.gate_stages,
+                "candidates": [
+                    {"label": c.label, "status": c.status, "reason": c.reason, "gate_candidate": c.gate_candidate, "verdicts": c.verdicts}
+                    for c in r.candidates
+                ],
+            }
+        )
+        mine, calls = calls[: len(r.gate_stages)], calls[len(r.gate_stages) :]
         if mine:
             assert [c["verdict"] for c in mine] == facts["gate_stages"]
             assert all(c["config"] == mine[0]["config"] and c["reference"] == mine[0]["reference"] for c in mine)
@@ -346,22 +426,46 @@ def loop_case(name, proposals, settings, marker, outage, tmp: Path) -> dict:
         calls = record_calls(mp) if settings.get("gate_policy") == "per-decision" else None
         backend = watched(FakeBackend(infra_marker=marker), outage=outage)
         loop = run_loop(tmp / name, mp, proposals, backend, **settings)
-    return {"name": name, "kind": "loop", "proposals": proposals, "settings": settings, "infra_marker": marker, "outage": outage,
-            "evaluations": asked(backend), "iterations": iteration_facts(loop.run, calls), "audits": audits_of(loop.run)}
+    return {
+        "name": name,
+        "kind": "loop",
+        "proposals": proposals,
+        "settings": settings,
+        "infra_marker": marker,
+        "outage": outage,
+        "evaluations": asked(backend),
+        "iterations": iteration_facts(loop.run, calls),
+        "audits": audits_of(loop.run),
+    }
 
 
 RESUMES = [
     # name, proposals, settings, (evaluation, its n-th request stops the run), what the end is
-    ("loop_k1_killed_mid_gate", "exact", {"gate_policy": "per-decision", "iterations": 1}, ("iter-001-gate", 2),
-     "Killed as the gate's second stage starts (the first on disk); the resumed run reuses it and ends as an uninterrupted one."),
-    ("loop_k2_killed_after_screen", "exact+thorough", {"gate_policy": "per-decision", "iterations": 1, "candidates": 2}, ("iter-001b-gate", 3),
-     "Killed after the screen and the first gate stage. The resumed run replays the gate from the screen on the "
-     "evaluations on disk (the screened-out candidate enters again), so the winner is confirmed on fresh trials and the "
-     "run ends as the uninterrupted one (loop_k2_screen). Recorded again after that fix: before it, the winner was gated "
-     "alone on resume and its screen trials were reused as its first gate trials."),
-    ("loop_audited_killed_mid_audit", "exact", {"iterations": 1}, ("audit-001-best", 1),
-     "Killed as the audit's first look of the best starts (the base's trials on disk; the look decides, as the "
-     "uninterrupted run's does); the resumed run replays the audit and ends as an uninterrupted one."),
+    (
+        "loop_k1_killed_mid_gate",
+        "exact",
+        {"gate_policy": "per-decision", "iterations": 1},
+        ("iter-001-gate", 2),
+        "Killed as the gate's second stage starts (the first on disk); the resumed run reuses it and ends as an uninterrupted one.",
+    ),
+    (
+        "loop_k2_killed_after_screen",
+        "exact+thorough",
+        {"gate_policy": "per-decision", "iterations": 1, "candidates": 2},
+        ("iter-001b-gate", 3),
+        "Killed after the screen and the first gate stage. The resumed run replays the gate from the screen on the "
+        "evaluations on disk (the screened-out candidate enters again), so the winner is confirmed on fresh trials and the "
+        "run ends as the uninterrupted one (loop_k2_screen). Recorded again after that fix: before it, the winner was gated "
+        "alone on resume and its screen trials were reused as its first gate trials.",
+    ),
+    (
+        "loop_audited_killed_mid_audit",
+        "exact",
+        {"iterations": 1},
+        ("audit-001-best", 1),
+        "Killed as the audit's first look of the best starts (the base's trials on disk; the look decides, as the "
+        "uninterrupted run's does); the resumed run replays the audit and ends as an uninterrupted one.",
+    ),
 ]
 
 
@@ -388,13 +492,26 @@ def resume_case(name, proposals, settings, at, note, tmp: Path, *, compare: bool
         loop = resume_run(run, {}, Console(quiet=True), lambda cfg: again)
         loop.drive()
     end = iteration_facts(loop.run)
-    assert whole is None or (end == iteration_facts(whole.run) and audits_of(loop.run) == audits_of(whole.run)) == ("does NOT" not in note), name
-    return {"name": name, "kind": "resume", "note": note, "proposals": proposals, "settings": settings, "killed_at": list(at),
-            "evaluations_before_kill": asked(killed), "at_kill": at_kill, "evaluations_after_resume": asked(again),
-            "iterations": end, "audits": audits_of(loop.run)}
+    assert whole is None or (end == iteration_facts(whole.run) and audits_of(loop.run) == audits_of(whole.run)) == (
+        "does NOT" not in note
+    ), name
+    return {
+        "name": name,
+        "kind": "resume",
+        "note": note,
+        "proposals": proposals,
+        "settings": settings,
+        "killed_at": list(at),
+        "evaluations_before_kill": asked(killed),
+        "at_kill": at_kill,
+        "evaluations_after_resume": asked(again),
+        "iterations": end,
+        "audits": audits_of(loop.run),
+    }
 
 
 # ---------------------------------------------------------------- power and sizing
+
 
 def power_case() -> dict:
     rng = random.Random("power")
@@ -408,17 +525,26 @@ def power_case() -> dict:
     small = gatelib.GateConfig(stages=(2, 4), futility=(0.0,), max_regressions=10**6)
     out = []
     for name, reference in references.items():
-        entry = {"reference": name, "table": encode(reference), "pass_rates": gatelib.pass_rates(reference),
-                 "sized": list(gatelib.sized(CONFIG, reference).stages),
-                 "sized_small": list(gatelib.sized(small, reference).stages)}
+        entry = {
+            "reference": name,
+            "table": encode(reference),
+            "pass_rates": gatelib.pass_rates(reference),
+            "sized": list(gatelib.sized(CONFIG, reference).stages),
+            "sized_small": list(gatelib.sized(small, reference).stages),
+        }
         rates = list(entry["pass_rates"].values())
         if all(0 < p < 1 for p in rates):
             entry["shift_rates"] = gatelib.shift_rates(rates, 0.1)
         if name != "steady":
             entry["noise_floor"] = gatelib.noise_floor(reference, gatelib.sized(small, reference), simulations=12)
         out.append(entry)
-    return {"name": "power", "kind": "power", "small_config": config_dict(small),
-            "set_stages": {str(k): plain(gatelib.set_stages(CONFIG, k)) for k in (1, 2, 3)}, "references": out}
+    return {
+        "name": "power",
+        "kind": "power",
+        "small_config": config_dict(small),
+        "set_stages": {str(k): plain(gatelib.set_stages(CONFIG, k)) for k in (1, 2, 3)},
+        "references": out,
+    }
 
 
 def main(out: Path, only: set[str] | None = None) -> None:

@@ -44,18 +44,56 @@ FIELDS = {
     "functionResponse": {"name", "response", "id"},
     "tool": {"functionDeclarations", "googleSearch", "codeExecution", "urlContext"},
     "functionDeclaration": {"name", "description", "parameters", "response"},
-    "schema": {"type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties", "required", "minProperties",
-               "maxProperties", "minLength", "maxLength", "pattern", "example", "anyOf", "propertyOrdering", "default", "items", "minimum", "maximum"},
+    "schema": {
+        "type",
+        "format",
+        "title",
+        "description",
+        "nullable",
+        "enum",
+        "maxItems",
+        "minItems",
+        "properties",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "example",
+        "anyOf",
+        "propertyOrdering",
+        "default",
+        "items",
+        "minimum",
+        "maximum",
+    },
     "toolConfig": {"functionCallingConfig"},
     "functionCallingConfig": {"mode", "allowedFunctionNames"},
-    "generationConfig": {"temperature", "topP", "topK", "candidateCount", "maxOutputTokens", "stopSequences", "seed", "presencePenalty",
-                         "frequencyPenalty", "responseMimeType", "responseSchema", "responseLogprobs", "logprobs", "thinkingConfig"},
+    "generationConfig": {
+        "temperature",
+        "topP",
+        "topK",
+        "candidateCount",
+        "maxOutputTokens",
+        "stopSequences",
+        "seed",
+        "presencePenalty",
+        "frequencyPenalty",
+        "responseMimeType",
+        "responseSchema",
+        "responseLogprobs",
+        "logprobs",
+        "thinkingConfig",
+    },
     "thinkingConfig": {"thinkingBudget", "includeThoughts", "thinkingLevel"},
 }
 MODES = ("MODE_UNSPECIFIED", "AUTO", "ANY", "NONE", "VALIDATED")
 FUNCTION_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}$")
-NO_KEY = ("Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API "
-          "consumer identity to call this API.")
+NO_KEY = (
+    "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API "
+    "consumer identity to call this API."
+)
 # Thinking budgets by model family: (lowest, highest, may it be 0); -1 asks the model to decide.
 DUMMY_SIGNATURES = {b"skip_thought_signature_validator", b"context_engineering_is_the_way_to_go"}
 BUDGETS = {"gemini-2.5-pro": (128, 32768, False), "gemini-2.5-flash-lite": (512, 24576, True), "gemini-2.5-flash": (1, 24576, True)}
@@ -111,8 +149,10 @@ def check(body: dict, model: str, signed: Callable[[str, str], bool]) -> dict:
     config = fields(request.get("toolConfig") or {}, "toolConfig", "tool_config")
     calling = fields(config.get("functionCallingConfig") or {}, "functionCallingConfig", "tool_config.function_calling_config")
     if calling.get("mode", "AUTO") not in MODES:
-        raise Refusal("Invalid value at 'tool_config.function_calling_config.mode' "
-                      f"(type.googleapis.com/google.ai.generativelanguage.v1beta.FunctionCallingConfig.Mode), \"{calling['mode']}\"")
+        raise Refusal(
+            "Invalid value at 'tool_config.function_calling_config.mode' "
+            f'(type.googleapis.com/google.ai.generativelanguage.v1beta.FunctionCallingConfig.Mode), "{calling["mode"]}"'
+        )
     request["toolConfig"] = {"functionCallingConfig": calling}
     generation = fields(request.get("generationConfig") or {}, "generationConfig", "generation_config")
     generation["thinkingConfig"] = fields(generation.get("thinkingConfig") or {}, "thinkingConfig", "generation_config.thinking_config")
@@ -154,8 +194,10 @@ def _tool(tool, where: str) -> dict:
         at = f"{where}.function_declarations[{k}]"
         declaration = fields(declaration, "functionDeclaration", at)
         if not FUNCTION_NAME.match(str(declaration.get("name", ""))):
-            raise Refusal(f"* GenerateContentRequest.{at}.name: Invalid function name. Must start with a letter or an underscore. Must be a-z, "
-                          "A-Z, 0-9, or contain underscores, dots, colons and dashes, with a maximum length of 64.\n")
+            raise Refusal(
+                f"* GenerateContentRequest.{at}.name: Invalid function name. Must start with a letter or an underscore. Must be a-z, "
+                "A-Z, 0-9, or contain underscores, dots, colons and dashes, with a maximum length of 64.\n"
+            )
         if "parameters" in declaration:
             declaration["parameters"] = _schema(declaration["parameters"], f"{at}.parameters")
         declarations.append(declaration)
@@ -165,7 +207,9 @@ def _tool(tool, where: str) -> dict:
 def _schema(schema, where: str) -> dict:
     schema = fields(schema, "schema", where)
     if "properties" in schema:
-        schema["properties"] = {name: _schema(value, f"{where}.properties[{n}].value") for n, (name, value) in enumerate(schema["properties"].items())}
+        schema["properties"] = {
+            name: _schema(value, f"{where}.properties[{n}].value") for n, (name, value) in enumerate(schema["properties"].items())
+        }
     if "items" in schema:
         schema["items"] = _schema(schema["items"], f"{where}.items")
     if "anyOf" in schema:
@@ -196,7 +240,9 @@ def _turn_order(contents: list[dict]) -> None:
             if not asked:
                 raise Refusal("Please ensure that function response turn comes immediately after a function call turn.")
             if len(asked) != len(answers):
-                raise Refusal("Please ensure that the number of function response parts is equal to the number of function call parts of the function call turn.")
+                raise Refusal(
+                    "Please ensure that the number of function response parts is equal to the number of function call parts of the function call turn."
+                )
 
 
 def _signatures(contents: list[dict], signed: Callable[[str, str], bool]) -> None:
@@ -208,10 +254,12 @@ def _signatures(contents: list[dict], signed: Callable[[str, str], bool]) -> Non
             continue
         first = calls[0]
         if "thoughtSignature" not in first:
-            raise Refusal("Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and "
-                          f"missing thought_signature may lead to degraded model performance. Additional data, function call `default_api:"
-                          f"{first['functionCall'].get('name')}` , position {n + 1}. Please refer to https://ai.google.dev/gemini-api/docs/"
-                          "thought-signatures for more details.")
+            raise Refusal(
+                "Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and "
+                f"missing thought_signature may lead to degraded model performance. Additional data, function call `default_api:"
+                f"{first['functionCall'].get('name')}` , position {n + 1}. Please refer to https://ai.google.dev/gemini-api/docs/"
+                "thought-signatures for more details."
+            )
         if not (signed(signed_text(first["functionCall"]), first["thoughtSignature"]) or _dummy(first["thoughtSignature"])):
             raise Refusal("Thought signature is not valid.")
 

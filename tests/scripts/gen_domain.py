@@ -14,14 +14,16 @@ TITLES = ["Quarterly Report", "Team Offsite", "Budget Review", "Client Call", "C
 
 def _task(n: int) -> Task:
     title = f"{TITLES[n % len(TITLES)]} {n}"
-    return Task.model_validate({
-        "id": f"gen_{n:02d}",
-        "user_scenario": {"instructions": f"You need a new task to track your work. Create a new task called '{title}' for user_1."},
-        "evaluation_criteria": {
-            "actions": [{"action_id": "create", "name": "create_task", "arguments": {"user_id": "user_1", "title": title}}],
-            "reward_basis": ["DB"],
-        },
-    })
+    return Task.model_validate(
+        {
+            "id": f"gen_{n:02d}",
+            "user_scenario": {"instructions": f"You need a new task to track your work. Create a new task called '{title}' for user_1."},
+            "evaluation_criteria": {
+                "actions": [{"action_id": "create", "name": "create_task", "arguments": {"user_id": "user_1", "title": title}}],
+                "reward_basis": ["DB"],
+            },
+        }
+    )
 
 
 TASKS = [_task(n) for n in range(48)]

@@ -15,7 +15,11 @@ PARTIAL = {"some": ("Keep titles ending in 1 or 3 exact.", (1, 3)), "other": ("K
 def agent(messages):
     system = str(messages[0].get("content") or "")
     if TRANSFER in system:
-        return Reply(tool_calls=[("transfer_to_human_agents", {"summary": "transfer"})]) if messages[-1].get("role") == "user" else Reply("You are being transferred.")
+        return (
+            Reply(tool_calls=[("transfer_to_human_agents", {"summary": "transfer"})])
+            if messages[-1].get("role") == "user"
+            else Reply("You are being transferred.")
+        )
     request = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
     number = re.search(r"(\d+)'", request)
     # Without the rule, the agent garbles every title that ends in an odd number (but those a partial rule names).
@@ -26,8 +30,7 @@ def agent(messages):
 
 def _anchor_edit(extra_line):
     return (
-        "FILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = \"\"\"\n=======\n"
-        f"AGENT_INSTRUCTION = \"\"\"\n{extra_line}\n>>>>>>> REPLACE\n"
+        f'FILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = """\n=======\nAGENT_INSTRUCTION = """\n{extra_line}\n>>>>>>> REPLACE\n'
     )
 
 
@@ -73,13 +76,21 @@ def sloppy_meta(name, messages, tools):
 def revising_meta(name, messages, tools):
     """Proposes the worse patch, then a comment, then the fix: each time it is told its patch cannot be used as it is."""
     told = sum("cannot be used as it is" in str(m.get("content")) for m in messages if m.get("role") == "user")
-    return Reply([PROPOSALS[2], "TITLE: A note\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = \"\"\"\n=======\n# the instruction\nAGENT_INSTRUCTION = \"\"\"\n>>>>>>> REPLACE\n", PROPOSALS[3]][min(told, 2)])
+    return Reply(
+        [
+            PROPOSALS[2],
+            'TITLE: A note\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = """\n=======\n# the instruction\nAGENT_INSTRUCTION = """\n>>>>>>> REPLACE\n',
+            PROPOSALS[3],
+        ][min(told, 2)]
+    )
 
 
-COPIED = ("TITLE: Nudge the agent back to the user sooner\nRATIONALE: the agent searches silently\nFILE: agent/agent.py\n<<<<<<< SEARCH\n"
-          "H4_CALLS_WITHOUT_USER = 8  # tool calls since the user last spoke before a note\n=======\n"
-          "H4_CALLS_WITHOUT_USER = 5  # tool calls since the user last spoke before a note\n>>>>>>> REPLACE\n"
-          "FILE: agent/harness.toml\n<<<<<<< SEARCH\nh4_trajectory_regulation = false\n=======\nh4_trajectory_regulation = true\n>>>>>>> REPLACE\n")
+COPIED = (
+    "TITLE: Nudge the agent back to the user sooner\nRATIONALE: the agent searches silently\nFILE: agent/agent.py\n<<<<<<< SEARCH\n"
+    "H4_CALLS_WITHOUT_USER = 8  # tool calls since the user last spoke before a note\n=======\n"
+    "H4_CALLS_WITHOUT_USER = 5  # tool calls since the user last spoke before a note\n>>>>>>> REPLACE\n"
+    "FILE: agent/harness.toml\n<<<<<<< SEARCH\nh4_trajectory_regulation = false\n=======\nh4_trajectory_regulation = true\n>>>>>>> REPLACE\n"
+)
 
 
 def copying_meta(name, messages, tools):
@@ -92,8 +103,10 @@ def misquoting_meta(name, messages, tools):
     """Quotes a layer's switch with the wrong value (the 1.5B did, twice after "not found"); quotes the file's line once shown it."""
     if "h4_trajectory_regulation = false  # notes on repeated calls" in str(messages[-1].get("content")):
         return Reply(PROPOSALS[3])
-    return Reply("TITLE: H4 on\nRATIONALE: r\nFILE: agent/harness.toml\n<<<<<<< SEARCH\nh4_trajectory_regulation = true\n=======\n"
-                 "h4_trajectory_regulation = false\n>>>>>>> REPLACE\n")
+    return Reply(
+        "TITLE: H4 on\nRATIONALE: r\nFILE: agent/harness.toml\n<<<<<<< SEARCH\nh4_trajectory_regulation = true\n=======\n"
+        "h4_trajectory_regulation = false\n>>>>>>> REPLACE\n"
+    )
 
 
 def unparsed_meta(name, messages, tools):
@@ -102,8 +115,10 @@ def unparsed_meta(name, messages, tools):
     told = sum("does not parse" in str(m.get("content")) for m in messages if m.get("role") == "user")
     if told and told <= int(os.environ.get("EVOLVER_TEST_TOLD", "9")):
         return Reply(PROPOSALS[3])
-    return Reply('TITLE: Drop the instruction\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = """\n=======\n'
-                 '>>>>>>> REPLACE\n')
+    return Reply(
+        'TITLE: Drop the instruction\nRATIONALE: r\nFILE: agent/agent.py\n<<<<<<< SEARCH\nAGENT_INSTRUCTION = """\n=======\n'
+        ">>>>>>> REPLACE\n"
+    )
 
 
 def prose_meta(name, messages, tools):
@@ -149,8 +164,14 @@ def distinct_candidates_script(name, messages, tools):
 
 
 THOROUGH = "Be thorough: check every detail before you act."
-PATCHES = {"exact": EXACT, "thorough": THOROUGH, "worse": TRANSFER, "note1": "Note 1: be courteous.", "note2": "Note 2: be brief.",
-           **{name: rule for name, (rule, _) in PARTIAL.items()}}
+PATCHES = {
+    "exact": EXACT,
+    "thorough": THOROUGH,
+    "worse": TRANSFER,
+    "note1": "Note 1: be courteous.",
+    "note2": "Note 2: be brief.",
+    **{name: rule for name, (rule, _) in PARTIAL.items()},
+}
 
 
 def policy_script(name, messages, tools):
@@ -182,8 +203,13 @@ def investigator_script(name, messages, tools):
 
     if name != "meta":
         return script(name, messages, tools)
-    fix = Fix(symptom=r"create_task", path="agent/agent.py", old='AGENT_INSTRUCTION = """\n',
-              new=f'AGENT_INSTRUCTION = """\n{EXACT}\n', title="Keep the user's exact title")
+    fix = Fix(
+        symptom=r"create_task",
+        path="agent/agent.py",
+        old='AGENT_INSTRUCTION = """\n',
+        new=f'AGENT_INSTRUCTION = """\n{EXACT}\n',
+        title="Keep the user's exact title",
+    )
     return investigate(messages, [fix])
 
 

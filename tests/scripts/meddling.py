@@ -40,7 +40,11 @@ MARKER = "# H4 thresholds.\n"
 
 
 def meddle(template: str) -> str:
-    for old, new in [(TURN, MEDDLING), (STOP, STOP.replace("return ", "return message.content == GOODBYE or ")), (MARKER, CONSTANTS + MARKER)]:
+    for old, new in [
+        (TURN, MEDDLING),
+        (STOP, STOP.replace("return ", "return message.content == GOODBYE or ")),
+        (MARKER, CONSTANTS + MARKER),
+    ]:
         assert template.count(old) == 1, "the template changed; update tests/scripts/meddling.py"
         template = template.replace(old, new)
     return template

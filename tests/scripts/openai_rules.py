@@ -70,11 +70,45 @@ _OPENAI = re.compile(r"^(gpt-|chatgpt-|o\d+(-|$))")
 _REASONING = re.compile(r"^(o\d+|gpt-5)(?![\w.-]*-chat)")
 _EFFORTS = {"o": ("low", "medium", "high"), "gpt-5": ("minimal", "low", "medium", "high"), "gpt-5.": ("none", "low", "medium", "high")}
 # The chat completion's request body, as the API reference lists it.
-PARAMETERS = frozenset({
-    "model", "messages", "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs", "max_completion_tokens",
-    "max_tokens", "metadata", "modalities", "n", "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
-    "prompt_cache_retention", "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop", "store",
-    "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity", "web_search_options"})
+PARAMETERS = frozenset(
+    {
+        "model",
+        "messages",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "modalities",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
 ROLES = ("system", "assistant", "user", "function", "tool", "developer")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 # Reasoning tokens a reply spends per effort: deterministic stand-ins, large enough that a small
@@ -107,7 +141,9 @@ def default_effort(model: str) -> str:
 def refusal(model: str, body: dict) -> Optional[Refusal]:
     """OpenAI's refusal of a chat completion request for ``model``, or None when it takes it: what every request
     must be first, then what OpenAI's own models take."""
-    return _unknown(body) or _messages(body.get("messages")) or _tools(body) or (_model_rules(model, body) if _OPENAI.match(model) else None)
+    return (
+        _unknown(body) or _messages(body.get("messages")) or _tools(body) or (_model_rules(model, body) if _OPENAI.match(model) else None)
+    )
 
 
 def _unknown(body: dict) -> Optional[Refusal]:
@@ -119,16 +155,22 @@ def _messages(messages) -> Optional[Refusal]:
     if messages is None:
         return Refusal("Missing required parameter: 'messages'.", "messages", "missing_required_parameter")
     if not isinstance(messages, list):
-        return Refusal(f"Invalid type for 'messages': expected an array of objects, but got {_kind(messages)} instead.", "messages", "invalid_type")
+        return Refusal(
+            f"Invalid type for 'messages': expected an array of objects, but got {_kind(messages)} instead.", "messages", "invalid_type"
+        )
     if not messages:
-        return Refusal("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
-                        "messages", "empty_array")
+        return Refusal(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+            "messages",
+            "empty_array",
+        )
     asked: list[str] = []  # the ids of the calls the last assistant message made that no tool message has answered yet
     calling = None  # the index of that assistant message
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            return Refusal(f"Invalid type for 'messages[{i}]': expected an object, but got {_kind(message)} instead.", f"messages[{i}]",
-                           "invalid_type")
+            return Refusal(
+                f"Invalid type for 'messages[{i}]': expected an object, but got {_kind(message)} instead.", f"messages[{i}]", "invalid_type"
+            )
         role = message.get("role")
         if role is None:
             return Refusal(f"Missing required parameter: 'messages[{i}].role'.", f"messages[{i}].role", "missing_required_parameter")
@@ -140,21 +182,31 @@ def _messages(messages) -> Optional[Refusal]:
         if content is None and not (role == "assistant" and calls):
             return Refusal("Invalid value for 'content': expected a string, got null.", f"messages.[{i}].content")
         if not isinstance(content, (str, list, type(None))):
-            return Refusal(f"Invalid type for 'messages[{i}].content': expected one of a string or array of objects, but got "
-                           f"{_kind(content)} instead.", f"messages[{i}].content", "invalid_type")
+            return Refusal(
+                f"Invalid type for 'messages[{i}].content': expected one of a string or array of objects, but got "
+                f"{_kind(content)} instead.",
+                f"messages[{i}].content",
+                "invalid_type",
+            )
         if role == "assistant":
             calling, asked = i, [str(c.get("id")) for c in calls or []]
         elif role == "tool":
             if calling is None:
-                return Refusal("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
-                                f"messages.[{i}].role")
+                return Refusal(
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
+                    f"messages.[{i}].role",
+                )
             answer = message.get("tool_call_id")
             if answer is None:
-                return Refusal("Missing parameter 'tool_call_id': messages with role 'tool' must have a 'tool_call_id'.",
-                                f"messages.[{i}].tool_call_id")
+                return Refusal(
+                    "Missing parameter 'tool_call_id': messages with role 'tool' must have a 'tool_call_id'.",
+                    f"messages.[{i}].tool_call_id",
+                )
             if answer not in asked:
-                return Refusal(f"Invalid parameter: 'tool_call_id' of '{answer}' not found in 'tool_calls' of previous message.",
-                                f"messages.[{i}].tool_call_id")
+                return Refusal(
+                    f"Invalid parameter: 'tool_call_id' of '{answer}' not found in 'tool_calls' of previous message.",
+                    f"messages.[{i}].tool_call_id",
+                )
             asked.remove(answer)
         else:
             calling = None
@@ -162,8 +214,11 @@ def _messages(messages) -> Optional[Refusal]:
 
 
 def _unanswered(at: int, ids: list[str]) -> Refusal:
-    return Refusal("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. "
-                    f"The following tool_call_ids did not have response messages: {', '.join(ids)}", f"messages.[{at}].role")
+    return Refusal(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. "
+        f"The following tool_call_ids did not have response messages: {', '.join(ids)}",
+        f"messages.[{at}].role",
+    )
 
 
 def _tools(body: dict) -> Optional[Refusal]:
@@ -181,11 +236,18 @@ def _tools(body: dict) -> Optional[Refusal]:
         if name is None:
             return Refusal(f"Missing required parameter: '{where}.name'.", f"{where}.name", "missing_required_parameter")
         if not TOOL_NAME.match(str(name)):
-            return Refusal(f"Invalid '{where}.name': string does not match pattern. Expected a string that matches the pattern "
-                            f"'{TOOL_NAME.pattern}'.", f"{where}.name", "invalid_value")
+            return Refusal(
+                f"Invalid '{where}.name': string does not match pattern. Expected a string that matches the pattern '{TOOL_NAME.pattern}'.",
+                f"{where}.name",
+                "invalid_value",
+            )
         if len(name) > 64:
-            return Refusal(f"Invalid '{where}.name': string too long. Expected a string with maximum length 64, but got a string with "
-                            f"length {len(name)} instead.", f"{where}.name", "string_above_max_length")
+            return Refusal(
+                f"Invalid '{where}.name': string too long. Expected a string with maximum length 64, but got a string with "
+                f"length {len(name)} instead.",
+                f"{where}.name",
+                "string_above_max_length",
+            )
         problem = _schema_problem(function["parameters"]) if "parameters" in function else None
         if problem:
             return Refusal(f"Invalid schema for function '{name}': {problem}.", f"{where}.parameters", "invalid_function_parameters")
@@ -236,18 +298,29 @@ def _model_rules(model: str, body: dict) -> Optional[Refusal]:
             return Refusal("Unrecognized request argument supplied: reasoning_effort", None, None)
         return None
     if "max_tokens" in body:
-        return Refusal("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
-                       "max_tokens", "unsupported_parameter")
+        return Refusal(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+            "max_tokens",
+            "unsupported_parameter",
+        )
     effort = body.get("reasoning_effort")
     sampling = (effort or default_effort(model)) == "none"  # reasoning off: sampling as a chat model samples
     temperature = body.get("temperature")
     if temperature is not None and temperature != 1 and not sampling:
-        return Refusal(f"Unsupported value: 'temperature' does not support {json.dumps(temperature)} with this model. "
-                       "Only the default (1) value is supported.", "temperature", "unsupported_value")
+        return Refusal(
+            f"Unsupported value: 'temperature' does not support {json.dumps(temperature)} with this model. "
+            "Only the default (1) value is supported.",
+            "temperature",
+            "unsupported_value",
+        )
     if "top_p" in body and not sampling:
         return Refusal("Unsupported parameter: 'top_p' is not supported with this model.", "top_p", "unsupported_parameter")
     if effort is not None and effort not in efforts(model):
         allowed = [f"'{e}'" for e in efforts(model)]
-        return Refusal(f"Unsupported value: 'reasoning_effort' does not support '{effort}' with this model. "
-                       f"Supported values are: {', '.join(allowed[:-1])}, and {allowed[-1]}.", "reasoning_effort", "unsupported_value")
+        return Refusal(
+            f"Unsupported value: 'reasoning_effort' does not support '{effort}' with this model. "
+            f"Supported values are: {', '.join(allowed[:-1])}, and {allowed[-1]}.",
+            "reasoning_effort",
+            "unsupported_value",
+        )
     return None

@@ -55,44 +55,89 @@ TURN = "        if isinstance(message, MultiToolMessage):\n            state.mes
 CONTEXT = "        context = state.system_messages + state.messages + self.guidance(state)\n"
 CALL = "        reply = self.call_llm(context)\n"
 STOP = "        return any(failed[call_text(c)] >= H4_REPEAT_LIMIT for c in reply.tool_calls or [])\n"
-UNKNOWN = "    problems += [f\"unknown argument '{a}' (arguments: {', '.join(props) or 'none'})\" for a in call.arguments if a not in props]\n"
-RETRY_END = "        for call in retry.tool_calls or []:\n            repair_call(call, schemas)\n        return charge_attempt(retry, reply)\n"
+UNKNOWN = (
+    "    problems += [f\"unknown argument '{a}' (arguments: {', '.join(props) or 'none'})\" for a in call.arguments if a not in props]\n"
+)
+RETRY_END = (
+    "        for call in retry.tool_calls or []:\n            repair_call(call, schemas)\n        return charge_attempt(retry, reply)\n"
+)
 
 FAULTS = [
-    Planted("argument_coercion", "H2 action realization: an argument coercion corrupts every tool call", CALL,
-            CALL + "        for call in reply.tool_calls or []:  # normalise arguments\n"
-                   "            call.arguments = {k: v.upper() if isinstance(v, str) else v for k, v in call.arguments.items()}\n",
-            symptom=r"Error: User <V\d+> not found"),  # its user id upper-cased, in the trajectory and the digest alike
+    Planted(
+        "argument_coercion",
+        "H2 action realization: an argument coercion corrupts every tool call",
+        CALL,
+        CALL + "        for call in reply.tool_calls or []:  # normalise arguments\n"
+        "            call.arguments = {k: v.upper() if isinstance(v, str) else v for k, v in call.arguments.items()}\n",
+        symptom=r"Error: User <V\d+> not found",
+    ),  # its user id upper-cased, in the trajectory and the digest alike
     # Only the model's view tells it apart from a model that writes a wrong title: the trajectory shows the call as tau2 got it.
-    Planted("rewritten_call", "H2 action realization: the model's tool call is rewritten after it answered", CALL,
-            CALL + "        for call in reply.tool_calls or []:  # keep arguments short for the tools\n"
-                   "            call.arguments = {k: v[:10] if isinstance(v, str) else v for k, v in call.arguments.items()}\n",
-            symptom=r"arguments changed after the model answered"),
-    Planted("dropped_tool_results", "history: tool results never reach the model", TURN,
-            "        if not isinstance(message, (MultiToolMessage, ToolMessage)):  # results are in the environment already\n"
-            "            state.messages.append(message)\n",
-            symptom=r"create_task\([^\n]*\)\ntool: [^\n]*\nassistant -> tool create_task"),
-    Planted("early_stop", "H4 trajectory regulation: a stop rule ends conversations before the agent acts", STOP,
-            STOP.replace("or [])", "or []) or len(state.messages) >= 2"), switches=("h4_trajectory_regulation",),
-            symptom=r"ended by agent_stop after 3 messages"),
+    Planted(
+        "rewritten_call",
+        "H2 action realization: the model's tool call is rewritten after it answered",
+        CALL,
+        CALL + "        for call in reply.tool_calls or []:  # keep arguments short for the tools\n"
+        "            call.arguments = {k: v[:10] if isinstance(v, str) else v for k, v in call.arguments.items()}\n",
+        symptom=r"arguments changed after the model answered",
+    ),
+    Planted(
+        "dropped_tool_results",
+        "history: tool results never reach the model",
+        TURN,
+        "        if not isinstance(message, (MultiToolMessage, ToolMessage)):  # results are in the environment already\n"
+        "            state.messages.append(message)\n",
+        symptom=r"create_task\([^\n]*\)\ntool: [^\n]*\nassistant -> tool create_task",
+    ),
+    Planted(
+        "early_stop",
+        "H4 trajectory regulation: a stop rule ends conversations before the agent acts",
+        STOP,
+        STOP.replace("or [])", "or []) or len(state.messages) >= 2"),
+        switches=("h4_trajectory_regulation",),
+        symptom=r"ended by agent_stop after 3 messages",
+    ),
     # The state keeps the conversation; only the prompt loses it, so the trajectory looks like a forgetful model.
-    Planted("dropped_history", "the prompt: the earlier turns of the conversation are dropped from it", CONTEXT,
-            "        context = state.system_messages + state.messages[-2:] + self.guidance(state)  # the latest exchange is what matters\n",
-            symptom=r"earlier messages? of the conversation left out"),
-    Planted("state_reset", "state: the conversation is forgotten at every turn", TURN,
-            "        state.messages = []  # start each turn clean\n" + TURN,
-            symptom=LOST[:20]),
+    Planted(
+        "dropped_history",
+        "the prompt: the earlier turns of the conversation are dropped from it",
+        CONTEXT,
+        "        context = state.system_messages + state.messages[-2:] + self.guidance(state)  # the latest exchange is what matters\n",
+        symptom=r"earlier messages? of the conversation left out",
+    ),
+    Planted(
+        "state_reset",
+        "state: the conversation is forgotten at every turn",
+        TURN,
+        "        state.messages = []  # start each turn clean\n" + TURN,
+        symptom=LOST[:20],
+    ),
     # The check is inverted (every valid argument is "unknown"), and what is still broken after the retry is refused.
-    Planted("blocking_repair", "H2 action realization: a repair that blocks valid calls", UNKNOWN,
-            UNKNOWN.replace("if a not in props", "if a in props"), switches=("h2_action_realization",),
-            symptom=r"\nuser: [^\n]*\nassistant: Sorry, that did not work",
-            more=((RETRY_END, RETRY_END.replace("            repair_call(call, schemas)\n",
-                                                 f"            if repair_call(call, schemas):\n"
-                                                 f"                return AssistantMessage(role=\"assistant\", content=\"{SORRY}\")\n")),)),
+    Planted(
+        "blocking_repair",
+        "H2 action realization: a repair that blocks valid calls",
+        UNKNOWN,
+        UNKNOWN.replace("if a not in props", "if a in props"),
+        switches=("h2_action_realization",),
+        symptom=r"\nuser: [^\n]*\nassistant: Sorry, that did not work",
+        more=(
+            (
+                RETRY_END,
+                RETRY_END.replace(
+                    "            repair_call(call, schemas)\n",
+                    f"            if repair_call(call, schemas):\n"
+                    f'                return AssistantMessage(role="assistant", content="{SORRY}")\n',
+                ),
+            ),
+        ),
+    ),
     # last: its symptom (a wrong result, no error) is what every other fault shows too
-    Planted("lost_instruction", "the prompt: the system instructions never reach the model", CONTEXT,
-            "        context = state.messages + self.guidance(state)\n",
-            symptom=r"wrong final database state(?![\s\S]*tool ERROR)"),
+    Planted(
+        "lost_instruction",
+        "the prompt: the system instructions never reach the model",
+        CONTEXT,
+        "        context = state.messages + self.guidance(state)\n",
+        symptom=r"wrong final database state(?![\s\S]*tool ERROR)",
+    ),
 ]
 
 
@@ -108,8 +153,17 @@ def plant(template: str, fault: Planted) -> str:
 
 def fixes() -> list[Fix]:
     """What the scripted meta-agent knows: each fault's symptom and the edits that remove it."""
-    return [Fix(symptom=f.symptom, path="agent/agent.py", old=f.new, new=f.old, title=f"Undo the {f.name.replace('_', ' ')}",
-                more=tuple((new, old) for old, new in f.more)) for f in FAULTS]
+    return [
+        Fix(
+            symptom=f.symptom,
+            path="agent/agent.py",
+            old=f.new,
+            new=f.old,
+            title=f"Undo the {f.name.replace('_', ' ')}",
+            more=tuple((new, old) for old, new in f.more),
+        )
+        for f in FAULTS
+    ]
 
 
 def _text(message: dict) -> str:
@@ -164,7 +218,7 @@ def bench_agent(messages: list[dict]) -> Reply:
     if unanswered >= UNANSWERED:
         return Reply(NO_ANSWER)
     request = _text(view[asked[-1]])
-    results = [_text(m) for m in view[asked[-1] + 1:] if m.get("role") == "tool" and not _text(m).startswith("Error")]
+    results = [_text(m) for m in view[asked[-1] + 1 :] if m.get("role") == "tool" and not _text(m).startswith("Error")]
     plan = _plan(request, results, careless="<policy>" not in system)
     if not plan:
         return Reply("How can I help you with your tasks?")

@@ -32,8 +32,10 @@ CREATIONS = (1, 2, 3, 5, 8, 12, 18, 27, 40, 56)
 TITLE_LENGTHS = (12, 18, 26, 38, 56, 80, 120, 170, 240, 340, 480)
 # (split, tasks, how far up each ladder its tasks go)
 SPLITS_SHAPE = (("train", 10, 4, 6), ("test", 40, 8, 9), ("holdout", 20, 10, 11))
-WORDS = ("review the quarterly budget with finance and update the hiring plan for every regional office then "
-         "collect vendor contracts check travel costs draft the annual audit checklist and schedule the offsite").split()
+WORDS = (
+    "review the quarterly budget with finance and update the hiring plan for every regional office then "
+    "collect vendor contracts check travel costs draft the annual audit checklist and schedule the offsite"
+).split()
 
 
 def title(length: int, start: int) -> str:
@@ -54,23 +56,29 @@ def _task(split: str, i: int, creations: int, lengths: int, words_from: int) -> 
     quoted = ", ".join(f"'{t}'" for t in titles)
     verb = "named" if kind == "named" else "called"
     request = f"Please create {'a task' if k == 1 else f'{k} tasks'} for user_1 {verb} {quoted}"
-    actions = [{"action_id": f"create_{j}", "name": "create_task", "arguments": {"user_id": "user_1", "title": t}}
-               for j, t in enumerate(titles)]
+    actions = [
+        {"action_id": f"create_{j}", "name": "create_task", "arguments": {"user_id": "user_1", "title": t}} for j, t in enumerate(titles)
+    ]
     if kind == "completed":
         request += ", then mark it as Completed"
-        actions.append({"action_id": "complete", "name": "update_task_status",
-                        "arguments": {"task_id": f"task_{k + 1}", "status": "completed"}})  # the mock database holds task_1
+        actions.append(
+            {"action_id": "complete", "name": "update_task_status", "arguments": {"task_id": f"task_{k + 1}", "status": "completed"}}
+        )  # the mock database holds task_1
     if kind == "stuck":
         request += ", then mark task_99 as completed"  # no such task: only the creations are expected
-    return Task.model_validate({
-        "id": f"{split}_{i:02d}_{kind}_{k}",
-        "user_scenario": {"instructions": f'You need tasks for your work. Ask for exactly this: "{request}."'},
-        "evaluation_criteria": {"actions": actions, "reward_basis": ["DB"]},
-    })
+    return Task.model_validate(
+        {
+            "id": f"{split}_{i:02d}_{kind}_{k}",
+            "user_scenario": {"instructions": f'You need tasks for your work. Ask for exactly this: "{request}."'},
+            "evaluation_criteria": {"actions": actions, "reward_basis": ["DB"]},
+        }
+    )
 
 
-SPLITS = {split: [_task(split, i, creations, lengths, words_from=7 * s) for i in range(n)]  # each split its own titles
-          for s, (split, n, creations, lengths) in enumerate(SPLITS_SHAPE)}
+SPLITS = {
+    split: [_task(split, i, creations, lengths, words_from=7 * s) for i in range(n)]  # each split its own titles
+    for s, (split, n, creations, lengths) in enumerate(SPLITS_SHAPE)
+}
 TASKS = [t for tasks in SPLITS.values() for t in tasks]
 
 

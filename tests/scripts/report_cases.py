@@ -25,7 +25,11 @@ ANSWERS = {
 def agent(messages):
     system = str(messages[0].get("content") or "")
     if TRANSFER in system:
-        return Reply(tool_calls=[("transfer_to_human_agents", {"summary": "transfer"})]) if messages[-1].get("role") == "user" else Reply("You are being transferred.")
+        return (
+            Reply(tool_calls=[("transfer_to_human_agents", {"summary": "transfer"})])
+            if messages[-1].get("role") == "user"
+            else Reply("You are being transferred.")
+        )
     request = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
     number = re.search(r"(\d+)'", request)
     kind = int(number.group(1)) % 4 if number else 0

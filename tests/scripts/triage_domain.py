@@ -13,12 +13,16 @@ QUIT = "You are in a hurry and leave at once."
 
 
 def _task(task_id: str, asked: str, expected: str, extra: str = "") -> Task:
-    return Task.model_validate({
-        "id": task_id,
-        "user_scenario": {"instructions": f"{extra}You need a new task. Create a new task called '{asked}' for user_1."},
-        "evaluation_criteria": {"actions": [{"action_id": "create", "name": "create_task", "arguments": {"user_id": "user_1", "title": expected}}],
-                                "reward_basis": ["DB"]},
-    })
+    return Task.model_validate(
+        {
+            "id": task_id,
+            "user_scenario": {"instructions": f"{extra}You need a new task. Create a new task called '{asked}' for user_1."},
+            "evaluation_criteria": {
+                "actions": [{"action_id": "create", "name": "create_task", "arguments": {"user_id": "user_1", "title": expected}}],
+                "reward_basis": ["DB"],
+            },
+        }
+    )
 
 
 TASKS = [_task(f"tri_{n}", f"Report {n}", f"Report {n}") for n in range(6)]

@@ -14,7 +14,7 @@ import pyseccomp
 
 
 def main() -> None:
-    names, command = sys.argv[1].split(","), sys.argv[sys.argv.index("--") + 1:]
+    names, command = sys.argv[1].split(","), sys.argv[sys.argv.index("--") + 1 :]
     rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     for name in names:
         rules.add_rule(pyseccomp.ERRNO(errno.EPERM), name)

@@ -26,9 +26,15 @@ def preload() -> None:
     """What the commands handed to the warm zygote import (evolver.cli.launch), done once there, so that
     they start as fast as its workers. Nothing that starts a thread (the zygote forks) or that a command
     imports only when asked (mlflow, Ray, plotly)."""
-    import evolver.evaluation.backends.local, evolver.local.backend, evolver.cli.console  # noqa: E401, F401
-    import evolver.cli.compare, evolver.cli.history, evolver.cli.preflight, evolver.cli.start  # noqa: E401, F401
+    # noqa below: imported for their import's sake, nothing of them is used here
+    import evolver.cli.compare  # noqa: F401
+    import evolver.cli.console  # noqa: F401
+    import evolver.cli.history  # noqa: F401
+    import evolver.cli.preflight  # noqa: F401
+    import evolver.cli.start  # noqa: F401
+    import evolver.evaluation.backends.local  # noqa: F401
     import evolver.evolution.loop  # noqa: F401
+    import evolver.local.backend  # noqa: F401
 
 
 def _interrupt(signum, frame):
@@ -39,13 +45,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
-        print("evolver: error: a command is needed (init, eval, compare, run, transfer, history, show, report, rollback, status, runs, tasks, daemon); see `evolver --help`", file=sys.stderr)
+        print(
+            "evolver: error: a command is needed (init, eval, compare, run, transfer, history, show, report, rollback, status, runs, tasks, daemon); see `evolver --help`",
+            file=sys.stderr,
+        )
         return 2
     # SIGTERM stops a command as Ctrl-C does: the run records "interrupted", workers and the
     # embedded model's server are stopped on the way out instead of being left behind.
     signal.signal(signal.SIGTERM, _interrupt)
-    handler = {"eval": cmd_eval, "compare": cmd_compare, "transfer": cmd_transfer, "init": cmd_init, "tasks": cmd_tasks, "run": cmd_run, "history": cmd_history,
-               "show": cmd_show, "report": cmd_report, "rollback": cmd_rollback, "status": cmd_status, "runs": cmd_runs, "daemon": cmd_daemon}[args.command]
+    handler = {
+        "eval": cmd_eval,
+        "compare": cmd_compare,
+        "transfer": cmd_transfer,
+        "init": cmd_init,
+        "tasks": cmd_tasks,
+        "run": cmd_run,
+        "history": cmd_history,
+        "show": cmd_show,
+        "report": cmd_report,
+        "rollback": cmd_rollback,
+        "status": cmd_status,
+        "runs": cmd_runs,
+        "daemon": cmd_daemon,
+    }[args.command]
     try:
         if args.command in ("eval", "run", "compare", "transfer"):
             from evolver.evaluation import zygote_client
@@ -70,5 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # gitpython: an immutable ref, a locked index, a broken repository
         detail = next((line.strip() for line in str(getattr(exc, "stderr", "") or exc).splitlines() if line.strip()), type(exc).__name__)
-        print(f"evolver: error: git failed: {detail.removeprefix('stderr: ').strip(chr(39))}; fix the repository and try again", file=sys.stderr)
+        print(
+            f"evolver: error: git failed: {detail.removeprefix('stderr: ').strip(chr(39))}; fix the repository and try again",
+            file=sys.stderr,
+        )
         return 2

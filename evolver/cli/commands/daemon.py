@@ -18,6 +18,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     for path, info in daemons:
         age = time.time() - info["started"]
         state = "stopping" if info["stopping"] else "current code" if info["current"] else "older code, exits when idle"
-        print(f"pid {info['pid']}: up {age / 60:.1f} min, {info['served']} process(es) forked, {info['workers']} running, "
-              f"{info['clients'] - 1} other client(s), idle limit {info['idle_seconds']:g} s, {state}; {path}")
+        print(
+            f"pid {info['pid']}: up {age / 60:.1f} min, {info['served']} process(es) forked, {info['workers']} running, "
+            f"{info['clients'] - 1} other client(s), idle limit {info['idle_seconds']:g} s, {state}; {path}"
+        )
     return 0

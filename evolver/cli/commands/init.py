@@ -21,6 +21,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         print("\n".join(f"  {line}" for line in migration.mapped))
         print("left out (no equivalent in evolver, or not needed):")
         print("\n".join(f"  {line}" for line in migration.left_out) or "  nothing")
-    print("next: commit these files (git add -A && git commit), then `evolver eval`; with no OPENAI_API_KEY and no "
-          "--agent-model it runs on the embedded local model")
+    print(
+        "next: commit these files (git add -A && git commit), then `evolver eval`; with no OPENAI_API_KEY and no "
+        "--agent-model it runs on the embedded local model"
+    )
     return 0

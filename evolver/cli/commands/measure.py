@@ -64,7 +64,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
             if note:
                 console.print(note)
             with preflighted(cfg, console, SIMULATED) as (cfg, local_api_base), progress_bar(console, "simulations") as update:
-                req = eval_request(cfg, checkout, evaluation.path, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks)
+                req = eval_request(
+                    cfg, checkout, evaluation.path, local_api_base=local_api_base, task_ids=task_ids, num_tasks=args.num_tasks
+                )
                 result = backend.evaluate(req, run_id, timeout=cfg.worker_timeout, on_progress=update)
     except UsageError:
         if lineage:
@@ -84,8 +86,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 1
     if result.summary.infra_errors == result.summary.num_simulations:
         sides = "; ".join(f"{role}: {t.count}, first: {t.first}" for role, t in sorted(result.summary.infra_by_role.items()))
-        console.print(f"[red]no simulation could be scored[/red]: all {result.summary.num_simulations} hit infrastructure errors "
-                      f"({sides or 'unknown'}); nothing was measured", markup=True, highlight=False)
+        console.print(
+            f"[red]no simulation could be scored[/red]: all {result.summary.num_simulations} hit infrastructure errors "
+            f"({sides or 'unknown'}); nothing was measured",
+            markup=True,
+            highlight=False,
+        )
         return EXIT_NOTHING_MEASURED
     if result.worker_note:
         console.print(f"[yellow]note:[/yellow] {result.worker_note}")
@@ -124,10 +130,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
             if note:
                 console.print(note)
             config = CompareConfig(sided="better" if args.better else "two")
-            with preflighted(cfg, console, SIMULATED) as (cfg, local_api_base), progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
-                record = compare_arms(cfg, backend, local_api_base, *arms, out, compare_id, tasks=task_ids, num_tasks=args.num_tasks,
-                                      config=config, on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
-                                      on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
+            with (
+                preflighted(cfg, console, SIMULATED) as (cfg, local_api_base),
+                progress_bar(console, "A") as bar_a,
+                progress_bar(console, "B") as bar_b,
+            ):
+                record = compare_arms(
+                    cfg,
+                    backend,
+                    local_api_base,
+                    *arms,
+                    out,
+                    compare_id,
+                    tasks=task_ids,
+                    num_tasks=args.num_tasks,
+                    config=config,
+                    on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
+                    on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False),
+                )
     except UsageError:
         out.discard()
         raise
@@ -146,8 +166,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_transfer(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer, transfer_rows
-    from evolver.cli.console import progress_bar, transfer_table
+    from evolver.cli.console import progress_bar
     from evolver.cli.preflight import SIMULATED, check_servers, preflighted
+    from evolver.cli.run_tables import transfer_table
     from evolver.evaluation.backends import make_backend
     from evolver.evaluation.sandbox import require_sandbox
     from evolver.store.lineage import Lineage
@@ -170,10 +191,23 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     try:
         with make_backend(cfg.backend, cfg.ray_address, cfg.rate_limits) as backend:
             backend.list_tasks(listing_request(cfg, repo, run.transfer(transfer_id).listing().path, task_ids=tasks))
-            with preflighted(cfg, console, SIMULATED) as (cfg, local_api_base), progress_bar(console, "A") as bar_a, progress_bar(console, "B") as bar_b:
-                record = transfer(run, cfg, backend, local_api_base, each=args.each, tasks=tasks, transfer_id=transfer_id, lineage=lineage,
-                                  on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
-                                  on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False))
+            with (
+                preflighted(cfg, console, SIMULATED) as (cfg, local_api_base),
+                progress_bar(console, "A") as bar_a,
+                progress_bar(console, "B") as bar_b,
+            ):
+                record = transfer(
+                    run,
+                    cfg,
+                    backend,
+                    local_api_base,
+                    each=args.each,
+                    tasks=tasks,
+                    transfer_id=transfer_id,
+                    lineage=lineage,
+                    on_progress=lambda arm, *p: (bar_a if arm == "a" else bar_b)(*p),
+                    on_look=lambda look: console.print(f"look {look['look'] + 1}: {look['reason']}", highlight=False),
+                )
     except UsageError:
         run.transfer(transfer_id).discard()
         raise

@@ -53,7 +53,6 @@ The result is kept in the run (runs/RUN/transfers/) and shown by `evolver histor
 """
 
 
-
 class Parser(argparse.ArgumentParser):
     """Argument errors in one line, like every other error, instead of a usage block."""
 
@@ -75,10 +74,15 @@ def _positive(kind):
 
 
 # The order in which each command's --help lists the groups of settings (evolver.config.GROUPS).
-GROUP_ORDER = {"eval": ("evaluation", "sandbox", "models"), "run": ("runs", "stopping", "proposer", "gate", "evaluation", "sandbox", "models")}
+GROUP_ORDER = {
+    "eval": ("evaluation", "sandbox", "models"),
+    "run": ("runs", "stopping", "proposer", "gate", "evaluation", "sandbox", "models"),
+}
 
 
-def _add_setting_flags(p: argparse.ArgumentParser, command: str, extra: dict[str, list] | None = None, without: tuple[str, ...] = ()) -> None:
+def _add_setting_flags(
+    p: argparse.ArgumentParser, command: str, extra: dict[str, list] | None = None, without: tuple[str, ...] = ()
+) -> None:
     """A flag for every setting the command takes, from its one declaration (evolver.config.Config);
     ``extra`` adds a command's own arguments to a group, ``without`` leaves settings out. Values stay
     text here: evolver.config checks flags, evolver.toml and EVOLVER_* variables the same way."""
@@ -94,14 +98,23 @@ def _add_setting_flags(p: argparse.ArgumentParser, command: str, extra: dict[str
             elif spec.style == "flag":
                 g.add_argument(flag, action="store_true", default=None, help=spec.help)
             elif spec.style in ("table", "limits"):  # --agent-arg max_tokens=2048 --agent-arg top_p=0.9; --rate-limit M=500/200000
-                g.add_argument(flag_of(name), dest=name, action="append", metavar=spec.metavar,
-                               help=spec.help + ("; repeat it per argument" if spec.style == "table" else "; repeat it per model"))
+                g.add_argument(
+                    flag_of(name),
+                    dest=name,
+                    action="append",
+                    metavar=spec.metavar,
+                    help=spec.help + ("; repeat it per argument" if spec.style == "table" else "; repeat it per model"),
+                )
             elif spec.style == "on_off":  # --holdout / --no-holdout; auto when neither is given
                 g.add_argument(flag, dest=name, action="store_const", const="on", help=spec.help)
-                g.add_argument("--no-" + flag[2:], dest=name, action="store_const", const="off", help=f"no {name.replace('_', ' ')} (default: auto)")
+                g.add_argument(
+                    "--no-" + flag[2:], dest=name, action="store_const", const="off", help=f"no {name.replace('_', ' ')} (default: auto)"
+                )
             else:
                 kind = type(getattr(Config(), name))
-                metavar = spec.metavar or ("{" + ",".join(spec.choices) + "}" if spec.choices else {int: "N", float: "X", list: "A,B"}.get(kind, "TEXT"))
+                metavar = spec.metavar or (
+                    "{" + ",".join(spec.choices) + "}" if spec.choices else {int: "N", float: "X", list: "A,B"}.get(kind, "TEXT")
+                )
                 g.add_argument(flag, metavar=metavar, help=_flag_help(name, spec))
         for args, kwargs in extra.get(group, []):
             g.add_argument(*args, **kwargs)
@@ -123,50 +136,105 @@ def _flag_help(name: str, spec) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="evolver", description="Evolve a tau2-bench agent's harness, keeping only changes a statistical gate confirms.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog="evolver",
+        description="Evolve a tau2-bench agent's harness, keeping only changes a statistical gate confirms.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"evolver {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("init", help="set up a repository: agent/ from the template, evolver.toml, runs/ ignored")
     p.add_argument("dir", nargs="?", default=".", help="target directory (default: current)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
-    p.add_argument("--from", dest="source", metavar="SOURCE",
-                   help="bring an auto-harness checkout (its agent, experiment_config.yaml and learnings), or a Life-Harness "
-                        "evaluation command line (in quotes; its settings and harness switches); prints what maps and what does not")
+    p.add_argument(
+        "--from",
+        dest="source",
+        metavar="SOURCE",
+        help="bring an auto-harness checkout (its agent, experiment_config.yaml and learnings), or a Life-Harness "
+        "evaluation command line (in quotes; its settings and harness switches); prints what maps and what does not",
+    )
 
-    p = sub.add_parser("eval", help="evaluate the agent in a checkout on tau2", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "eval", help="evaluate the agent in a checkout on tau2", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("path", nargs="?", default=".", help="repository holding agent/agent.py (default: current)")
     p.add_argument("--ref", help="evaluate this git commit or branch (e.g. evolver/RUN/best) instead of the working tree")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (progress goes to stderr)")
-    _add_setting_flags(p, "eval", {"evaluation": [
-        (("--task-ids",), {"nargs": "+", "metavar": "ID", "help": "task ids, comma- or space-separated (default: all tasks of the split)"}),
-        (("--num-tasks",), {"type": _positive(int), "metavar": "N", "help": "use only the first N selected tasks"}),
-    ]})
+    _add_setting_flags(
+        p,
+        "eval",
+        {
+            "evaluation": [
+                (
+                    ("--task-ids",),
+                    {"nargs": "+", "metavar": "ID", "help": "task ids, comma- or space-separated (default: all tasks of the split)"},
+                ),
+                (("--num-tasks",), {"type": _positive(int), "metavar": "N", "help": "use only the first N selected tasks"}),
+            ]
+        },
+    )
 
-    p = sub.add_parser("run", help="evolve the agent: baseline, then propose -> validate -> gate -> keep or reject", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "run",
+        help="evolve the agent: baseline, then propose -> validate -> gate -> keep or reject",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("path", nargs="?", default=".", help="git repository holding agent/agent.py (default: current)")
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (its configuration is kept)")
-    p.add_argument("--dry-run", action="store_true", help="print the splits and what the run is expected to cost and can cost at most, then exit")
-    p.add_argument("--pilot", type=_positive(int), metavar="N", help="with --dry-run: measure N simulations of the agent first, "
-                                                                     "so the forecast has tokens and dollars per role")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the splits and what the run is expected to cost and can cost at most, then exit"
+    )
+    p.add_argument(
+        "--pilot",
+        type=_positive(int),
+        metavar="N",
+        help="with --dry-run: measure N simulations of the agent first, so the forecast has tokens and dollars per role",
+    )
     p.add_argument("--allow-dirty", action="store_true", help="run from HEAD although agent/ has uncommitted changes")
     _add_setting_flags(p, "run")
 
-    p = sub.add_parser("compare", help="is B better than A, worse, or no evidence? both on the same tasks and seeds, side by side, look by look",
-                       description=COMPARE_HELP, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("a", help="agent A: a git commit or branch, a folder holding agent/agent.py, or with --run a candidate (3, 3b, base, best)")
+    p = sub.add_parser(
+        "compare",
+        help="is B better than A, worse, or no evidence? both on the same tasks and seeds, side by side, look by look",
+        description=COMPARE_HELP,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "a", help="agent A: a git commit or branch, a folder holding agent/agent.py, or with --run a candidate (3, 3b, base, best)"
+    )
     p.add_argument("b", help="agent B, named the same ways")
     p.add_argument("--repo", default=".", help="the git repository (default: current); the comparison lands in its runs/")
     p.add_argument("--run", metavar="RUN", help="A and B name candidates of this run: base, best, 3, 3b")
-    p.add_argument("--better", action="store_true", help="one-sided: is B better? (the gate's question); default: two-sided, better or worse")
+    p.add_argument(
+        "--better", action="store_true", help="one-sided: is B better? (the gate's question); default: two-sided, better or worse"
+    )
     p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout (progress goes to stderr)")
-    _add_setting_flags(p, "eval", {"evaluation": [
-        (("--task-ids",), {"nargs": "+", "metavar": "ID", "help": "task ids, comma- or space-separated (default: all tasks of the split)"}),
-        (("--num-tasks",), {"type": _positive(int), "metavar": "N", "help": "use only the first N selected tasks"}),
-    ]}, without=("trials",))
+    _add_setting_flags(
+        p,
+        "eval",
+        {
+            "evaluation": [
+                (
+                    ("--task-ids",),
+                    {"nargs": "+", "metavar": "ID", "help": "task ids, comma- or space-separated (default: all tasks of the split)"},
+                ),
+                (("--num-tasks",), {"type": _positive(int), "metavar": "N", "help": "use only the first N selected tasks"}),
+            ]
+        },
+        without=("trials",),
+    )
 
-    p = sub.add_parser("transfer", help="does a run's kept harness help under another model? its base against its best, compared",
-                       description=TRANSFER_HELP, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "transfer",
+        help="does a run's kept harness help under another model? its base against its best, compared",
+        description=TRANSFER_HELP,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("run", help="the run whose base and best are compared")
     p.add_argument("--repo", default=".", help="repository (default: current)")
     p.add_argument("--each", action="store_true", help="compare every kept step with the one before, not only base with best")
@@ -183,14 +251,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("iteration", help="a candidate (3, or 3b in an iteration of several), or an iteration (3) to see all its candidates")
     p.add_argument("--repo", default=".")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--turns", metavar="TASK", help="a task's simulation turn by turn: what tau2 gave the harness, what the model was sent and "
-                                                   "answered, what went back, what the harness changed (ITER may be base)")
+    p.add_argument(
+        "--turns",
+        metavar="TASK",
+        help="a task's simulation turn by turn: what tau2 gave the harness, what the model was sent and "
+        "answered, what went back, what the harness changed (ITER may be base)",
+    )
     p.add_argument("--trial", type=int, default=0, help="with --turns: the trial (default 0)")
 
     p = sub.add_parser("report", help="write a run's report: one self-contained HTML file (runs/RUN/report.html)")
     p.add_argument("run", nargs="?", help="run id (default: the newest)")
     p.add_argument("--repo", default=".", help="repository (default: current)")
-    p.add_argument("--markdown", action="store_true", help="print a short markdown summary for a pull-request description (the path goes to stderr)")
+    p.add_argument(
+        "--markdown", action="store_true", help="print a short markdown summary for a pull-request description (the path goes to stderr)"
+    )
 
     p = sub.add_parser("rollback", help="move a run's best branch back to an earlier kept candidate or the base")
     p.add_argument("run")
@@ -207,22 +281,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", default=".", help="repository (default: current)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("daemon", help="the warm worker process that makes evaluations start fast: status or stop",
-                       description=DAEMON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("action", choices=["status", "stop"], help="status: list running daemons; stop: let them exit once their current evaluations end")
+    p = sub.add_parser(
+        "daemon",
+        help="the warm worker process that makes evaluations start fast: status or stop",
+        description=DAEMON_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "action", choices=["status", "stop"], help="status: list running daemons; stop: let them exit once their current evaluations end"
+    )
 
     p = sub.add_parser("tasks", help="list the task ids of a domain and split; --triage RUN: the tasks that are only noise")
     p.add_argument("domain", nargs="?", choices=DOMAINS, help="list this domain's task ids")
     p.add_argument("--split", help="train, test or base")
-    p.add_argument("--triage", metavar="RUN", help="flag the tasks of a run, comparison or evaluation that never passed, fail by the "
-                                                   "customer's doing, or never vary (exclude them with exclude_tasks)")
+    p.add_argument(
+        "--triage",
+        metavar="RUN",
+        help="flag the tasks of a run, comparison or evaluation that never passed, fail by the "
+        "customer's doing, or never vary (exclude them with exclude_tasks)",
+    )
     p.add_argument("--repo", default=".", help="with --triage: the repository (default: current)")
     p.add_argument("--json", action="store_true", help="with --triage: every task's counts and flags as JSON")
     return parser
 
 
-
 def _overrides(args: argparse.Namespace) -> dict:
     """The settings given as flags (None: not given)."""
     return {name: getattr(args, name, None) for name in SPECS}
-

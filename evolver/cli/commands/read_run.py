@@ -14,16 +14,26 @@ from evolver.errors import UsageError
 
 def cmd_history(args: argparse.Namespace) -> int:
     from evolver.cli.compare import transfer_rows
-    from evolver.cli.console import history_table, transfer_table
     from evolver.cli.history import history_rows, policy_lines
+    from evolver.cli.run_tables import history_table, transfer_table
     from evolver.store.rundir import find_run
 
     run = find_run(Path(args.repo).resolve(), args.run)
     rows = history_rows(run)
     transfers = transfer_rows(run.transfers())
     if args.json:
-        print(json.dumps({"run_id": run.run_id, "candidates": rows, "transfers": transfers, "policy": policy_lines(run.manifest(), run.state()),
-                          "audits": [a.model_dump(mode="json") for a in run.state().audits]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "run_id": run.run_id,
+                    "candidates": rows,
+                    "transfers": transfers,
+                    "policy": policy_lines(run.manifest(), run.state()),
+                    "audits": [a.model_dump(mode="json") for a in run.state().audits],
+                },
+                indent=2,
+            )
+        )
     else:
         out_console().print(history_table(run.run_id, rows))
         if transfers:
@@ -34,8 +44,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from evolver.cli.console import show_candidate
     from evolver.cli.history import show
+    from evolver.cli.run_tables import show_candidate
     from evolver.store.rundir import find_run
 
     if args.turns is not None:
@@ -73,8 +83,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from evolver.cli.history import rollback
-    from evolver.store.runstate import named
     from evolver.store.rundir import find_run
+    from evolver.store.runstate import named
 
     run = find_run(Path(args.repo).resolve(), args.run)
     change = rollback(run, args.to, args.reason)
@@ -86,8 +96,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from evolver.cli.console import status_table
     from evolver.cli.history import status
+    from evolver.cli.run_tables import status_table
     from evolver.store.rundir import find_run
 
     info = status(find_run(Path(args.repo).resolve(), args.run))
@@ -99,8 +109,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from evolver.cli.console import runs_table
     from evolver.cli.history import runs
+    from evolver.cli.run_tables import runs_table
     from evolver.store.rundir import runs_dir
 
     repo = Path(args.repo).resolve()

@@ -20,5 +20,3 @@ def out_console() -> Console:
 
 def new_run_id(kind: str) -> str:
     return f"{kind}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
-
-

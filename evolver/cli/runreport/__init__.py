@@ -1,9 +1,9 @@
 """The run report: one self-contained HTML file per run, and a short markdown summary.
 
-    facts.collect(run)  -> RunFacts      plain data read from the run store (history, show, git)
-    charts.*(facts)     -> plotly figures
-    page.render(facts)  -> HTML          plotly.js embedded: opens from disk, no server, no network
-    markdown.summary(facts) -> str       for a pull-request description
+facts.collect(run)  -> RunFacts      plain data read from the run store (history, show, git)
+charts.*(facts)     -> plotly figures
+page.render(facts)  -> HTML          plotly.js embedded: opens from disk, no server, no network
+markdown.summary(facts) -> str       for a pull-request description
 """
 
 from __future__ import annotations

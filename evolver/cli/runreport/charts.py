@@ -28,11 +28,27 @@ def score_chart(facts: RunFacts) -> go.Figure:
     mirror the gate's one-sided lower confidence bound on the gain (a two-sided 1 - 2 alpha interval)."""
     fig = go.Figure()
     bar = [(0, facts.baseline_gate)] + sorted({(c.iteration, c.gate_incumbent) for c in facts.candidates if c.gate_incumbent is not None})
-    fig.add_trace(go.Scatter(x=[x for x, _ in bar], y=[y for _, y in bar], mode="lines+markers", name="incumbent (gate)",
-                             line=dict(color="#424242", width=2), marker=dict(size=7)))
+    fig.add_trace(
+        go.Scatter(
+            x=[x for x, _ in bar],
+            y=[y for _, y in bar],
+            mode="lines+markers",
+            name="incumbent (gate)",
+            line=dict(color="#424242", width=2),
+            marker=dict(size=7),
+        )
+    )
     analysis = [(0, facts.baseline_analysis)] + [(c.iteration, c.analysis) for c in facts.candidates if c.kept and c.analysis is not None]
-    fig.add_trace(go.Scatter(x=[x for x, _ in analysis], y=[y for _, y in analysis], mode="lines+markers", name="incumbent (analysis)",
-                             line=dict(color="#757575", width=1.5, dash="dot"), marker=dict(size=6, symbol="square")))
+    fig.add_trace(
+        go.Scatter(
+            x=[x for x, _ in analysis],
+            y=[y for _, y in analysis],
+            mode="lines+markers",
+            name="incumbent (analysis)",
+            line=dict(color="#757575", width=1.5, dash="dot"),
+            marker=dict(size=6, symbol="square"),
+        )
+    )
     gated = [c for c in facts.candidates if c.gate_candidate is not None]
     offsets = _offsets(gated)
     for status in ("accepted", "rejected", "undecided", "evaluating"):
@@ -40,15 +56,20 @@ def score_chart(facts: RunFacts) -> go.Figure:
         if not group:
             continue
         colour, symbol = STYLE[status]
-        fig.add_trace(go.Scatter(
-            x=[c.iteration + offsets[c.label] for c in group], y=[c.gate_candidate for c in group], mode="markers+text",
-            name={"accepted": "kept", "evaluating": "on the gate now"}.get(status, status),
-            text=[c.label for c in group], textposition="middle right",
-            marker=dict(color=colour, symbol=symbol, size=12, line=dict(width=1.5, color=colour)),
-            error_y=dict(type="data", array=[_half_width(c) for c in group], visible=True, color=colour, thickness=1.2),
-            customdata=[[c.title, c.reason] for c in group],
-            hovertemplate="%{text}: %{customdata[0]}<br>gate %{y:.3f}<br>%{customdata[1]}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[c.iteration + offsets[c.label] for c in group],
+                y=[c.gate_candidate for c in group],
+                mode="markers+text",
+                name={"accepted": "kept", "evaluating": "on the gate now"}.get(status, status),
+                text=[c.label for c in group],
+                textposition="middle right",
+                marker=dict(color=colour, symbol=symbol, size=12, line=dict(width=1.5, color=colour)),
+                error_y=dict(type="data", array=[_half_width(c) for c in group], visible=True, color=colour, thickness=1.2),
+                customdata=[[c.title, c.reason] for c in group],
+                hovertemplate="%{text}: %{customdata[0]}<br>gate %{y:.3f}<br>%{customdata[1]}<extra></extra>",
+            )
+        )
     fig.update_layout(**LAYOUT, title="Gate and analysis scores per iteration", height=420, legend=dict(orientation="h", y=-0.18))
     fig.update_xaxes(title="iteration (0: base)", dtick=1, rangemode="tozero")
     fig.update_yaxes(title="mean reward", range=[-0.05, 1.08])
@@ -64,7 +85,9 @@ def lineage_chart(facts: RunFacts) -> go.Figure:
     for c in facts.candidates:
         px, py = pos.get(c.parent, (0, 0.0))
         if c.kept:
-            lane = py if kept_children[c.parent] == 0 else max(lanes_used) + 1  # a second kept child (after a rollback) gets a lane of its own
+            lane = (
+                py if kept_children[c.parent] == 0 else max(lanes_used) + 1
+            )  # a second kept child (after a rollback) gets a lane of its own
             kept_children[c.parent] += 1
             lanes_used.add(lane)
             pos[c.label] = (c.iteration, lane)
@@ -79,30 +102,66 @@ def lineage_chart(facts: RunFacts) -> go.Figure:
                 (x0, y0), (x1, y1) = pos.get(c.parent, (0, 0.0)), pos[c.label]
                 xs += [x0, x1, None]
                 ys += [y0, y1, None]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                                 line=dict(color="#2e7d32" if kept else "#bdbdbd", width=3 if kept else 1)))
-    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", name="base", text=["base"], textposition="top center",
-                             marker=dict(color="#424242", size=14, symbol="square"),
-                             hovertemplate=f"base<br>{facts.base_branch or 'detached'} {facts.base_commit[:10]}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                hoverinfo="skip",
+                showlegend=False,
+                line=dict(color="#2e7d32" if kept else "#bdbdbd", width=3 if kept else 1),
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[0],
+            y=[0],
+            mode="markers+text",
+            name="base",
+            text=["base"],
+            textposition="top center",
+            marker=dict(color="#424242", size=14, symbol="square"),
+            hovertemplate=f"base<br>{facts.base_branch or 'detached'} {facts.base_commit[:10]}<extra></extra>",
+        )
+    )
     by_status = defaultdict(list)
     for c in facts.candidates:
         by_status[c.status].append(c)
     for status, group in by_status.items():
         colour, symbol = STYLE.get(status, ("#9e9e9e", "circle-open"))
-        fig.add_trace(go.Scatter(
-            x=[pos[c.label][0] for c in group], y=[pos[c.label][1] for c in group], mode="markers+text",
-            name={"accepted": "kept"}.get(status, status.replace("_", " ")), text=[c.label for c in group],
-            textposition=["top center" if c.kept else "bottom center" for c in group],
-            marker=dict(color=colour, symbol=symbol, size=14 if status == "accepted" else 11, line=dict(width=1.5, color=colour)),
-            customdata=[[c.title or "(no patch)", c.branch or "no branch", (c.commit or "")[:10]] for c in group],
-            hovertemplate="%{text}: %{customdata[0]}<br>%{customdata[1]} %{customdata[2]}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[pos[c.label][0] for c in group],
+                y=[pos[c.label][1] for c in group],
+                mode="markers+text",
+                name={"accepted": "kept"}.get(status, status.replace("_", " ")),
+                text=[c.label for c in group],
+                textposition=["top center" if c.kept else "bottom center" for c in group],
+                marker=dict(color=colour, symbol=symbol, size=14 if status == "accepted" else 11, line=dict(width=1.5, color=colour)),
+                customdata=[[c.title or "(no patch)", c.branch or "no branch", (c.commit or "")[:10]] for c in group],
+                hovertemplate="%{text}: %{customdata[0]}<br>%{customdata[1]} %{customdata[2]}<extra></extra>",
+            )
+        )
     bx, by = pos.get(facts.best_label, (0, 0.0))
-    fig.add_annotation(x=bx, y=by, text=f"best: {facts.best_branch}", showarrow=True, arrowhead=2, ax=0, ay=-50, standoff=28,
-                       font=dict(color="#2e7d32"), bgcolor="white")
+    fig.add_annotation(
+        x=bx,
+        y=by,
+        text=f"best: {facts.best_branch}",
+        showarrow=True,
+        arrowhead=2,
+        ax=0,
+        ay=-50,
+        standoff=28,
+        font=dict(color="#2e7d32"),
+        bgcolor="white",
+    )
     low = min(y for _, y in pos.values())
-    fig.update_layout(**LAYOUT, title="Lineage: every candidate on its parent, the kept ones joined",
-                      height=int(230 + 55 * (max(lanes_used) - low)), legend=dict(orientation="h", y=-0.15))
+    fig.update_layout(
+        **LAYOUT,
+        title="Lineage: every candidate on its parent, the kept ones joined",
+        height=int(230 + 55 * (max(lanes_used) - low)),
+        legend=dict(orientation="h", y=-0.15),
+    )
     fig.update_xaxes(title="iteration", dtick=1, range=[-0.5, max([x for x, _ in pos.values()] + [1]) + 0.6])
     fig.update_yaxes(visible=False, range=[low - 0.6, max(lanes_used) + 1.2])
     return fig
@@ -137,12 +196,27 @@ def rate_limit_chart(facts: RunFacts) -> go.Figure:
     fig = go.Figure()
     for lane in lanes:
         counts = [row.get(lane, {}) for _, row in facts.rate_limits]
-        fig.add_trace(go.Bar(x=names, y=[c.get("limited", 0) for c in counts], name=f"{lane}: 429s",
-                             customdata=[c.get("calls", 0) for c in counts], hovertemplate="%{y} 429s of %{customdata} calls<extra></extra>"))
-        fig.add_trace(go.Scatter(x=names, y=[round(c.get("waited", 0.0), 1) for c in counts], name=f"{lane}: s waited", yaxis="y2",
-                                 mode="lines+markers"))
-    fig.update_layout(**LAYOUT, title="Rate limits per iteration: 429s answered and seconds waited for a turn", height=360,
-                      legend=dict(orientation="h", y=-0.25), yaxis2=dict(title="seconds waited", overlaying="y", side="right", rangemode="tozero"))
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=[c.get("limited", 0) for c in counts],
+                name=f"{lane}: 429s",
+                customdata=[c.get("calls", 0) for c in counts],
+                hovertemplate="%{y} 429s of %{customdata} calls<extra></extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=names, y=[round(c.get("waited", 0.0), 1) for c in counts], name=f"{lane}: s waited", yaxis="y2", mode="lines+markers"
+            )
+        )
+    fig.update_layout(
+        **LAYOUT,
+        title="Rate limits per iteration: 429s answered and seconds waited for a turn",
+        height=360,
+        legend=dict(orientation="h", y=-0.25),
+        yaxis2=dict(title="seconds waited", overlaying="y", side="right", rangemode="tozero"),
+    )
     fig.update_xaxes(title=f"iteration ('{OUTSIDE_ITERATIONS}': outside the iterations)", type="category")
     fig.update_yaxes(title="429s", rangemode="tozero")
     return fig
@@ -152,13 +226,27 @@ def task_grid(facts: RunFacts) -> go.Figure:
     """Pass rate per gate task and candidate; ▲/▼ where a candidate's rate rose/fell against its incumbent's."""
     grid = facts.grid
     marks = [["▲" if f > 0 else "▼" if f < 0 else "" for f in row] for row in grid.flips]
-    fig = go.Figure(go.Heatmap(
-        z=grid.rates, x=grid.columns, y=grid.tasks, text=marks, texttemplate="%{text}", zmin=0, zmax=1,
-        colorscale=[[0, "#ef9a9a"], [0.5, "#fff59d"], [1, "#a5d6a7"]], colorbar=dict(title="pass rate"), xgap=2, ygap=1,
-        hovertemplate="%{y} / %{x}: pass rate %{z:.2f} %{text}<extra></extra>",
-    ))
-    fig.update_layout(**LAYOUT, title="Pass rate per gate task: the base, then each candidate measured on the gate (▲▼: flipped against its incumbent)",
-                      height=max(300, 140 + 18 * len(grid.tasks)))
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.rates,
+            x=grid.columns,
+            y=grid.tasks,
+            text=marks,
+            texttemplate="%{text}",
+            zmin=0,
+            zmax=1,
+            colorscale=[[0, "#ef9a9a"], [0.5, "#fff59d"], [1, "#a5d6a7"]],
+            colorbar=dict(title="pass rate"),
+            xgap=2,
+            ygap=1,
+            hovertemplate="%{y} / %{x}: pass rate %{z:.2f} %{text}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        **LAYOUT,
+        title="Pass rate per gate task: the base, then each candidate measured on the gate (▲▼: flipped against its incumbent)",
+        height=max(300, 140 + 18 * len(grid.tasks)),
+    )
     fig.update_layout(margin=dict(t=90))
     fig.update_xaxes(type="category", side="top")
     fig.update_yaxes(autorange="reversed", type="category")

@@ -164,9 +164,13 @@ class RunFacts:
         for role in self.roles():
             parts = [row.roles[role] for row in self.costs if role in row.roles]
             known = all(p.usd is not None or not p.tokens for p in parts)
-            out[role] = Cost(sum(p.prompt_tokens for p in parts), sum(p.completion_tokens for p in parts),
-                             sum(p.usd or 0.0 for p in parts) if known else None, sum(p.cached_tokens for p in parts),
-                             sum(p.cache_reported_tokens for p in parts))
+            out[role] = Cost(
+                sum(p.prompt_tokens for p in parts),
+                sum(p.completion_tokens for p in parts),
+                sum(p.usd or 0.0 for p in parts) if known else None,
+                sum(p.cached_tokens for p in parts),
+                sum(p.cache_reported_tokens for p in parts),
+            )
         return out
 
     def roles(self) -> list[str]:
@@ -201,39 +205,82 @@ def collect(run: RunDir) -> RunFacts:
             if not last and cand.gate_candidate is not None and record.gate_incumbent is not None:  # a pool child: against its parent
                 last = {"effect": cand.gate_candidate - record.gate_incumbent}
             audit = next((a for a in state.audits if judged(a, record, cand)), None)
-            candidates.append(Candidate(
-                label=cand.label, iteration=record.iteration, parent=str(parent_of(record)) if record.parent_label else label_of(record.parent),
-                title=cand.title, rationale=cand.rationale, status=cand.status, reason=cand.reason,
-                kept=record.kept == cand.label if not record.parent_label else cand.label in on_path,
-                best=rows[cand.label]["is_best"], branch=cand.branch, commit=cand.commit,
-                gate_incumbent=record.gate_incumbent, gate_candidate=cand.gate_candidate,
-                effect=last.get("effect"), ci_low=last.get("ci_low"), p_value=last.get("p_value"), looks=len(cand.verdicts),
-                analysis=rows[cand.label]["analysis"], diff=info["diff"], flips=info["flips"], findings=list(cand.findings),
-                investigation=dict(cand.investigation), joined=info["joined"], screen=dict(cand.screen),
-                audit="" if audit is None else f"{'stands' if audit.holds else 'rolled back to the base'}: {audit.reason}",
-            ))
+            candidates.append(
+                Candidate(
+                    label=cand.label,
+                    iteration=record.iteration,
+                    parent=str(parent_of(record)) if record.parent_label else label_of(record.parent),
+                    title=cand.title,
+                    rationale=cand.rationale,
+                    status=cand.status,
+                    reason=cand.reason,
+                    kept=record.kept == cand.label if not record.parent_label else cand.label in on_path,
+                    best=rows[cand.label]["is_best"],
+                    branch=cand.branch,
+                    commit=cand.commit,
+                    gate_incumbent=record.gate_incumbent,
+                    gate_candidate=cand.gate_candidate,
+                    effect=last.get("effect"),
+                    ci_low=last.get("ci_low"),
+                    p_value=last.get("p_value"),
+                    looks=len(cand.verdicts),
+                    analysis=rows[cand.label]["analysis"],
+                    diff=info["diff"],
+                    flips=info["flips"],
+                    findings=list(cand.findings),
+                    investigation=dict(cand.investigation),
+                    joined=info["joined"],
+                    screen=dict(cand.screen),
+                    audit="" if audit is None else f"{'stands' if audit.holds else 'rolled back to the base'}: {audit.reason}",
+                )
+            )
     scores = run.holdout()
     holdout = None
     if scores is not None:
-        holdout = {"base": scores.get("base"), "best": scores.get("best"), "tasks": len(manifest.holdout_tasks),
-                   "trials": manifest.config.get("holdout_trials")}
+        holdout = {
+            "base": scores.get("base"),
+            "best": scores.get("best"),
+            "tasks": len(manifest.holdout_tasks),
+            "trials": manifest.config.get("holdout_trials"),
+        }
     return RunFacts(
-        run_id=run.run_id, repo=manifest.repo, status=status(run)["status"], stop_reason=state.stop_reason,
-        created=manifest.created, elapsed=state.elapsed, domain=manifest.config.get("domain", ""), split_note=manifest.split_note,
+        run_id=run.run_id,
+        repo=manifest.repo,
+        status=status(run)["status"],
+        stop_reason=state.stop_reason,
+        created=manifest.created,
+        elapsed=state.elapsed,
+        domain=manifest.config.get("domain", ""),
+        split_note=manifest.split_note,
         models={role: m.model + (f" at {m.api_base}" if m.api_base else "") for role, m in manifest.models.items()},
         settings={k: _text(v) for k, v in sorted(manifest.config.items())},
         gate={k: _text(v) for k, v in manifest.gate.items()},
-        versions=dict(manifest.versions), base_commit=manifest.base_commit, base_branch=manifest.base_branch,
+        versions=dict(manifest.versions),
+        base_commit=manifest.base_commit,
+        base_branch=manifest.base_branch,
         task_counts={"analysis": len(manifest.analysis_tasks), "gate": len(manifest.gate_tasks), "holdout": len(manifest.holdout_tasks)},
-        iterations_done=state.next_iteration - 1, iterations_target=state.iterations_target,
-        baseline_gate=mean_reward(latest_rewards(run, "reference-g0")), baseline_analysis=mean_reward(latest_rewards(run, "analysis-g0")),
-        candidates=candidates, best_label=best_label, best_commit=state.incumbent_commit,
-        best_moves=[{"iteration": b.iteration, "label": b.label or label_of(b.iteration), "reason": b.reason, "at": b.at} for b in state.best_history],
-        costs=_costs(records, state), grid=_grid(run, manifest.gate_tasks, candidates), holdout=holdout,
-        decisions=state.decisions, alpha=float(manifest.gate.get("alpha", 0.05)), policy=policy_lines(manifest, state),
+        iterations_done=state.next_iteration - 1,
+        iterations_target=state.iterations_target,
+        baseline_gate=mean_reward(latest_rewards(run, "reference-g0")),
+        baseline_analysis=mean_reward(latest_rewards(run, "analysis-g0")),
+        candidates=candidates,
+        best_label=best_label,
+        best_commit=state.incumbent_commit,
+        best_moves=[
+            {"iteration": b.iteration, "label": b.label or label_of(b.iteration), "reason": b.reason, "at": b.at}
+            for b in state.best_history
+        ],
+        costs=_costs(records, state),
+        grid=_grid(run, manifest.gate_tasks, candidates),
+        holdout=holdout,
+        decisions=state.decisions,
+        alpha=float(manifest.gate.get("alpha", 0.05)),
+        policy=policy_lines(manifest, state),
         transfers=transfer_rows(run.transfers()),
         triage=[{"task": t.task, "flags": t.flags, "why": t.why} for t in triage(measured(run.repo, run.run_id)) if t.flags],
-        rate_limits=_rate_limits(records, state), failed_analysis=failed_analysis(run), population=bool(manifest.policy.get("population")),
+        rate_limits=_rate_limits(records, state),
+        failed_analysis=failed_analysis(run),
+        population=bool(manifest.policy.get("population")),
     )
 
 
@@ -257,11 +304,13 @@ def _costs(records, state) -> list[CostRow]:
     finished = [r for r in records if r.iteration < state.next_iteration]  # the run's total holds finished iterations only
     for role, total in state.usage.items():
         spent = [r.usage[role] for r in finished if role in r.usage]
-        rest = RoleUsage(prompt_tokens=total.prompt_tokens - sum(u.prompt_tokens for u in spent),
-                         completion_tokens=total.completion_tokens - sum(u.completion_tokens for u in spent),
-                         cost=max(0.0, total.cost - sum(u.cost for u in spent)),
-                         cached_tokens=max(0, total.cached_tokens - sum(u.cached_tokens for u in spent)),
-                         cache_reported_tokens=max(0, total.cache_reported_tokens - sum(u.cache_reported_tokens for u in spent)))
+        rest = RoleUsage(
+            prompt_tokens=total.prompt_tokens - sum(u.prompt_tokens for u in spent),
+            completion_tokens=total.completion_tokens - sum(u.completion_tokens for u in spent),
+            cost=max(0.0, total.cost - sum(u.cost for u in spent)),
+            cached_tokens=max(0, total.cached_tokens - sum(u.cached_tokens for u in spent)),
+            cache_reported_tokens=max(0, total.cache_reported_tokens - sum(u.cache_reported_tokens for u in spent)),
+        )
         if rest.prompt_tokens or rest.completion_tokens:
             outside[role] = cost_of(rest)
     return [CostRow(OUTSIDE_ITERATIONS, None, outside)] + rows if outside else rows
@@ -274,7 +323,8 @@ def _grid(run: RunDir, tasks: list[str], candidates: list[Candidate]) -> TaskGri
         if table:
             columns.append((cand.label, table, {f["task"]: 1 if f["candidate"] > f["incumbent"] else -1 for f in cand.flips}))
     return TaskGrid(
-        tasks=list(tasks), columns=[name for name, _, _ in columns],
+        tasks=list(tasks),
+        columns=[name for name, _, _ in columns],
         rates=[[_rate(table.get(task)) for _, table, _ in columns] for task in tasks],
         flips=[[flips.get(task, 0) for _, _, flips in columns] for task in tasks],
     )

@@ -111,17 +111,23 @@ def _header(f: RunFacts) -> str:
         ("iterations", f"{f.iterations_done} of {f.iterations_target}"),
         ("baseline gate score", _score(f.baseline_gate)),
         ("best", escape(best_text)),
-        ("best's gate score", "-" if best is None else f"{_score(best.gate_candidate)} when kept"
-         + (f", {_score(remeasured)} measured again" if remeasured is not None else "")),
+        (
+            "best's gate score",
+            "-"
+            if best is None
+            else f"{_score(best.gate_candidate)} when kept" + (f", {_score(remeasured)} measured again" if remeasured is not None else ""),
+        ),
         ("holdout (base → best)", "not measured" if f.holdout is None else f"{_score(f.holdout['base'])} → {_score(f.holdout['best'])}"),
         ("gate policy", "<br>".join(escape(line) for line in f.policy)),
         ("cost", ", ".join(f"{escape(role)} {_cost_html(c)}" for role, c in f.total_costs().items()) or "-"),
         ("elapsed", f"{f.elapsed / 60:.1f} min"),
     ]
     card_html = "".join(f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{v}</div></div>' for k, v in cards)
-    return (f'<header id="summary"><h1>evolver run {escape(f.run_id)}</h1>'
-            f'<p class="sub">{escape(f.domain)}: {escape(f.split_note)}. Adopt the best with <code>git merge {escape(f.best_branch)}</code>.</p>'
-            f'<div class="cards">{card_html}</div></header>')
+    return (
+        f'<header id="summary"><h1>evolver run {escape(f.run_id)}</h1>'
+        f'<p class="sub">{escape(f.domain)}: {escape(f.split_note)}. Adopt the best with <code>git merge {escape(f.best_branch)}</code>.</p>'
+        f'<div class="cards">{card_html}</div></header>'
+    )
 
 
 def _never_gated(f: RunFacts) -> str:
@@ -134,13 +140,17 @@ def _lineage_list(f: RunFacts) -> str:
     items = ["<li><b>base</b> " + escape(f"{f.base_branch or 'detached HEAD'} {f.base_commit[:10]}") + "</li>"]
     for c in kept:
         gain = "" if c.effect is None else f" ({c.effect * 100:+.1f} points)"
-        items.append(f"<li><b>{escape(c.label)}</b> on {escape(c.parent)}: {escape(c.title)}{escape(gain)} "
-                     f"<code>{escape(c.branch or '')}</code>{' <b>= best</b>' if c.best else ''}</li>")
+        items.append(
+            f"<li><b>{escape(c.label)}</b> on {escape(c.parent)}: {escape(c.title)}{escape(gain)} "
+            f"<code>{escape(c.branch or '')}</code>{' <b>= best</b>' if c.best else ''}</li>"
+        )
     moves = "".join(f"<li>{_when(m['at'])}: best → {escape(m['label'])} ({escape(m['reason'])})</li>" for m in f.best_moves)
-    moved = f'<details><summary>every move of best ({len(f.best_moves)})</summary><ul>{moves}</ul></details>' if f.best_moves else ""
+    moved = f"<details><summary>every move of best ({len(f.best_moves)})</summary><ul>{moves}</ul></details>" if f.best_moves else ""
     what = "The best's path from the base" if f.population else "The kept lineage"
-    return (f'<p class="note">{what}, oldest first (<code>git log {escape(f.best_branch)}</code> tells the same):</p>'
-            f'<ol class="lineage" id="lineage-list">{"".join(items)}</ol>{moved}{_pool_tree(f)}')
+    return (
+        f'<p class="note">{what}, oldest first (<code>git log {escape(f.best_branch)}</code> tells the same):</p>'
+        f'<ol class="lineage" id="lineage-list">{"".join(items)}</ol>{moved}{_pool_tree(f)}'
+    )
 
 
 def _pool_tree(f: RunFacts) -> str:
@@ -158,12 +168,16 @@ def _pool_tree(f: RunFacts) -> str:
         for c in children.get(label, []):
             screen = f", screen {c.screen['child']:g} against {c.screen['parent']:g}" if c.screen else ""
             audit = f"; audit: {c.audit}" if c.audit else ""
-            items.append(f'<li><b>{escape(c.label)}</b>{" ★" if c.best else ""} {escape(c.title)}: gate {_score(c.gate_candidate)}'
-                         f'{escape(screen)}{escape(audit)}{branch(c.label)}</li>')
+            items.append(
+                f"<li><b>{escape(c.label)}</b>{' ★' if c.best else ''} {escape(c.title)}: gate {_score(c.gate_candidate)}"
+                f"{escape(screen)}{escape(audit)}{branch(c.label)}</li>"
+            )
         return f"<ul>{''.join(items)}</ul>" if items else ""
 
-    return (f'<p class="note">The pool, each member under its parent (base: gate {_score(f.baseline_gate)}{" ★" if f.best_label == "base" else ""}):</p>'
-            f'<div id="pool-tree">{branch("base") or "<p class=note>no child joined the pool</p>"}</div>')
+    return (
+        f'<p class="note">The pool, each member under its parent (base: gate {_score(f.baseline_gate)}{" ★" if f.best_label == "base" else ""}):</p>'
+        f'<div id="pool-tree">{branch("base") or "<p class=note>no child joined the pool</p>"}</div>'
+    )
 
 
 def _cost_table(f: RunFacts) -> str:
@@ -173,13 +187,16 @@ def _cost_table(f: RunFacts) -> str:
     for row in f.costs:
         cells = "".join(
             f'<td class="num">{u.prompt_tokens:,} / {u.completion_tokens:,}{_cached(u)}</td><td class="num">{_cost_html(u)}</td>'
-            if (u := row.roles.get(r)) else "<td></td><td></td>"
+            if (u := row.roles.get(r))
+            else "<td></td><td></td>"
             for r in roles
         )
         rows.append(f"<tr><td>{escape(row.name)}</td>{cells}</tr>")
-    return (f'<table id="cost-table"><tr><th></th>{head}</tr>{"".join(rows)}</table>'
-            '<p class="note"><span class="unknown">unknown</span>: tokens were used but litellm knows no price for the model '
-            "(a local or self-hosted one, say); never counted as $0.</p>")
+    return (
+        f'<table id="cost-table"><tr><th></th>{head}</tr>{"".join(rows)}</table>'
+        '<p class="note"><span class="unknown">unknown</span>: tokens were used but litellm knows no price for the model '
+        "(a local or self-hosted one, say); never counted as $0.</p>"
+    )
 
 
 def _candidates_table(f: RunFacts) -> str:
@@ -188,7 +205,7 @@ def _candidates_table(f: RunFacts) -> str:
     for c in f.candidates:
         rows.append(
             f'<tr class="candidate" id="candidate-{escape(c.label)}"><td><b>{escape(c.label)}</b>{" ★" if c.best else ""}</td><td>{escape(c.parent)}</td>'
-            f"<td>{escape(c.title or '(no patch)')}</td><td class=\"{escape(c.status)}\">{escape(c.verdict)}</td>"
+            f'<td>{escape(c.title or "(no patch)")}</td><td class="{escape(c.status)}">{escape(c.verdict)}</td>'
             f'<td class="num">{_score(c.gate_incumbent)} → {_score(c.gate_candidate)}</td><td class="num">{_gain(c)}</td>'
             f'<td class="num">{_p(c.p_value)}</td><td class="num">{c.looks}</td><td>{escape(c.reason)}</td></tr>'
             f'<tr class="detail"><td></td><td colspan="8">{_candidate_detail(c)}</td></tr>'
@@ -203,7 +220,9 @@ def _candidate_detail(c: Candidate) -> str:
     if c.rationale:
         parts.append(f'<p class="rationale">{escape(c.rationale)}</p>')
     if c.diff:
-        parts.append(f'<details><summary>diff ({c.diff.count(chr(10)) + 1} lines)</summary><pre class="diff">{_diff_html(c.diff)}</pre></details>')
+        parts.append(
+            f'<details><summary>diff ({c.diff.count(chr(10)) + 1} lines)</summary><pre class="diff">{_diff_html(c.diff)}</pre></details>'
+        )
     if c.flips:
         up = sum(x["candidate"] > x["incumbent"] for x in c.flips)
         items = "".join(f"<li>{escape(x['task'])}: {x['incumbent']:.2f} → {x['candidate']:.2f}</li>" for x in c.flips)
@@ -212,11 +231,17 @@ def _candidate_detail(c: Candidate) -> str:
         stats = c.investigation
         done = ", ".join(f"{escape(k)} ×{v}" for k, v in sorted(stats.get("tools", {}).items()))
         where = stats.get("transcript") or stats.get("digest") or stats.get("log") or ""
-        parts.append(f'<details class="investigation"><summary>how it was proposed: {stats.get("turns", stats.get("answers", 1))} turn(s), '
-                     f'{stats.get("tokens", 0):,} tokens, {stats.get("seconds", 0):g} s</summary><p>{done or "one answer"}; '
-                     f'the whole record beside this file: <code>{escape(_relative(where))}</code></p></details>')  # a path, not a link: the page loads nothing
+        parts.append(
+            f'<details class="investigation"><summary>how it was proposed: {stats.get("turns", stats.get("answers", 1))} turn(s), '
+            f"{stats.get('tokens', 0):,} tokens, {stats.get('seconds', 0):g} s</summary><p>{done or 'one answer'}; "
+            f"the whole record beside this file: <code>{escape(_relative(where))}</code></p></details>"
+        )  # a path, not a link: the page loads nothing
     if c.findings:
-        parts.append("<details><summary>static scan</summary><ul>" + "".join(f"<li><code>{escape(x)}</code></li>" for x in c.findings) + "</ul></details>")
+        parts.append(
+            "<details><summary>static scan</summary><ul>"
+            + "".join(f"<li><code>{escape(x)}</code></li>" for x in c.findings)
+            + "</ul></details>"
+        )
     return " ".join(parts) or '<span class="note">nothing more recorded</span>'
 
 
@@ -224,12 +249,17 @@ def _failed_analysis(f: RunFacts) -> str:
     if not f.failed_analysis:
         return '<p class="note">No analysis simulation failed.</p>'
     head = "<tr><th>read by iteration</th><th>task</th><th>trial</th><th>reward</th><th>ended by</th><th>what the harness changed</th><th>turn by turn</th></tr>"
-    rows = "".join(f'<tr class="failed-sim"><td>{escape(r["iteration"])}</td><td><code>{escape(r["task"])}</code></td><td class="num">{r["trial"]}</td>'
-                   f'<td class="num">{_score(r["reward"])}</td><td>{escape(str(r["ended"]))}</td><td>{escape(r["harness"] or "not recorded")}</td>'
-                   f'<td><code>{escape(r["command"])}</code></td></tr>' for r in f.failed_analysis)
-    return (f'<table id="failed-analysis-table">{head}{rows}</table><p class="note">The simulations the proposer read; "what the harness changed" '
-            "compares what tau2 gave the agent and took back with what the model was sent and answered (a change is information, "
-            "not a verdict: a layer that is on makes some on purpose). The command prints the simulation turn by turn.</p>")
+    rows = "".join(
+        f'<tr class="failed-sim"><td>{escape(r["iteration"])}</td><td><code>{escape(r["task"])}</code></td><td class="num">{r["trial"]}</td>'
+        f'<td class="num">{_score(r["reward"])}</td><td>{escape(str(r["ended"]))}</td><td>{escape(r["harness"] or "not recorded")}</td>'
+        f"<td><code>{escape(r['command'])}</code></td></tr>"
+        for r in f.failed_analysis
+    )
+    return (
+        f'<table id="failed-analysis-table">{head}{rows}</table><p class="note">The simulations the proposer read; "what the harness changed" '
+        "compares what tau2 gave the agent and took back with what the model was sent and answered (a change is information, "
+        "not a verdict: a layer that is on makes some on purpose). The command prints the simulation turn by turn.</p>"
+    )
 
 
 def _transfers(f: RunFacts) -> str:
@@ -238,20 +268,30 @@ def _transfers(f: RunFacts) -> str:
     head = "<tr><th>agent model</th><th>user model</th><th>domain</th><th>pair</th><th>A</th><th>B</th><th>effect (interval)</th><th>verdict</th></tr>"
     rows = []
     for t in f.transfers:
-        effect = "" if t["effect"] is None else f"{100 * t['effect']:+.1f}" + (f" ({100 * t['ci'][0]:+.1f} to {100 * t['ci'][1]:+.1f})" if t["ci"] else "")
-        rows.append(f'<tr class="transfer"><td>{escape(t["agent_model"])}</td><td>{escape(t["user_model"])}</td><td>{escape(t["domain"])}</td>'
-                    f'<td>{escape(t["pair"])}</td><td class="num">{_score(t["a"])}</td><td class="num">{_score(t["b"])}</td>'
-                    f'<td class="num">{effect}</td><td>{escape(t["verdict"])}</td></tr>')
+        effect = (
+            ""
+            if t["effect"] is None
+            else f"{100 * t['effect']:+.1f}" + (f" ({100 * t['ci'][0]:+.1f} to {100 * t['ci'][1]:+.1f})" if t["ci"] else "")
+        )
+        rows.append(
+            f'<tr class="transfer"><td>{escape(t["agent_model"])}</td><td>{escape(t["user_model"])}</td><td>{escape(t["domain"])}</td>'
+            f'<td>{escape(t["pair"])}</td><td class="num">{_score(t["a"])}</td><td class="num">{_score(t["b"])}</td>'
+            f'<td class="num">{effect}</td><td>{escape(t["verdict"])}</td></tr>'
+        )
     return f'<table id="transfers-table">{head}{"".join(rows)}</table>'
 
 
 def _triage(f: RunFacts) -> str:
     if not f.triage:
         return '<p class="note">No task flagged: every task measured enough passed sometimes, varied, and failed by the agent\'s doing.</p>'
-    items = "".join(f'<li><code>{escape(t["task"])}</code>: {escape("; ".join(f"{a} ({b})" for a, b in zip(t["flags"], t["why"])))}</li>'
-                    for t in f.triage)
-    return (f'<ul id="triage-list">{items}</ul><p class="note">Tasks that cost simulations and cannot show an effect; '
-            "<code>exclude_tasks</code> leaves them out of a run.</p>")
+    items = "".join(
+        f"<li><code>{escape(t['task'])}</code>: {escape('; '.join(f'{a} ({b})' for a, b in zip(t['flags'], t['why'])))}</li>"
+        for t in f.triage
+    )
+    return (
+        f'<ul id="triage-list">{items}</ul><p class="note">Tasks that cost simulations and cannot show an effect; '
+        "<code>exclude_tasks</code> leaves them out of a run.</p>"
+    )
 
 
 def _holdout(f: RunFacts) -> str:
@@ -259,19 +299,38 @@ def _holdout(f: RunFacts) -> str:
         why = "none was sealed" if not f.task_counts["holdout"] else "the run has not ended, so it was not measured yet"
         return f'<p id="holdout-result">No holdout result: {why}.</p>'
     h = f.holdout
-    return (f'<p id="holdout-result">On {h["tasks"]} sealed task(s) x {h["trials"]} trial(s), never used for any decision: '
-            f'base <b>{_score(h["base"])}</b> → best ({escape(f.best_label)}) <b>{_score(h["best"])}</b>.</p>')
+    return (
+        f'<p id="holdout-result">On {h["tasks"]} sealed task(s) x {h["trials"]} trial(s), never used for any decision: '
+        f"base <b>{_score(h['base'])}</b> → best ({escape(f.best_label)}) <b>{_score(h['best'])}</b>.</p>"
+    )
 
 
 def _settings(f: RunFacts) -> str:
     def table(table_id: str, items: dict) -> str:
-        return f'<table id="{table_id}">' + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in items.items()) + "</table>"
+        return (
+            f'<table id="{table_id}">'
+            + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in items.items())
+            + "</table>"
+        )
 
-    facts = {"repository": f.repo, "base": f"{f.base_branch or 'detached HEAD'} {f.base_commit}", "started": _when(f.created),
-             "tasks": ", ".join(f"{n} {k}" for k, n in f.task_counts.items()), "split": f.split_note}
-    return (table("run-table", facts) + "<h3>Models</h3>" + table("models-table", f.models)
-            + "<h3>Gate</h3>" + table("gate-table", f.gate) + "<h3>Configuration</h3>" + table("settings-table", f.settings)
-            + "<h3>Versions</h3>" + table("versions-table", f.versions))
+    facts = {
+        "repository": f.repo,
+        "base": f"{f.base_branch or 'detached HEAD'} {f.base_commit}",
+        "started": _when(f.created),
+        "tasks": ", ".join(f"{n} {k}" for k, n in f.task_counts.items()),
+        "split": f.split_note,
+    }
+    return (
+        table("run-table", facts)
+        + "<h3>Models</h3>"
+        + table("models-table", f.models)
+        + "<h3>Gate</h3>"
+        + table("gate-table", f.gate)
+        + "<h3>Configuration</h3>"
+        + table("settings-table", f.settings)
+        + "<h3>Versions</h3>"
+        + table("versions-table", f.versions)
+    )
 
 
 def _relative(path: str) -> str:
@@ -283,7 +342,15 @@ def _relative(path: str) -> str:
 def _diff_html(diff: str) -> str:
     out = []
     for line in diff.splitlines():
-        css = "hunk" if line.startswith("@@") else "add" if line.startswith("+") and not line.startswith("+++") else "del" if line.startswith("-") and not line.startswith("---") else ""
+        css = (
+            "hunk"
+            if line.startswith("@@")
+            else "add"
+            if line.startswith("+") and not line.startswith("+++")
+            else "del"
+            if line.startswith("-") and not line.startswith("---")
+            else ""
+        )
         out.append(f'<span class="{css}">{escape(line)}</span>' if css else escape(line))
     return "\n".join(out)
 

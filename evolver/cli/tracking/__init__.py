@@ -24,8 +24,10 @@ def require(track: str) -> None:
     try:
         __import__(track)
     except ImportError as exc:
-        raise UsageError(f"track = {track} needs the {track} package, which cannot be imported ({exc}); "
-                         f"install it with `{INSTALL[track]}`, or set track = off") from None
+        raise UsageError(
+            f"track = {track} needs the {track} package, which cannot be imported ({exc}); "
+            f"install it with `{INSTALL[track]}`, or set track = off"
+        ) from None
 
 
 def subscribe(events: Events, run: RunDir, track: str, console: Console) -> None:
@@ -39,6 +41,8 @@ def subscribe(events: Events, run: RunDir, track: str, console: Console) -> None
         tracker = MlflowTracker(run, console)
     except Exception as exc:  # a tracking URI that is wrong or unreachable: say so in one line
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise UsageError(f"MLflow tracking could not start ({type(exc).__name__}: {first}); fix MLFLOW_TRACKING_URI or set track = off, "
-                         f"then continue with `evolver run --resume {run.run_id}`") from None
+        raise UsageError(
+            f"MLflow tracking could not start ({type(exc).__name__}: {first}); fix MLFLOW_TRACKING_URI or set track = off, "
+            f"then continue with `evolver run --resume {run.run_id}`"
+        ) from None
     events.subscribe(tracker)

@@ -65,8 +65,10 @@ class MlflowTracker:
             except Exception as exc:  # the tracker's fault must never stop a run that costs money
                 self.broken = True
                 first = (str(exc).splitlines() or [type(exc).__name__])[0]
-                self.console.print(f"[yellow]warning:[/yellow] MLflow tracking stopped ({type(exc).__name__}: {first}); "
-                                   f"the run goes on and {self.run.path} keeps every result")
+                self.console.print(
+                    f"[yellow]warning:[/yellow] MLflow tracking stopped ({type(exc).__name__}: {first}); "
+                    f"the run goes on and {self.run.path} keeps every result"
+                )
 
     def _on(self, event: ev.Event) -> None:
         if isinstance(event, ev.Baseline):
@@ -111,9 +113,15 @@ class MlflowTracker:
             letter = cand.label.lstrip(string.digits)  # "3b" -> "b"; "" when the iteration has one candidate
             prefix = f"candidate_{letter}" if letter else "candidate"
             last = cand.verdicts[-1] if cand.verdicts else {}
-            values.update({f"{prefix}/gate": cand.gate_candidate, f"{prefix}/effect": last.get("effect"),
-                           f"{prefix}/ci_low": last.get("ci_low"), f"{prefix}/p_value": last.get("p_value"),
-                           f"{prefix}/accepted": 1.0 if cand.status == "accepted" else 0.0})
+            values.update(
+                {
+                    f"{prefix}/gate": cand.gate_candidate,
+                    f"{prefix}/effect": last.get("effect"),
+                    f"{prefix}/ci_low": last.get("ci_low"),
+                    f"{prefix}/p_value": last.get("p_value"),
+                    f"{prefix}/accepted": 1.0 if cand.status == "accepted" else 0.0,
+                }
+            )
         for role, usage in record.usage.items():
             cost = cost_of(usage)
             values[f"tokens/{role}"] = cost.tokens
@@ -127,8 +135,13 @@ class MlflowTracker:
         state = self.run.state()
         totals = {f"total_tokens/{role}": cost_of(u).tokens for role, u in state.usage.items()}
         totals.update({f"total_cost_usd/{role}": cost_of(u).usd for role, u in state.usage.items() if cost_of(u).usd is not None})
-        totals.update({"decisions": state.decisions, "expected_false_keeps": state.decisions * self.run.manifest().gate["alpha"],
-                       "best_iteration": state.incumbent})
+        totals.update(
+            {
+                "decisions": state.decisions,
+                "expected_false_keeps": state.decisions * self.run.manifest().gate["alpha"],
+                "best_iteration": state.incumbent,
+            }
+        )
         self._log(metrics=self._step(state.next_iteration - 1, totals), tags=[RunTag("evolver.best_commit", state.incumbent_commit)])
         if how == "stopped":
             self.client.log_artifact(self.mlflow_run_id, str(write_report(self.run)))
@@ -146,29 +159,41 @@ class MlflowTracker:
             logged = {(key, m.step) for key in MARKERS for m in self.client.get_metric_history(run_id, key)}
             return run_id, logged
         manifest = self.run.manifest()
-        run = self.client.create_run(experiment_id, run_name=self.run.run_id, tags={
-            RUN_TAG: self.run.run_id, "evolver.repo": manifest.repo, "evolver.best_branch": f"evolver/{self.run.run_id}/best",
-            "evolver.base_commit": manifest.base_commit,
-        })
-        params = {**{f"config.{k}": v for k, v in manifest.config.items()},
-                  **{f"model.{role}": m.model for role, m in manifest.models.items()},
-                  **{f"gate.{k}": v for k, v in manifest.gate.items()},
-                  **{f"version.{k}": v for k, v in manifest.versions.items()},
-                  "tasks.analysis": len(manifest.analysis_tasks), "tasks.gate": len(manifest.gate_tasks),
-                  "tasks.holdout": len(manifest.holdout_tasks), "split_note": manifest.split_note}
+        run = self.client.create_run(
+            experiment_id,
+            run_name=self.run.run_id,
+            tags={
+                RUN_TAG: self.run.run_id,
+                "evolver.repo": manifest.repo,
+                "evolver.best_branch": f"evolver/{self.run.run_id}/best",
+                "evolver.base_commit": manifest.base_commit,
+            },
+        )
+        params = {
+            **{f"config.{k}": v for k, v in manifest.config.items()},
+            **{f"model.{role}": m.model for role, m in manifest.models.items()},
+            **{f"gate.{k}": v for k, v in manifest.gate.items()},
+            **{f"version.{k}": v for k, v in manifest.versions.items()},
+            "tasks.analysis": len(manifest.analysis_tasks),
+            "tasks.gate": len(manifest.gate_tasks),
+            "tasks.holdout": len(manifest.holdout_tasks),
+            "split_note": manifest.split_note,
+        }
         items = [Param(k, _param(v)) for k, v in params.items()]
         for i in range(0, len(items), BATCH):
-            self.client.log_batch(run.info.run_id, params=items[i:i + BATCH])
+            self.client.log_batch(run.info.run_id, params=items[i : i + BATCH])
         return run.info.run_id, set()
 
     def _step(self, step: int, values: dict) -> list[Metric]:
         now = int(time.time() * 1000)
-        return [Metric(key, float(value), now, step) for key, value in values.items() if value is not None and (key, step) not in self.logged]
+        return [
+            Metric(key, float(value), now, step) for key, value in values.items() if value is not None and (key, step) not in self.logged
+        ]
 
     def _log(self, metrics: list[Metric] = (), tags: list[RunTag] = ()) -> None:
         metrics, tags = list(metrics), list(tags)
         for i in range(0, max(len(metrics), len(tags)), BATCH):
-            self.client.log_batch(self.mlflow_run_id, metrics=metrics[i:i + BATCH], tags=tags[i:i + BATCH])
+            self.client.log_batch(self.mlflow_run_id, metrics=metrics[i : i + BATCH], tags=tags[i : i + BATCH])
         self.logged.update((m.key, m.step) for m in metrics)
 
 

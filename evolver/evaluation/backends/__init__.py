@@ -40,8 +40,7 @@ class Backend(Protocol):
         """Evaluate; simulations already recorded in req.out_dir are kept, not run again. Thread-safe:
         the candidates of an iteration are evaluated at once."""
 
-    def list_tasks(self, req: EvalRequest) -> TaskListing:
-        ...
+    def list_tasks(self, req: EvalRequest) -> TaskListing: ...
 
     def cancel(self) -> None:
         """From any thread: every evaluation in flight stops and raises Cancelled."""
@@ -49,11 +48,9 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release what the backend started (connections, a local Ray instance)."""
 
-    def __enter__(self) -> "Backend":
-        ...
+    def __enter__(self) -> "Backend": ...
 
-    def __exit__(self, *exc) -> None:
-        ...
+    def __exit__(self, *exc) -> None: ...
 
 
 def make_backend(name: str, ray_address: str = "", rate_limits: Optional[dict] = None) -> Backend:

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from evolver import ratelimit
-from evolver.ratelimit.service import Service
 from evolver.data import EvalRequest, EvalResult
 from evolver.errors import UsageError
 from evolver.evaluation import zygote_client
 from evolver.evaluation.backends import Cancelled, Progress, TaskListing
 from evolver.evaluation.backends.results import eval_result
+from evolver.ratelimit.service import Service
 from evolver.store.evaldir import EvalDir
 
 # Workers per evaluation: tau2's simulations are partly CPU-bound under one GIL,
@@ -165,8 +165,14 @@ class LocalBackend:
                 self.idle.append(zygote)
 
 
-def _run_worker(zygote: Zygote, req: EvalRequest, timeout: float, cancelled: threading.Event,
-                on_tick: Optional[Callable[[], None]] = None, throttled: Callable[[], float] = lambda: 0.0) -> tuple[dict, Optional[str], int]:
+def _run_worker(
+    zygote: Zygote,
+    req: EvalRequest,
+    timeout: float,
+    cancelled: threading.Event,
+    on_tick: Optional[Callable[[], None]] = None,
+    throttled: Callable[[], float] = lambda: 0.0,
+) -> tuple[dict, Optional[str], int]:
     """Run the workers of one evaluation to the end, the time limit (the time during which calls waited
     for the rate limit, ``throttled``, not counted) or a cancel. Returns (merged status, why they were
     stopped, worst exit code)."""
@@ -210,8 +216,15 @@ def _list_tasks(zygote: Zygote, req: EvalRequest, cancelled: threading.Event) ->
     return TaskListing(tasks=status["tasks"], splits=status.get("splits") or {}, identifiers=status.get("identifiers") or [])
 
 
-def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_progress: Optional[Progress],
-              cancelled: threading.Event, throttled: Callable[[], float]) -> EvalResult:
+def _evaluate(
+    zygote: Zygote,
+    req: EvalRequest,
+    run_id: str,
+    timeout: float,
+    on_progress: Optional[Progress],
+    cancelled: threading.Event,
+    throttled: Callable[[], float],
+) -> EvalResult:
     evaluation = EvalDir(req.out_dir)
     started = time.monotonic()
 
@@ -232,8 +245,16 @@ def _evaluate(zygote: Zygote, req: EvalRequest, run_id: str, timeout: float, on_
     task_ids = status.get("tasks") or []
     if on_progress:
         on_progress(*tally.progress(len(task_ids) * req.trials))
-    return eval_result(req, run_id, evaluation, task_ids, isolation=status.get("isolation") or {},
-                       candidate_error=candidate_error, note=note, duration=time.monotonic() - started)
+    return eval_result(
+        req,
+        run_id,
+        evaluation,
+        task_ids,
+        isolation=status.get("isolation") or {},
+        candidate_error=candidate_error,
+        note=note,
+        duration=time.monotonic() - started,
+    )
 
 
 def open_local(*, ray_address: str = "", rate_limits: Optional[dict] = None) -> LocalBackend:

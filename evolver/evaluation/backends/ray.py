@@ -18,11 +18,8 @@ runtime_env's variables, values included, into every node's runtime_env_agent.lo
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
-import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -34,12 +31,11 @@ from typing import Optional
 from evolver import ratelimit
 from evolver.data import EvalRequest, EvalResult, SimRecord
 from evolver.errors import UsageError
-from evolver.evaluation.backends import Cancelled, Progress, TaskListing, ray_limits, ray_node
+from evolver.evaluation.backends import Cancelled, Progress, TaskListing, ray_limits, ray_node, ray_start
 from evolver.evaluation.backends.local import WORKER_PROCESSES
 from evolver.evaluation.backends.results import eval_result  # the result is built as the local backend builds it
 from evolver.store.evaldir import EvalDir
 
-OBJECT_STORE_BYTES = 128 * 1024 * 1024  # a local instance moves only records, trajectories and small archives
 # Simulations one Ray task runs at once: the request's concurrency is shared out in groups of about
 # this size, one Ray task per group, all at once, but no more groups than the cluster has CPUs for
 # their worker processes (each group starts the local backend's two): every worker pays a start
@@ -58,9 +54,30 @@ WAIT = 0.2  # seconds between the driver's looks at cancel and the clock
 # The driver's variables that describe its own machine or session rather than the evaluation:
 # on a node, the node's own values stand. Everything else (provider keys and endpoints, EVOLVER_*
 # settings, PYTHONPATH) reaches the node's workers, as the local backend's workers get it.
-MACHINE_LOCAL = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "SHLVL", "HOSTNAME", "TERM", "TMPDIR",
-                 "TEMP", "TMP", "DISPLAY", "MAIL", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONEXECUTABLE", "_",
-                 "EVOLVER_RUNTIME_DIR", "EVOLVER_ZYGOTE_IDLE", "EVOLVER_ZYGOTE_FD"}
+MACHINE_LOCAL = {
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "PWD",
+    "OLDPWD",
+    "SHLVL",
+    "HOSTNAME",
+    "TERM",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "DISPLAY",
+    "MAIL",
+    "VIRTUAL_ENV",
+    "PYTHONHOME",
+    "PYTHONEXECUTABLE",
+    "_",
+    "EVOLVER_RUNTIME_DIR",
+    "EVOLVER_ZYGOTE_IDLE",
+    "EVOLVER_ZYGOTE_FD",
+}
 MACHINE_LOCAL_PREFIXES = ("LD_", "XDG_", "SSH_", "DBUS_", "RAY_", "CONDA_", "LC_")
 
 
@@ -99,7 +116,7 @@ class RayBackend:
         self.listings: dict[tuple, TaskListing] = {}
         self.closed = False
         try:
-            _start(self.ray, address, self.root)
+            ray_start.start(self.ray, address, self.root)
         except BaseException:  # a refused address, or Ctrl-C while Ray starts
             self.ray.shutdown()
             if self.root is not None:
@@ -176,7 +193,7 @@ class RayBackend:
             ratelimit.install(self.previous_limiter)
         self.ray.shutdown()
         if self.root is not None:
-            _await_zygotes(self.root / "zygote")
+            ray_start.await_zygotes(self.root / "zygote")
             shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "RayBackend":
@@ -186,27 +203,6 @@ class RayBackend:
         self.close()
 
 
-def _start(ray, address: str, root: Optional[Path]) -> None:
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # Ray would report usage over the network
-    # ray.init replaces the SIGTERM handler with sys.exit; evolver's own (a clean, resumable stop) stays.
-    previous = signal.getsignal(signal.SIGTERM)
-    quiet = dict(log_to_driver=False, logging_level=logging.ERROR, runtime_env={"env_vars": _node_settings(root)})
-    try:
-        if root is not None:  # "local": a new instance even where RAY_ADDRESS or a running cluster would be joined
-            ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=OBJECT_STORE_BYTES,
-                     include_dashboard=False, _temp_dir=str(root / "ray"), **quiet)
-        else:
-            _check_reachable(address)
-            try:
-                ray.init(address=address, **quiet)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise UsageError(f"cannot join the Ray cluster at '{address}' ({str(exc).strip().splitlines()[0]}); start one "
-                                 "(ray start --head) or fix --ray-address; a cluster with token authentication needs RAY_AUTH_MODE=token") from None
-    finally:
-        if threading.current_thread() is threading.main_thread() and previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
 def _limiter_actor(ray, rate_limits: dict):
     """The cluster's one rate limiter (ray_limits.LimiterActor), on the driver's node where Ray can: its node
     is then lost only with the driver. It asks for no CPU; its calls never block."""
@@ -214,44 +210,6 @@ def _limiter_actor(ray, rate_limits: dict):
 
     here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
     return ray.remote(num_cpus=0, max_restarts=0)(ray_limits.LimiterActor).options(scheduling_strategy=here).remote(rate_limits)
-
-
-def _check_reachable(address: str) -> None:
-    """Ray retries an address that does not answer for minutes: try it once first, for 5 s."""
-    if address == "auto":
-        return  # Ray finds it (RAY_ADDRESS, or the cluster `ray start` runs here) or says at once that there is none
-    host, _, port = address.split("://")[-1].rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except ValueError:
-        raise UsageError(f"--ray-address '{address}' is neither HOST:PORT of a Ray head node nor auto") from None
-    except OSError as exc:
-        raise UsageError(f"cannot reach a Ray cluster at '{address}' ({exc}); start it, or give auto for the one `ray start` runs here") from None
-
-
-def _node_settings(root: Optional[Path]) -> dict:
-    """What the Ray worker processes need before they start a zygote; nothing secret (Ray logs these)."""
-    settings = {k: os.environ[k] for k in ("PYTHONPATH", "EVOLVER_ZYGOTE_IDLE") if k in os.environ}
-    if root is not None:
-        # A zygote of this instance's own, that exits with the last Ray worker holding it (ray_node._keep_zygote_warm).
-        settings.update(EVOLVER_RUNTIME_DIR=str(root / "zygote"), EVOLVER_ZYGOTE_IDLE="0")
-    return settings
-
-
-def _await_zygotes(directory: Path, timeout: float = 10.0) -> None:
-    """Wait until no zygote of a stopped local instance answers (its Ray workers are gone, so are its clients)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_answers(p) for p in directory.glob("zygote-*.sock")):
-        time.sleep(0.1)
-
-
-def _answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass
@@ -285,7 +243,9 @@ class _Evaluation:
             while self.inflight:
                 if self.stop.is_set():
                     raise Cancelled("the evaluation was cancelled")
-                if time.monotonic() > deadline and time.monotonic() > deadline + self.backend.throttled() - throttled:  # waits for the rate limit not counted
+                if (
+                    time.monotonic() > deadline and time.monotonic() > deadline + self.backend.throttled() - throttled
+                ):  # waits for the rate limit not counted
                     self.notes.append(f"the worker was stopped at the wall-clock limit of {timeout:g} s")
                     break
                 ready, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=WAIT)
@@ -309,7 +269,12 @@ class _Evaluation:
     def _dispatch(self, group: _Group) -> None:
         group.attempts += 1
         sub = self.req.model_copy(update={"task_ids": group.tasks, "num_tasks": None, "concurrency": group.concurrency})
-        done = [self.done[(t, trial)].model_dump_json() + "\n" for t in group.tasks for trial in range(self.req.trials) if (t, trial) in self.done]
+        done = [
+            self.done[(t, trial)].model_dump_json() + "\n"
+            for t in group.tasks
+            for trial in range(self.req.trials)
+            if (t, trial) in self.done
+        ]
         job = {"request": sub.model_dump(mode="json"), "done": done, "timeout": self.timeout}
         job["rate_limits"] = self.backend.rate_limits  # a node's share of them, should the cluster's limiter be lost
         task = self.backend.run_group.options(num_cpus=min(1.0, group.concurrency / SIMULATIONS_PER_CPU), scheduling_strategy="SPREAD")
@@ -345,7 +310,9 @@ class _Evaluation:
         if group.attempts < ATTEMPTS:
             self._dispatch(group)  # its finished simulations stay; the others run again
         else:
-            self.notes.append(f"a Ray task failed {ATTEMPTS} times for task(s) {', '.join(group.tasks)} ({reason}); see {self.evaluation.log_file}")
+            self.notes.append(
+                f"a Ray task failed {ATTEMPTS} times for task(s) {', '.join(group.tasks)} ({reason}); see {self.evaluation.log_file}"
+            )
 
     def _write(self, item: dict, group: _Group) -> None:
         record = SimRecord.model_validate_json(item["record"])
@@ -396,9 +363,13 @@ class _Evaluation:
     def _write_status(self) -> None:
         """The evaluation's status, in the local backend's place and shape (benchmarks read its times)."""
         running = [e["running_at"] for e in self.ends if e["running_at"]]
-        status = {"state": "candidate_error" if self._candidate_error() else "done", "tasks": self.tasks,
-                  "isolation": self._isolation(), "running_at": min(running, default=None),
-                  "done_at": max((e["done_at"] for e in self.ends if e["done_at"]), default=None)}
+        status = {
+            "state": "candidate_error" if self._candidate_error() else "done",
+            "tasks": self.tasks,
+            "isolation": self._isolation(),
+            "running_at": min(running, default=None),
+            "done_at": max((e["done_at"] for e in self.ends if e["done_at"]), default=None),
+        }
         self.evaluation.write_status(0, **status)
 
     def _candidate_error(self) -> Optional[str]:
@@ -412,8 +383,16 @@ class _Evaluation:
         notes = self.notes + [e["worker_note"].replace(e["out_dir"], str(self.evaluation.path)) for e in self.ends if e["worker_note"]]
         note = "; ".join(dict.fromkeys(notes)) or None
         self._progress()
-        return eval_result(req, run_id, self.evaluation, self.tasks, isolation=self._isolation(),
-                           candidate_error=candidate_error, note=note, duration=duration)
+        return eval_result(
+            req,
+            run_id,
+            self.evaluation,
+            self.tasks,
+            isolation=self._isolation(),
+            candidate_error=candidate_error,
+            note=note,
+            duration=duration,
+        )
 
 
 def open_ray(*, ray_address: str = "", rate_limits: Optional[dict] = None) -> RayBackend:

@@ -66,7 +66,9 @@ class RemoteLimiter:
         if self.fallback is None:
             try:
                 self._refresh()
-                delay, ticket = self.ray.get(self.actor.reserve.remote(key, tokens, list(ticket[1:]) if ticket else None), timeout=CALL_TIMEOUT)
+                delay, ticket = self.ray.get(
+                    self.actor.reserve.remote(key, tokens, list(ticket[1:]) if ticket else None), timeout=CALL_TIMEOUT
+                )
                 return delay, ("actor", *ticket)
             except Exception as exc:  # noqa: BLE001 - any way of losing the actor (Ray raises a bare Exception for a gone one)
                 self._fall_back(exc)
@@ -115,12 +117,16 @@ class RemoteLimiter:
             share = {name: Limit(**{k: v / nodes for k, v in limit.items()}) for name, limit in self.limits.items()}
             for key, lane in self.rates.items():  # what the actor had learnt or been told, for lanes not configured
                 if lane.get("rpm") or lane.get("tpm"):
-                    share.setdefault(key, Limit(rpm=lane["rpm"] / nodes if lane.get("rpm") else None,
-                                                tpm=lane["tpm"] / nodes if lane.get("tpm") else None))
+                    share.setdefault(
+                        key,
+                        Limit(rpm=lane["rpm"] / nodes if lane.get("rpm") else None, tpm=lane["tpm"] / nodes if lane.get("tpm") else None),
+                    )
             self.fallback = Limiter(share)
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        self.say(f"the cluster's rate limiter was lost ({type(exc).__name__}: {reason}); this process goes on with 1/{nodes} "
-                 f"of the limits on its own ({', '.join(f'{k}: {_text(v)}' for k, v in share.items()) or 'none known yet: learnt again'})")
+        self.say(
+            f"the cluster's rate limiter was lost ({type(exc).__name__}: {reason}); this process goes on with 1/{nodes} "
+            f"of the limits on its own ({', '.join(f'{k}: {_text(v)}' for k, v in share.items()) or 'none known yet: learnt again'})"
+        )
 
     def _nodes(self) -> list[dict]:
         try:

@@ -148,12 +148,17 @@ def _closing(outcome: dict, evaluation: EvalDir) -> dict:
         raise error  # the driver counts the group as failed and sends its unfinished simulations again
     result = outcome["result"]
     statuses = evaluation.statuses()
-    return {"end": {
-        "candidate_error": result.candidate_error, "worker_note": result.worker_note, "isolation": result.isolation,
-        "running_at": min((s["running_at"] for s in statuses if "running_at" in s), default=None),
-        "done_at": max((s["done_at"] for s in statuses if "done_at" in s), default=None),
-        "out_dir": str(evaluation.path), "log": evaluation.log_tail(LOG_TAIL),
-    }}
+    return {
+        "end": {
+            "candidate_error": result.candidate_error,
+            "worker_note": result.worker_note,
+            "isolation": result.isolation,
+            "running_at": min((s["running_at"] for s in statuses if "running_at" in s), default=None),
+            "done_at": max((s["done_at"] for s in statuses if "done_at" in s), default=None),
+            "out_dir": str(evaluation.path),
+            "log": evaluation.log_tail(LOG_TAIL),
+        }
+    }
 
 
 _warm: Optional[zygote_client.Connection] = None

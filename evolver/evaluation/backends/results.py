@@ -13,22 +13,41 @@ from evolver.evaluation.metrics import summarize
 from evolver.store.evaldir import EvalDir
 
 
-def eval_result(req: EvalRequest, run_id: str, evaluation: EvalDir, task_ids: list[str], *, isolation: dict,
-                candidate_error: Optional[str], note: Optional[str], duration: float) -> EvalResult:
+def eval_result(
+    req: EvalRequest,
+    run_id: str,
+    evaluation: EvalDir,
+    task_ids: list[str],
+    *,
+    isolation: dict,
+    candidate_error: Optional[str],
+    note: Optional[str],
+    duration: float,
+) -> EvalResult:
     """The result of ``req`` from what its folder holds now."""
     records = complete(evaluation.records(), task_ids, req.trials, candidate_error, note)
     return EvalResult(
-        run_id=run_id, checkout=req.checkout, domain=req.domain, split=req.split,
-        task_ids=task_ids, trials=req.trials, seed=req.seed, max_steps=req.max_steps,
+        run_id=run_id,
+        checkout=req.checkout,
+        domain=req.domain,
+        split=req.split,
+        task_ids=task_ids,
+        trials=req.trials,
+        seed=req.seed,
+        max_steps=req.max_steps,
         models={"agent": req.agent, "user": req.user, "judge": req.judge},
-        harness=harness_switches(Path(req.checkout)), isolation=isolation,
-        candidate_error=candidate_error, worker_note=note,
+        harness=harness_switches(Path(req.checkout)),
+        isolation=isolation,
+        candidate_error=candidate_error,
+        worker_note=note,
         summary=summarize(records, len(task_ids), req.trials, duration),
         simulations=records,
     )
 
 
-def complete(records: list[SimRecord], task_ids: list[str], trials: int, candidate_error: Optional[str], note: Optional[str]) -> list[SimRecord]:
+def complete(
+    records: list[SimRecord], task_ids: list[str], trials: int, candidate_error: Optional[str], note: Optional[str]
+) -> list[SimRecord]:
     """One record per task x trial: the worker's, or a stand-in saying why it is missing."""
     have = {(r.task_id, r.trial): r for r in records}
     full = []
@@ -36,9 +55,18 @@ def complete(records: list[SimRecord], task_ids: list[str], trials: int, candida
         for task in task_ids:
             rec = have.get((task, trial))
             if rec is None and candidate_error:
-                rec = SimRecord(task_id=task, trial=trial, outcome="failed", reward=0.0, termination_reason="agent_error", error=candidate_error)
+                rec = SimRecord(
+                    task_id=task, trial=trial, outcome="failed", reward=0.0, termination_reason="agent_error", error=candidate_error
+                )
             elif rec is None:
-                rec = SimRecord(task_id=task, trial=trial, outcome="infra_error", termination_reason="infra_error", error_role="worker", error=note or "not run")
+                rec = SimRecord(
+                    task_id=task,
+                    trial=trial,
+                    outcome="infra_error",
+                    termination_reason="infra_error",
+                    error_role="worker",
+                    error=note or "not run",
+                )
             full.append(rec)
     return full
 

@@ -12,8 +12,9 @@ from evolver.evaluation.scan.syntax import mentions, name_chain
 FORBIDDEN_METHODS = set("home cwd symlink_to hardlink_to unlink rmdir rename chmod lchmod".split())
 
 # Calls whose path argument must be built from HERE or __file__.
-PATH_TAKERS = set("open io.open os.open codecs.open pathlib.Path pathlib.PosixPath "
-                  "os.listdir os.scandir os.walk glob.glob glob.iglob".split())
+PATH_TAKERS = set(
+    "open io.open os.open codecs.open pathlib.Path pathlib.PosixPath os.listdir os.scandir os.walk glob.glob glob.iglob".split()
+)
 PATH_KEYWORDS = ("file", "path", "pathname", "top")
 ANCHORS = ("HERE", "__file__")
 

@@ -16,19 +16,19 @@ FORBIDDEN: dict[str, str] = {
     name: rule
     for rule, names in {
         "process": "subprocess multiprocessing pty signal _posixsubprocess posix nt concurrent.futures.process "
-                   "concurrent.futures.ProcessPoolExecutor os.system os.popen os.fork os.forkpty os.kill "
-                   "os.killpg os.setsid os._exit os.abort",
+        "concurrent.futures.ProcessPoolExecutor os.system os.popen os.fork os.forkpty os.kill "
+        "os.killpg os.setsid os._exit os.abort",
         "network": "socket _socket ssl http urllib urllib3 requests httpx aiohttp websockets websocket ftplib "
-                   "smtplib poplib imaplib nntplib telnetlib xmlrpc socketserver asyncio webbrowser",
+        "smtplib poplib imaplib nntplib telnetlib xmlrpc socketserver asyncio webbrowser",
         "native-code": "ctypes _ctypes cffi mmap",
         "environment": "os.environ os.environb os.getenv os.getenvb os.putenv os.unsetenv dotenv",
         "filesystem": "shutil os.chdir os.fchdir os.remove os.unlink os.rename os.renames os.replace os.rmdir "
-                      "os.removedirs os.makedirs os.mkdir os.symlink os.link os.chmod os.chown os.lchown "
-                      "os.truncate os.getcwd os.getcwdb os.path.expanduser pathlib.Path.home pathlib.Path.cwd",
+        "os.removedirs os.makedirs os.mkdir os.symlink os.link os.chmod os.chown os.lchown "
+        "os.truncate os.getcwd os.getcwdb os.path.expanduser pathlib.Path.home pathlib.Path.cwd",
         "interpreter": "importlib builtins gc inspect pickle _pickle marshal shelve dill copyreg atexit runpy code "
-                       "codeop pkgutil zipimport imp sys.modules sys.path sys.meta_path sys.path_hooks "
-                       "sys.path_importer_cache sys.settrace sys.setprofile sys._getframe sys.addaudithook "
-                       "threading.settrace threading.setprofile types.CodeType types.FunctionType",
+        "codeop pkgutil zipimport imp sys.modules sys.path sys.meta_path sys.path_hooks "
+        "sys.path_importer_cache sys.settrace sys.setprofile sys._getframe sys.addaudithook "
+        "threading.settrace threading.setprofile types.CodeType types.FunctionType",
         "model-settings": "litellm openai anthropic",
     }.items()
     for name in names.split()
@@ -46,10 +46,13 @@ FORBIDDEN_NAMES = {name: "interpreter" for name in "exec eval compile __import__
 FORBIDDEN_NAMES["environ"] = "environment"
 
 # Attributes refused on any object: frames, code objects, the class graph, the environment.
-FORBIDDEN_ATTRS = {name: "interpreter" for name in (
-    "__subclasses__ __globals__ __code__ __closure__ __builtins__ __bases__ __mro__ __loader__ __spec__ "
-    "__import__ f_back f_globals f_locals f_code f_builtins tb_frame gi_frame cr_frame ag_frame"
-).split()}
+FORBIDDEN_ATTRS = {
+    name: "interpreter"
+    for name in (
+        "__subclasses__ __globals__ __code__ __closure__ __builtins__ __bases__ __mro__ __loader__ __spec__ "
+        "__import__ f_back f_globals f_locals f_code f_builtins tb_frame gi_frame cr_frame ag_frame"
+    ).split()
+}
 FORBIDDEN_ATTRS.update(environ="environment", parents="filesystem")
 ENV_READERS = ("os.environ.get", "os.getenv")  # with one of AGENT_ENV's names written out: allowed
 REFLECTIVE = ("getattr", "setattr", "delattr")

@@ -7,8 +7,17 @@ import ast
 
 from evolver.evaluation.scan.filesystem import ANCHORS, FORBIDDEN_METHODS, PATH_KEYWORDS, PATH_PATTERNS, PATH_TAKERS, leaves_agent
 from evolver.evaluation.scan.findings import short
-from evolver.evaluation.scan.forbidden import (ENV_READERS, FORBIDDEN_ATTRS, FORBIDDEN_NAMES, REFLECTED_MODULES, REFLECTIVE,
-                                               TAU2_IN_TEXT, agent_env_name, refusal, star_rule)
+from evolver.evaluation.scan.forbidden import (
+    ENV_READERS,
+    FORBIDDEN_ATTRS,
+    FORBIDDEN_NAMES,
+    REFLECTED_MODULES,
+    REFLECTIVE,
+    TAU2_IN_TEXT,
+    agent_env_name,
+    refusal,
+    star_rule,
+)
 from evolver.evaluation.scan.model_settings import DICT_MUTATORS, LLM_ATTRS, MODEL_KEYWORDS, is_llm_args, is_model_from_tau2
 from evolver.evaluation.scan.syntax import line_at, mentions, name_chain
 from evolver.evaluation.scan.taskdata import data_hits

@@ -91,10 +91,16 @@ def run(req: EvalRequest) -> None:
     staging = Path(tempfile.mkdtemp(prefix="evolver-agent-"))
     try:
         proxy_agent.settings = proxy_agent.Settings(
-            role=req.agent, source=stage_candidate(Path(req.checkout), staging), scratch_root=staging,
-            sandbox=req.sandbox, limits={"memory_mb": req.agent_memory_mb}, turn_timeout=req.agent_timeout,
-            completion=recording(retrying(litellm.completion, req.llm_retries, "agent")), factory=WorkerConnection.from_environment(),
-            max_steps=req.max_steps, names=req.agent.agent_names(),
+            role=req.agent,
+            source=stage_candidate(Path(req.checkout), staging),
+            scratch_root=staging,
+            sandbox=req.sandbox,
+            limits={"memory_mb": req.agent_memory_mb},
+            turn_timeout=req.agent_timeout,
+            completion=recording(retrying(litellm.completion, req.llm_retries, "agent")),
+            factory=WorkerConnection.from_environment(),
+            max_steps=req.max_steps,
+            names=req.agent.agent_names(),
         )
         checked = check_candidate(proxy_agent.settings)
         try:
@@ -116,13 +122,26 @@ def _simulate(req: EvalRequest, tasks: list, checked) -> None:
     recorder = Recorder(req, tau2.run.run_task, len(tasks) * req.trials)
     tau2.run.run_task = recorder
     tau2.run.evaluate_simulation = recorder.keeping_simulation(tau2.run.evaluate_simulation)
-    proxy_agent.pool = proxy_agent.AgentPool(proxy_agent.settings, lambda: min(req.concurrency, PREFORK, recorder.waiting()), ready=(checked,))
-    grid = dict(domain=req.domain, agent=AGENT_NAME, user="user_simulator",
-                llm_agent=req.agent.model, llm_args_agent=req.agent.litellm_args(),
-                llm_user=req.user.model, llm_args_user=req.user.litellm_args(),
-                num_trials=req.trials, max_steps=req.max_steps, max_errors=req.max_errors,
-                save_to=None, console_display=False, max_concurrency=req.concurrency,
-                seed=req.seed, log_level="ERROR")
+    proxy_agent.pool = proxy_agent.AgentPool(
+        proxy_agent.settings, lambda: min(req.concurrency, PREFORK, recorder.waiting()), ready=(checked,)
+    )
+    grid = dict(
+        domain=req.domain,
+        agent=AGENT_NAME,
+        user="user_simulator",
+        llm_agent=req.agent.model,
+        llm_args_agent=req.agent.litellm_args(),
+        llm_user=req.user.model,
+        llm_args_user=req.user.litellm_args(),
+        num_trials=req.trials,
+        max_steps=req.max_steps,
+        max_errors=req.max_errors,
+        save_to=None,
+        console_display=False,
+        max_concurrency=req.concurrency,
+        seed=req.seed,
+        log_level="ERROR",
+    )
     try:
         tau2.run.run_tasks(tasks=tasks, **grid)
         again = set(recorder.second_chance())  # tau2 draws a trial's seed from the request's seed alone: the same seeds again

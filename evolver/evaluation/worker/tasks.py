@@ -39,7 +39,11 @@ def resolve_tasks(req: EvalRequest) -> list:
         unknown = [t for t in req.task_ids if t not in by_id]
         if unknown:
             where = f"{req.domain}/{req.split}" if req.split else req.domain
-            raise Stop("usage_error", f"unknown task id(s) in {where}: {', '.join(unknown)}; list them with `evolver tasks {req.domain}`", EXIT_USAGE)
+            raise Stop(
+                "usage_error",
+                f"unknown task id(s) in {where}: {', '.join(unknown)}; list them with `evolver tasks {req.domain}`",
+                EXIT_USAGE,
+            )
         tasks = [by_id[t] for t in req.task_ids]
     if req.num_tasks:
         tasks = tasks[: req.num_tasks]

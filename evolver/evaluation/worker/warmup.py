@@ -9,15 +9,20 @@ from evolver.llm import prepare_environment
 def preload() -> None:
     """Import what every worker needs (the zygote does this once, before forking)."""
     prepare_environment()
+    import tomllib  # noqa: F401 - what the agent template imports besides tau2
+
+    import landlock  # noqa: E401, F401 - an agent process confines itself right after the fork
     import litellm  # noqa: F401
     import loguru  # noqa: F401
+    import tau2.environment.tool  # noqa: F401 - the agent process's stand-in tools
     import tau2.evaluator.evaluator_nl_assertions  # noqa: F401
     import tau2.run  # noqa: F401
     import tenacity  # noqa: F401 - evolver.llm.retrying
-    import tomllib  # noqa: F401 - what the agent template imports besides tau2
-    import tau2.environment.tool  # noqa: F401 - the agent process's stand-in tools
-    import evolver.evaluation.agent_host, evolver.evaluation.proxy_agent, evolver.evaluation.sandbox, evolver.toolcalls  # noqa: E401, F401
-    import landlock, pyseccomp  # noqa: E401, F401 - an agent process confines itself right after the fork
+
+    import evolver.evaluation.agent_host  # noqa: E401, F401
+    import evolver.evaluation.proxy_agent
+    import evolver.evaluation.sandbox
+    import evolver.toolcalls
 
     evolver.evaluation.sandbox.prepare()
     evolver.evaluation.agent_host.prepare()
@@ -48,8 +53,13 @@ def _warm_completion_path() -> None:
     class Warm(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
             call = {"id": "warm", "type": "function", "function": {"name": "warm", "arguments": '{"value": "x"}'}}
-            return ModelResponse(model=model, usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                                 choices=[{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [call]}}])
+            return ModelResponse(
+                model=model,
+                usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                choices=[
+                    {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [call]}}
+                ],
+            )
 
     def warm(value: str) -> str:
         """Warm the completion path.
@@ -64,8 +74,11 @@ def _warm_completion_path() -> None:
     litellm.custom_provider_map.append(entry)
     litellm.utils.executor = _Inline()
     try:
-        llm_utils.generate(model="evolver-warm/warm", tools=[Tool(warm)],
-                           messages=[SystemMessage(role="system", content="warm"), UserMessage(role="user", content="warm")])
+        llm_utils.generate(
+            model="evolver-warm/warm",
+            tools=[Tool(warm)],
+            messages=[SystemMessage(role="system", content="warm"), UserMessage(role="user", content="warm")],
+        )
     finally:
         litellm.custom_provider_map.remove(entry)
         litellm.utils.executor = executor

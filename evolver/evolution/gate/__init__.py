@@ -12,12 +12,34 @@ Pure Python and numpy, so it imports without tau2. Its modules:
     sequential   the exact group-sequential boundaries compare tests against
 """
 
-from evolver.evolution.gate.set_gate import (
-    Decision, GateConfig, Regression, RewardTable, SetVerdict, Stage, Verdict, decide_set, evaluate_set, set_stages,
-)
 from evolver.evolution.gate.power import MOST_STRETCH, noise_floor, pass_rates, shift_rates, sized
+from evolver.evolution.gate.set_gate import (
+    Decision,
+    GateConfig,
+    Regression,
+    RewardTable,
+    SetVerdict,
+    Stage,
+    Verdict,
+    decide_set,
+    evaluate_set,
+    set_stages,
+)
 
 __all__ = [
-    "Decision", "GateConfig", "MOST_STRETCH", "Regression", "RewardTable", "SetVerdict", "Stage", "Verdict",
-    "decide_set", "evaluate_set", "noise_floor", "pass_rates", "set_stages", "shift_rates", "sized",
+    "Decision",
+    "GateConfig",
+    "MOST_STRETCH",
+    "Regression",
+    "RewardTable",
+    "SetVerdict",
+    "Stage",
+    "Verdict",
+    "decide_set",
+    "evaluate_set",
+    "noise_floor",
+    "pass_rates",
+    "set_stages",
+    "shift_rates",
+    "sized",
 ]

@@ -20,8 +20,8 @@ from statistics import NormalDist, fmean
 from typing import Iterator, Literal
 
 from evolver.evolution.gate.permutation import RewardTable, p_text, t_quantile
-from evolver.evolution.gate.set_gate import paired
 from evolver.evolution.gate.sequential import Look, Spending, Window, plan, windows
+from evolver.evolution.gate.set_gate import paired
 
 CompareDecision = Literal["better", "worse", "no evidence", "continue"]
 
@@ -60,8 +60,16 @@ class CompareConfig:
     def spending(self) -> Spending:
         sides = 2 if self.sided == "two" else 1
         z = NormalDist().inv_cdf(1 - self.alpha / sides) + NormalDist().inv_cdf(self.power)
-        return Spending(alpha=self.alpha, sides=sides, effect=self.effect, fixed_information=(z / self.effect) ** 2, most=MOST,
-                        alpha_shape=ALPHA_SHAPE, beta=1 - self.power, beta_shape=BETA_SHAPE)
+        return Spending(
+            alpha=self.alpha,
+            sides=sides,
+            effect=self.effect,
+            fixed_information=(z / self.effect) ** 2,
+            most=MOST,
+            alpha_shape=ALPHA_SHAPE,
+            beta=1 - self.power,
+            beta_shape=BETA_SHAPE,
+        )
 
 
 @dataclass(frozen=True)
@@ -139,10 +147,24 @@ def _comparison(a: RewardTable, b: RewardTable, config: CompareConfig, look: Loo
     elif look.final:
         reason = f"No evidence either way: {summary}, {p_text(p)}."
     else:
-        reason = (f"No evidence: {summary} after {trials} trial(s) per task, {p_text(p)}: a difference of {100 * config.effect:g} "
-                  f"points would most likely have shown by now.")
-    return Comparison(decision=decision, reason=reason, effect=effect, ci=None if half is None else (effect - half, effect + half),
-                      p_value=p, alpha_spent=look.alpha_spent, information=look.tau, look=index, final=look.final, n_tasks=n, n_a_sims=sum(map(len, a.values())), n_b_sims=sum(map(len, b.values())))
+        reason = (
+            f"No evidence: {summary} after {trials} trial(s) per task, {p_text(p)}: a difference of {100 * config.effect:g} "
+            f"points would most likely have shown by now."
+        )
+    return Comparison(
+        decision=decision,
+        reason=reason,
+        effect=effect,
+        ci=None if half is None else (effect - half, effect + half),
+        p_value=p,
+        alpha_spent=look.alpha_spent,
+        information=look.tau,
+        look=index,
+        final=look.final,
+        n_tasks=n,
+        n_a_sims=sum(map(len, a.values())),
+        n_b_sims=sum(map(len, b.values())),
+    )
 
 
 def flips(a: RewardTable, b: RewardTable) -> list[tuple[str, float, float]]:

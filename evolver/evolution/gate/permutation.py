@@ -58,7 +58,6 @@ def concurrent_blocks(
     return blocks
 
 
-
 def staged_p_value(
     blocks: dict[str, list[Block]], futility: tuple[float, ...], permutations: int, alpha: float
 ) -> tuple[float, int | None]:
@@ -95,8 +94,7 @@ def staged_p_value(
 
     observed: list[list] = [[] for _ in range(looks)]
     for shape, arrays in pooled.items():
-        seen = [(list(np.cumsum(a[:, :k], axis=1).T[:, None, :]), a[:, k:].sum(axis=1)[None, :])
-                for (k, *_), a in zip(shape, arrays)]
+        seen = [(list(np.cumsum(a[:, :k], axis=1).T[:, None, :]), a[:, k:].sum(axis=1)[None, :]) for (k, *_), a in zip(shape, arrays)]
         _add_deltas(observed, shape, seen)
     stop, total = _judge(observed, futility)
     if stop[0] < looks - 1:
@@ -189,10 +187,7 @@ def exact_p_value(pairs: list[tuple[list[float], list[float]]]) -> float:
     product = 1
     for (w, n, s, k), repeat in Counter(t[:4] for t in tasks).items():
         step = bits * (w // unit)
-        poly = sum(
-            math.comb(s, x) * math.comb(n - s, k - x) << (step * x)
-            for x in range(max(0, k - (n - s)), min(k, s) + 1)
-        )
+        poly = sum(math.comb(s, x) * math.comb(n - s, k - x) << (step * x) for x in range(max(0, k - (n - s)), min(k, s) + 1))
         product *= poly**repeat
     observed = sum(w // unit * x for w, _, _, _, x in tasks)
     # Digits of base 2**bits sum to the number modulo 2**bits - 1, as digits of

@@ -60,7 +60,12 @@ def _stretched(stages: tuple[int, ...], factor: float) -> tuple[int, ...]:
 
 
 def noise_floor(
-    incumbent: RewardTable, config: GateConfig, *, power: float = 0.8, simulations: int = 200, seed: int = 0,
+    incumbent: RewardTable,
+    config: GateConfig,
+    *,
+    power: float = 0.8,
+    simulations: int = 200,
+    seed: int = 0,
 ) -> float:
     """Smallest mean effect decide_set's gate keeps, for one candidate, with probability ``power``.
 

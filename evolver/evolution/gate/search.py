@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Mapping, Optional, Sequence
 
-from evolver.kinds import GATE_POLICIES
 from evolver.evolution.gate.compare import CompareConfig, Comparison, decide_compare
 from evolver.evolution.gate.permutation import RewardTable, concurrent_blocks
 from evolver.evolution.gate.population import PopulationConfig
-from evolver.evolution.gate.set_gate import GateConfig, SetVerdict, Stage, Verdict, evaluate_set, first_trials, look
 from evolver.evolution.gate.power import sized
+from evolver.evolution.gate.set_gate import GateConfig, SetVerdict, Stage, Verdict, evaluate_set, first_trials, look
+from evolver.kinds import GATE_POLICIES
 
 # The audited policy's gate, measured in benchmarks/search.py (docs/search.md): kept at alpha 0.2, on a first look
 # at one trial per task that stops most candidates (z below 0.5), a second at two and the last at four (unless
@@ -83,8 +83,9 @@ def population_policy(gate: GateConfig) -> Policy:
     config = PopulationConfig()
     looks = tuple(range(1, AUDIT_TRIALS + 1))
     described = replace(gate, stages=looks, futility=tuple(0.0 for _ in looks[1:]))
-    return Policy(name="population", gate=described, reference_trials=config.gate_trials, fresh_reference=False, audit=_audit(gate),
-                  population=config)
+    return Policy(
+        name="population", gate=described, reference_trials=config.gate_trials, fresh_reference=False, audit=_audit(gate), population=config
+    )
 
 
 def audited_policy(gate: GateConfig) -> Policy:
@@ -92,8 +93,9 @@ def audited_policy(gate: GateConfig) -> Policy:
     configured alpha."""
     tuned = gate.stages == GateConfig().stages  # the configured stages are the default: the lenient ones replace them
     lenient = replace(gate, alpha=LENIENT_ALPHA, **(dict(stages=LENIENT_STAGES, futility=LENIENT_FUTILITY) if tuned else {}))
-    return Policy(name="audited", gate=lenient, reference_trials=BASELINE_TRIALS, fresh_reference=False, audit=_audit(gate),
-                  screen_bar=SCREEN_BAR)
+    return Policy(
+        name="audited", gate=lenient, reference_trials=BASELINE_TRIALS, fresh_reference=False, audit=_audit(gate), screen_bar=SCREEN_BAR
+    )
 
 
 def per_decision_policy(gate: GateConfig) -> Policy:
@@ -110,9 +112,15 @@ def recorded_policy(policy: Mapping, gate: Mapping) -> Policy:
     if audit is not None and "stages" in audit:  # recorded before compare's exact test: its looks, judged by that test now
         audit = {"alpha": audit["alpha"], "sided": audit["sided"], "max_trials": audit["stages"][-1], "settle": 0}
     population = policy.get("population")
-    return Policy(name=policy["name"], gate=GateConfig(**_tupled(policy["gate"])), reference_trials=policy["reference_trials"],
-                  fresh_reference=policy["fresh_reference"], audit=None if audit is None else CompareConfig(**audit),
-                  screen_bar=policy.get("screen_bar"), population=None if population is None else PopulationConfig(**population))
+    return Policy(
+        name=policy["name"],
+        gate=GateConfig(**_tupled(policy["gate"])),
+        reference_trials=policy["reference_trials"],
+        fresh_reference=policy["fresh_reference"],
+        audit=None if audit is None else CompareConfig(**audit),
+        screen_bar=policy.get("screen_bar"),
+        population=None if population is None else PopulationConfig(**population),
+    )
 
 
 def _tupled(data: Mapping) -> dict:
@@ -127,8 +135,12 @@ def iteration_gate(policy: Policy, reference: Optional[RewardTable]) -> GateConf
 
 
 def judge_iteration(
-    policy: Policy, names: Sequence[str], run: Callable[[Stage], tuple[RewardTable, Mapping[str, RewardTable]] | None], *,
-    reference: Optional[RewardTable], on_stage: Callable[[Stage, SetVerdict], None] | None = None,
+    policy: Policy,
+    names: Sequence[str],
+    run: Callable[[Stage], tuple[RewardTable, Mapping[str, RewardTable]] | None],
+    *,
+    reference: Optional[RewardTable],
+    on_stage: Callable[[Stage, SetVerdict], None] | None = None,
 ) -> list[SetVerdict]:
     """An iteration's stages over its candidates; at most one is kept. Each stage's verdict is a SetVerdict.
 
@@ -165,8 +177,12 @@ def judge_iteration(
         mine = stage.verdicts[name]
         sims = mine.n_candidate_sims + sum(len(r) for r in lone.values())
         verdicts = {**verdict.verdicts, name: replace(mine, stage=mine.stage + 1, n_candidate_sims=sims)}
-        return replace(stage, stage=stage.stage + 1, verdicts=dict(sorted(verdicts.items())),
-                       next_trials=None if stage.next_trials is None else stage.next_trials + 1)
+        return replace(
+            stage,
+            stage=stage.stage + 1,
+            verdicts=dict(sorted(verdicts.items())),
+            next_trials=None if stage.next_trials is None else stage.next_trials + 1,
+        )
 
     def saved(stage: Stage, set_verdict: SetVerdict) -> None:
         if on_stage is not None:
@@ -187,15 +203,30 @@ def _screen_verdict(policy: Policy, history: RewardTable, tables: Mapping[str, R
         verdicts[name] = mine
     going = sorted((n for n, v in verdicts.items() if v.decision == "continue"), key=lambda n: -verdicts[n].effect)
     for other in going[1:]:
-        verdicts[other] = replace(verdicts[other], decision="reject", reason=f"Screened out: behind {going[0]} against the incumbent's "
-                                  f"history ({100 * verdicts[other].effect:+.1f} points, {going[0]} {100 * verdicts[going[0]].effect:+.1f}).")
+        verdicts[other] = replace(
+            verdicts[other],
+            decision="reject",
+            reason=f"Screened out: behind {going[0]} against the incumbent's "
+            f"history ({100 * verdicts[other].effect:+.1f} points, {going[0]} {100 * verdicts[going[0]].effect:+.1f}).",
+        )
     winner = going[0] if going else None
     after = iteration_gate(policy, history).stages[0]
-    reason = (f"{winner} of {len(names)} goes on: {verdicts[winner].reason}" if winner else
-              f"Kept none of {len(names)}: none reached z={policy.screen_bar:g} against the incumbent's history.")
-    return SetVerdict(stage=0, decided=winner is None, kept=None, alive=(winner,) if winner else (),
-                      next_incumbent_trials=after if winner else None, next_trials=after + 1 if winner else None,
-                      n_incumbent_sims=0, reason=reason, verdicts=verdicts)
+    reason = (
+        f"{winner} of {len(names)} goes on: {verdicts[winner].reason}"
+        if winner
+        else f"Kept none of {len(names)}: none reached z={policy.screen_bar:g} against the incumbent's history."
+    )
+    return SetVerdict(
+        stage=0,
+        decided=winner is None,
+        kept=None,
+        alive=(winner,) if winner else (),
+        next_incumbent_trials=after if winner else None,
+        next_trials=after + 1 if winner else None,
+        n_incumbent_sims=0,
+        reason=reason,
+        verdicts=verdicts,
+    )
 
 
 @dataclass(frozen=True)
@@ -208,7 +239,8 @@ class AuditLook:
 
 
 def evaluate_audit(
-    policy: Policy, run: Callable[[AuditLook], tuple[RewardTable, RewardTable] | None],
+    policy: Policy,
+    run: Callable[[AuditLook], tuple[RewardTable, RewardTable] | None],
     on_look: Callable[[AuditLook, Comparison], None] | None = None,
 ) -> list[Comparison]:
     """The audit's looks, each judged by the staged one-sided comparison; stops at the first that decides.

@@ -97,8 +97,9 @@ class Look:
         return "continue"
 
 
-def windows(a: Mapping[str, Sequence[float | None]], b: Mapping[str, Sequence[float | None]], stages: Sequence[int],
-            settle: int = 0) -> Iterator[Window]:
+def windows(
+    a: Mapping[str, Sequence[float | None]], b: Mapping[str, Sequence[float | None]], stages: Sequence[int], settle: int = 0
+) -> Iterator[Window]:
     """One window per stage, built when asked for: each task's trials from the previous stage's count to
     this one's, the valid ones, for the tasks with some on both sides. With ``settle``, a task whose valid
     trials all agree after ``settle`` or more on each side runs no more (its later trials, if the tables
@@ -194,8 +195,9 @@ def _variance(seen: Sequence[Window]) -> float:
     return (sum(w.variance for w in seen) + PRIOR_VARIANCE * PRIOR_WEIGHT) / (weight + PRIOR_WEIGHT)
 
 
-def _futile(seen: Sequence[Window], looks: list[Look], spending: Spending, tau: float, variance: float, upper: float,
-            lower: float) -> tuple[float, float]:
+def _futile(
+    seen: Sequence[Window], looks: list[Look], spending: Spending, tau: float, variance: float, upper: float, lower: float
+) -> tuple[float, float]:
     """The no-evidence band of this look: were B ``effect`` better (two-sided: or worse), the chance of having
     stopped with no evidence by now is at most beta x spent(tau), in a normal model of each window's sum
     (its mean with no effect plus effect x weight; variance: the pooled estimate x weight)."""
@@ -247,7 +249,7 @@ def _mass(pmf: np.ndarray, low: float, high: float) -> float:
         return 0.0
     start = 0 if low <= 0 else math.ceil(low)
     stop = len(pmf) - 1 if high >= len(pmf) - 1 else math.floor(high)
-    return float(pmf[start: stop + 1].sum())
+    return float(pmf[start : stop + 1].sum())
 
 
 def _continuing(pmf: np.ndarray, look: Look) -> np.ndarray:

@@ -18,7 +18,16 @@ from functools import partial
 from statistics import fmean
 from typing import Callable, Literal, Mapping, Sequence
 
-from evolver.evolution.gate.permutation import Block, RewardTable, concurrent_blocks, exact_p_value, p_text, staged_p_value, t_quantile, z_score
+from evolver.evolution.gate.permutation import (
+    Block,
+    RewardTable,
+    concurrent_blocks,
+    exact_p_value,
+    p_text,
+    staged_p_value,
+    t_quantile,
+    z_score,
+)
 
 Decision = Literal["accept", "reject", "continue"]
 
@@ -108,7 +117,11 @@ class Stage:
 
 
 def decide_set(
-    incumbent: RewardTable, candidates: Mapping[str, RewardTable], config: GateConfig, *, stage: int,
+    incumbent: RewardTable,
+    candidates: Mapping[str, RewardTable],
+    config: GateConfig,
+    *,
+    stage: int,
     reference: RewardTable | None = None,
 ) -> SetVerdict:
     """Judge candidates from the same parent; keep at most one (docs/gate.md, "What happens in one iteration").
@@ -130,17 +143,23 @@ def decide_set(
     if winner is not None and gate_stage >= 0:
         own = {task: list(rewards[skip:]) for task, rewards in candidates[winner].items()}
         verdict = _replay(incumbent, own, config, gate_stage, reference)
-        verdicts[winner] = replace(verdict, stage=verdict.stage + stage - gate_stage,
-                                   n_candidate_sims=sum(len(r) for r in candidates[winner].values()))
+        verdicts[winner] = replace(
+            verdict, stage=verdict.stage + stage - gate_stage, n_candidate_sims=sum(len(r) for r in candidates[winner].values())
+        )
     verdicts = {name: verdicts[name] for name in sorted(verdicts)}
     kept = winner if winner is not None and verdicts[winner].decision == "accept" else None
     alive = (winner,) if winner is not None and verdicts[winner].decision == "continue" else ()
     after = plan[stage + 1] if alive else (None, None)
     return SetVerdict(
-        stage=stage, decided=not alive, kept=kept, alive=alive,
-        next_incumbent_trials=after[0], next_trials=after[1],
+        stage=stage,
+        decided=not alive,
+        kept=kept,
+        alive=alive,
+        next_incumbent_trials=after[0],
+        next_trials=after[1],
         n_incumbent_sims=sum(len(r[: plan[stage][0]]) for r in incumbent.values()),
-        reason=_set_reason(verdicts, winner, kept, bool(alive)), verdicts=verdicts,
+        reason=_set_reason(verdicts, winner, kept, bool(alive)),
+        verdicts=verdicts,
     )
 
 
@@ -159,8 +178,12 @@ def set_stages(config: GateConfig, candidates: int) -> tuple[tuple[int, int], ..
 
 
 def evaluate_set(
-    names: Sequence[str], run: Callable[[Stage], tuple[RewardTable, Mapping[str, RewardTable]] | None], config: GateConfig, *,
-    reference: RewardTable | None = None, on_stage: Callable[[Stage, SetVerdict], None] | None = None,
+    names: Sequence[str],
+    run: Callable[[Stage], tuple[RewardTable, Mapping[str, RewardTable]] | None],
+    config: GateConfig,
+    *,
+    reference: RewardTable | None = None,
+    on_stage: Callable[[Stage, SetVerdict], None] | None = None,
 ) -> list[SetVerdict]:
     """Run an iteration's stages on a set of candidates, decide_set judging each; stops at the first decided one.
 
@@ -200,8 +223,10 @@ def _screen(candidates: Mapping[str, RewardTable], trials: int) -> tuple[str | N
     trial of (ties to the first name). In these verdicts the effect is the gap
     to the best, since the incumbent does not run in the screen.
     """
-    valid = {name: {task: [float(r) for r in rewards[:trials] if r is not None] for task, rewards in table.items()}
-             for name, table in candidates.items()}
+    valid = {
+        name: {task: [float(r) for r in rewards[:trials] if r is not None] for task, rewards in table.items()}
+        for name, table in candidates.items()
+    }
     shared = set.intersection(*({task for task, rs in tasks.items() if rs} for tasks in valid.values()))
     score = {name: fmean(fmean(tasks[t]) for t in shared) if shared else 0.0 for name, tasks in valid.items()}
     winner = min(sorted(score), key=lambda name: -score[name]) if shared else None
@@ -213,12 +238,24 @@ def _screen(candidates: Mapping[str, RewardTable], trials: int) -> tuple[str | N
             lead = score[winner] - max(v for n, v in score.items() if n != winner)
             decision, reason = "continue", f"Best of {len(candidates)} after {trials} trial(s) per task, {_points(lead)} ahead of the next."
         else:
-            decision, reason = "reject", f"Screened out: {_points(score[name] - score[winner])} behind {winner} after {trials} trial(s) per task."
+            decision, reason = (
+                "reject",
+                f"Screened out: {_points(score[name] - score[winner])} behind {winner} after {trials} trial(s) per task.",
+            )
         verdicts[name] = Verdict(
-            decision=decision, reason=reason, effect=score[name] - score[winner] if winner is not None else 0.0,
-            stderr=None, ci_low=None, p_value=None, n_tasks=len(shared), n_dropped=len(candidates[name]) - len(shared),
+            decision=decision,
+            reason=reason,
+            effect=score[name] - score[winner] if winner is not None else 0.0,
+            stderr=None,
+            ci_low=None,
+            p_value=None,
+            n_tasks=len(shared),
+            n_dropped=len(candidates[name]) - len(shared),
             n_candidate_sims=sum(len(r) for r in candidates[name].values()),
-            stage=0, final=False, suite_size=0, regressions=(),
+            stage=0,
+            final=False,
+            suite_size=0,
+            regressions=(),
         )
     return winner, verdicts
 
@@ -259,7 +296,12 @@ def _set_reason(verdicts: Mapping[str, Verdict], winner: str | None, kept: str |
 
 
 def look(
-    incumbent: RewardTable, candidate: RewardTable, config: GateConfig, stage: int, *, alpha: float,
+    incumbent: RewardTable,
+    candidate: RewardTable,
+    config: GateConfig,
+    stage: int,
+    *,
+    alpha: float,
     layout: Callable[[RewardTable, RewardTable, tuple[int, ...]], dict[str, list[Block]]],
 ) -> Verdict:
     """One look at one candidate: futility before the final stage; the final test, at level alpha, at it.
@@ -279,11 +321,19 @@ def look(
 
     def verdict(decision: Decision, reason: str) -> Verdict:
         return Verdict(
-            decision=decision, reason=reason, effect=effect, stderr=stderr,
-            ci_low=ci_low, p_value=p_value, n_tasks=n,
+            decision=decision,
+            reason=reason,
+            effect=effect,
+            stderr=stderr,
+            ci_low=ci_low,
+            p_value=p_value,
+            n_tasks=n,
             n_dropped=len(candidate) - n,
             n_candidate_sims=sum(len(trials) for trials in candidate.values()),
-            stage=stage, final=final, suite_size=suite, regressions=tuple(broken),
+            stage=stage,
+            final=final,
+            suite_size=suite,
+            regressions=tuple(broken),
         )
 
     summary = f"{_points(effect)} over {n} tasks"
@@ -301,7 +351,9 @@ def look(
     # sees, so a trial an infrastructure error hid at a look and a retry filled in later counts as seen
     # there: the test may reject what the real looks let through, never the other way.
     if stopped is not None:
-        return verdict("reject", f"Rejected: {summary}, but the look after {config.stages[stopped]} trial(s) per task would have stopped it.")
+        return verdict(
+            "reject", f"Rejected: {summary}, but the look after {config.stages[stopped]} trial(s) per task would have stopped it."
+        )
     if effect <= 0:
         return verdict("reject", f"Rejected: no improvement ({summary}).")
     if p_value > alpha:
@@ -327,9 +379,7 @@ def paired(incumbent: RewardTable, candidate: RewardTable) -> dict[str, tuple[li
     return pairs
 
 
-def _regressions(
-    incumbent: RewardTable, candidate: RewardTable, config: GateConfig
-) -> tuple[int, list[Regression]]:
+def _regressions(incumbent: RewardTable, candidate: RewardTable, config: GateConfig) -> tuple[int, list[Regression]]:
     """Size of the regression suite and its tasks the candidate broke."""
     suite, broken = 0, []
     for task in sorted(candidate.keys() & incumbent.keys()):

@@ -92,7 +92,9 @@ class Loop:
             ctx.save_state()
             ctx.run.log("interrupted", reason=str(exc))
             ctx.events.emit(ev.Ended("failed", str(exc), ctx.run.run_id))
-            raise UsageError(f"{exc}; the run stopped (resume it with `evolver run --resume {ctx.run.run_id}` once the setting is fixed)") from None
+            raise UsageError(
+                f"{exc}; the run stopped (resume it with `evolver run --resume {ctx.run.run_id}` once the setting is fixed)"
+            ) from None
         except ProviderError as exc:  # the meta-LLM stayed down through its retries: nothing is lost, resume later
             ctx.state.status, ctx.state.stop_reason = "paused", f"the meta-LLM failed: {exc}"
             ctx.save_state()

@@ -47,8 +47,17 @@ class RunContext:
     saving: threading.Lock = dataclasses.field(default_factory=threading.Lock)  # candidates' threads share the iteration file
 
     # -- simulations ------------------------------------------------------------------------------
-    def measure(self, name: str, checkout: Path, tasks: list[str], trials: int, seed: int, *, timeout: Optional[float] = None,
-                record: Optional[IterationRecord] = None) -> EvalResult:
+    def measure(
+        self,
+        name: str,
+        checkout: Path,
+        tasks: list[str],
+        trials: int,
+        seed: int,
+        *,
+        timeout: Optional[float] = None,
+        record: Optional[IterationRecord] = None,
+    ) -> EvalResult:
         """Evaluate, reusing a finished result and finished simulations on disk (the store says which).
 
         Each simulation's usage is charged once (runstate.charge), to the iteration or the run;
@@ -58,11 +67,24 @@ class RunContext:
         if finished is not None:
             return finished
         timeout = timeout or self.cfg.worker_timeout
-        req = eval_request(self.cfg, checkout, evaluation.path, local_api_base=self.local_api_base, timeout=timeout, split=None,
-                           task_ids=tasks, trials=trials, seed=seed)
+        req = eval_request(
+            self.cfg,
+            checkout,
+            evaluation.path,
+            local_api_base=self.local_api_base,
+            timeout=timeout,
+            split=None,
+            task_ids=tasks,
+            trials=trials,
+            seed=seed,
+        )
         try:
-            result = self.backend.evaluate(req, self.run.run_id, timeout=timeout,
-                                           on_progress=lambda done, total, mean: self.events.emit(ev.EvalProgress(name, done, total, mean)))
+            result = self.backend.evaluate(
+                req,
+                self.run.run_id,
+                timeout=timeout,
+                on_progress=lambda done, total, mean: self.events.emit(ev.EvalProgress(name, done, total, mean)),
+            )
         finally:
             self.events.emit(ev.EvalFinished(name))
         with self.saving:
@@ -112,7 +134,7 @@ class RunContext:
     def report_spent(self, record: Optional[IterationRecord]) -> None:
         """The run's usage so far, the iteration in progress included, for the views."""
         total = dict(self.state.usage)
-        for role, usage in (record.usage.items() if record is not None else ()):
+        for role, usage in record.usage.items() if record is not None else ():
             total[role] = total.get(role, RoleUsage()).add(usage)
         self.events.emit(ev.Spent(total, self.cfg.budget_usd, self.cfg.budget_tokens))
 

@@ -45,8 +45,10 @@ class Gating:
         def run_stage(stage: gatelib.Stage) -> Optional[tuple[dict, dict]]:
             """The stage's evaluations, at once; None, the candidates undecided, when most of one's simulations failed."""
             inc_trials, cand_trials = stage.incumbent_trials, stage.candidate_trials
-            ctx.step(f"iteration {n}: gate stage {stage.index + 1}/{stage.count} ({count(stage.alive, 'candidate')}, {cand_trials} trial(s) per task"
-                     + (f", the incumbent beside them at {inc_trials})" if inc_trials else ")"))
+            ctx.step(
+                f"iteration {n}: gate stage {stage.index + 1}/{stage.count} ({count(stage.alive, 'candidate')}, {cand_trials} trial(s) per task"
+                + (f", the incumbent beside them at {inc_trials})" if inc_trials else ")")
+            )
             jobs = [(f"iter-{n:03d}-incumbent", arm, inc_trials)] if inc_trials else []
             jobs += [(f"iter-{slug(label)}-gate", ctx.run.worktree(f"iter-{slug(label)}"), cand_trials) for label in stage.alive]
             results = ctx.concurrently(lambda job: ctx.measure(job[0], job[1], ctx.manifest.gate_tasks, job[2], seed, record=record), jobs)
@@ -56,16 +58,26 @@ class Gating:
                 incumbent = rewards_by_task(inc_result.simulations)
                 record.gate_incumbent = mean_reward(incumbent)
                 if mostly_infra(inc_result):
-                    undecided(ctx, record, stage.alive, f"{inc_result.summary.infra_errors} of {inc_result.summary.num_simulations} "
-                                                        "simulations of the incumbent beside the candidates hit infrastructure errors")
+                    undecided(
+                        ctx,
+                        record,
+                        stage.alive,
+                        f"{inc_result.summary.infra_errors} of {inc_result.summary.num_simulations} "
+                        "simulations of the incumbent beside the candidates hit infrastructure errors",
+                    )
                     return None
             tables = {}
             for label, result in zip(stage.alive, results):
                 tables[label] = rewards_by_task(result.simulations)
                 entered[label].gate_candidate = mean_reward(tables[label])
                 if mostly_infra(result):
-                    undecided(ctx, record, stage.alive, f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations "
-                                                        f"of {label} hit infrastructure errors")
+                    undecided(
+                        ctx,
+                        record,
+                        stage.alive,
+                        f"{result.summary.infra_errors} of {result.summary.num_simulations} gate simulations "
+                        f"of {label} hit infrastructure errors",
+                    )
                     return None
             return incumbent, tables
 

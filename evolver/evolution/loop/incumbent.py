@@ -36,25 +36,47 @@ class Incumbent:
         reference = self.reference_table()
         ctx.events.emit(ev.Baseline(analysis.summary.avg_reward, mean_reward(reference)))
         if mean_reward(reference) == 1.0:
-            raise StopRun("the incumbent already passes every gate task in every trial, so no candidate can be shown better; "
-                          "evolve on a harder domain or split, or with a weaker agent model")
+            raise StopRun(
+                "the incumbent already passes every gate task in every trial, so no candidate can be shown better; "
+                "evolve on a harder domain or split, or with a weaker agent model"
+            )
         gate = search.iteration_gate(ctx.policy, reference)
-        floor = memo.remembered("noise-floor", {"reference": reference, "gate": dataclasses.asdict(gate)},
-                                Path(gatelib.__file__).parent.glob("*.py"), lambda: gatelib.noise_floor(reference, gate))
-        ctx.events.emit(ev.NoiseFloor(len(ctx.manifest.gate_tasks), gate.stages[-1], None if math.isinf(floor) else floor * 100,
-                                      gate.min_effect * 100))
+        floor = memo.remembered(
+            "noise-floor",
+            {"reference": reference, "gate": dataclasses.asdict(gate)},
+            Path(gatelib.__file__).parent.glob("*.py"),
+            lambda: gatelib.noise_floor(reference, gate),
+        )
+        ctx.events.emit(
+            ev.NoiseFloor(len(ctx.manifest.gate_tasks), gate.stages[-1], None if math.isinf(floor) else floor * 100, gate.min_effect * 100)
+        )
         self.estimate(analysis, reference)
 
     def estimate(self, analysis: EvalResult, reference: dict) -> None:
         """What the rest of the run is expected to take and can take at most, priced by the baseline's own simulations."""
         ctx, manifest = self.ctx, self.ctx.manifest
         sims = analysis.summary.num_simulations + len(manifest.gate_tasks) * ctx.policy.reference_trials
-        per_sim = {role: RoleUsage(prompt_tokens=round(u.prompt_tokens / max(1, sims)), completion_tokens=round(u.completion_tokens / max(1, sims)),
-                                   cost=u.cost / max(1, sims)) for role, u in ctx.state.usage.items() if role != "meta"}
-        rest = forecast(ctx.cfg, len(manifest.analysis_tasks), len(manifest.gate_tasks), len(manifest.holdout_tasks),
-                        iterations=ctx.state.iterations_target - ctx.state.next_iteration + 1, per_simulation=per_sim,
-                        meta_price=price_of(ctx.cfg.role("meta").model), meta_prompt_tokens=self.meta_prompt_tokens(), baseline=False,
-                        noise=reference)
+        per_sim = {
+            role: RoleUsage(
+                prompt_tokens=round(u.prompt_tokens / max(1, sims)),
+                completion_tokens=round(u.completion_tokens / max(1, sims)),
+                cost=u.cost / max(1, sims),
+            )
+            for role, u in ctx.state.usage.items()
+            if role != "meta"
+        }
+        rest = forecast(
+            ctx.cfg,
+            len(manifest.analysis_tasks),
+            len(manifest.gate_tasks),
+            len(manifest.holdout_tasks),
+            iterations=ctx.state.iterations_target - ctx.state.next_iteration + 1,
+            per_simulation=per_sim,
+            meta_price=price_of(ctx.cfg.role("meta").model),
+            meta_prompt_tokens=self.meta_prompt_tokens(),
+            baseline=False,
+            noise=reference,
+        )
         seconds = analysis.summary.duration / max(1, analysis.summary.num_simulations)
         ctx.events.emit(ev.Estimate(rest, seconds, ctx.cfg.concurrency, ctx.cfg.budget_usd, ctx.cfg.budget_tokens))
 
@@ -105,6 +127,9 @@ class Incumbent:
         s, kept = ctx.state, ctx.run.iteration(ctx.state.incumbent) if ctx.state.incumbent else None
         first = ctx.latest_rewards(f"iter-{slug(kept.kept)}-gate" if kept else "reference-g0") or {}
         tables = [{task: rewards[1:] for task, rewards in first.items()} if kept else first]
-        tables += [ctx.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or {} for r in ctx.run.iterations()
-                   if r.parent_commit == s.incumbent_commit and r.status in FINAL_STATUSES]
+        tables += [
+            ctx.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or {}
+            for r in ctx.run.iterations()
+            if r.parent_commit == s.incumbent_commit and r.status in FINAL_STATUSES
+        ]
         return {task: [x for table in tables for x in table.get(task, [])] for task in ctx.manifest.gate_tasks}

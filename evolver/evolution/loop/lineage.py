@@ -25,8 +25,13 @@ class LineageSearch:
     def new_iteration(self, n: int) -> IterationRecord:
         self.incumbent.refresh_stale_reference()
         s = self.ctx.state
-        return IterationRecord(iteration=n, parent=s.incumbent, parent_commit=s.incumbent_commit, generation=s.generation,
-                               candidates=candidates(n, self.ctx.cfg.candidates))
+        return IterationRecord(
+            iteration=n,
+            parent=s.incumbent,
+            parent_commit=s.incumbent_commit,
+            generation=s.generation,
+            candidates=candidates(n, self.ctx.cfg.candidates),
+        )
 
     def run(self, record: IterationRecord) -> None:
         ctx = self.ctx

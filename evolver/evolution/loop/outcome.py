@@ -38,9 +38,11 @@ class Outcome:
                 parent = record.parent_label or ("base" if record.parent == 0 else record.parent)
                 beside = "its parent" if record.parent_label else "incumbent"  # a pool child is judged against its parent's trials
                 status = "joined the pool" if record.parent_label and cand.status == "accepted" else cand.status
-                note = (f"evolver {status}: {cand.reason}\n"
-                        f"iteration {n}, candidate {cand.label}, parent {parent}, "
-                        f"gate {_fmt(cand.gate_candidate)} vs {beside} {_fmt(record.gate_incumbent)}")
+                note = (
+                    f"evolver {status}: {cand.reason}\n"
+                    f"iteration {n}, candidate {cand.label}, parent {parent}, "
+                    f"gate {_fmt(cand.gate_candidate)} vs {beside} {_fmt(record.gate_incumbent)}"
+                )
                 ctx.lineage.add_note(cand.commit, note)
         winner = record.winner
         if winner and ctx.state.incumbent != n and ctx.state.next_iteration == n:

@@ -58,8 +58,14 @@ class PopulationSearch:
         label = pool_rules.draw_parent(self.tables(), self.ctx.cfg.seed * 7919 + n)
         parent = next(m for m in self.members() if m.label == label)
         # Each iteration its own seeds (generation n): its parent's minibatch and its children's tries and screens share them.
-        return IterationRecord(iteration=n, parent=parent.iteration, parent_commit=parent.commit, parent_label=label, generation=n,
-                               candidates=candidates(n, self.ctx.cfg.candidates))
+        return IterationRecord(
+            iteration=n,
+            parent=parent.iteration,
+            parent_commit=parent.commit,
+            parent_label=label,
+            generation=n,
+            candidates=candidates(n, self.ctx.cfg.candidates),
+        )
 
     def run(self, record: IterationRecord) -> None:
         ctx, n = self.ctx, record.iteration
@@ -95,7 +101,9 @@ class PopulationSearch:
                     return result, name
         finally:
             ctx.lineage.remove_worktree(worktree)
-        self.skip(record, "no_patch", f"not proposed: {record.parent_label} passed every task of {cfg.draws} minibatch(es) of analysis tasks")
+        self.skip(
+            record, "no_patch", f"not proposed: {record.parent_label} passed every task of {cfg.draws} minibatch(es) of analysis tasks"
+        )
         return None
 
     def skip(self, record: IterationRecord, status: str, why: str) -> None:
@@ -117,8 +125,12 @@ class PopulationSearch:
         if why:  # the screen is the child's first run: it is its smoke test too
             return self.decide(record, cand, "invalid", f"smoke test failed: {why}")
         if fresh is not None and mostly_infra(fresh):
-            return self.decide(record, cand, "undecided", f"{fresh.summary.infra_errors} of {fresh.summary.num_simulations} screen "
-                                                          "simulations hit infrastructure errors")
+            return self.decide(
+                record,
+                cand,
+                "undecided",
+                f"{fresh.summary.infra_errors} of {fresh.summary.num_simulations} screen simulations hit infrastructure errors",
+            )
         mine = {**reused, **(rewards_by_task(fresh.simulations) if fresh else {})}
         verdict = pool_rules.screen(parent_mini, mine)
         cand.screen = {**dataclasses.asdict(verdict), "reused": len(reused)}
@@ -127,8 +139,12 @@ class PopulationSearch:
         first, second = cfg.parts(ctx.manifest.gate_tasks)
         part = ctx.measure(f"{name}-gate", worktree, first, cfg.gate_trials, seed, record=record)
         if mostly_infra(part):
-            return self.decide(record, cand, "undecided", f"{part.summary.infra_errors} of {part.summary.num_simulations} gate simulations "
-                                                          "hit infrastructure errors")
+            return self.decide(
+                record,
+                cand,
+                "undecided",
+                f"{part.summary.infra_errors} of {part.summary.num_simulations} gate simulations hit infrastructure errors",
+            )
         holds = pool_rules.first_part_holds(self.table(record.parent_label), rewards_by_task(part.simulations), cfg.margin)
         cand.gate_part = dataclasses.asdict(holds)
         cand.gate_candidate = holds.child
@@ -137,11 +153,20 @@ class PopulationSearch:
         if second:
             rest_of_gate = ctx.measure(f"{name}-gate2", worktree, second, cfg.gate_trials, seed, record=record)
             if mostly_infra(rest_of_gate):
-                return self.decide(record, cand, "undecided", f"{rest_of_gate.summary.infra_errors} of {rest_of_gate.summary.num_simulations} "
-                                                              "gate simulations hit infrastructure errors")
+                return self.decide(
+                    record,
+                    cand,
+                    "undecided",
+                    f"{rest_of_gate.summary.infra_errors} of {rest_of_gate.summary.num_simulations} "
+                    "gate simulations hit infrastructure errors",
+                )
         cand.gate_candidate = mean_reward(self.table(cand.label))
-        self.decide(record, cand, "accepted", f"Joined the pool: gate {cand.gate_candidate:.3f} over {len(ctx.manifest.gate_tasks)} tasks; "
-                                              f"{verdict.reason}")
+        self.decide(
+            record,
+            cand,
+            "accepted",
+            f"Joined the pool: gate {cand.gate_candidate:.3f} over {len(ctx.manifest.gate_tasks)} tasks; {verdict.reason}",
+        )
 
     def reused_tries(self, cand: CandidateRecord, worktree, tasks: list[str]) -> tuple[dict, list[EvalResult]]:
         """The rewards, by minibatch task, of the proposer's tries of the very agent the candidate is (same seed, one
@@ -170,8 +195,13 @@ class PopulationSearch:
         joined = [c.label for c in record.candidates if c.status == "accepted"]
         record.gate_incumbent = mean_reward(self.table(record.parent_label))
         record.kept, record.status = None, furthest.status
-        record.reason = (f"{', '.join(joined)} joined the pool" if joined else
-                         furthest.reason if len(record.candidates) == 1 else f"{furthest.label}: {furthest.reason}")
+        record.reason = (
+            f"{', '.join(joined)} joined the pool"
+            if joined
+            else furthest.reason
+            if len(record.candidates) == 1
+            else f"{furthest.label}: {furthest.reason}"
+        )
         self.ctx.save(record)
 
     def finish(self, record: IterationRecord) -> None:
@@ -180,8 +210,11 @@ class PopulationSearch:
         ctx = self.ctx
         if ctx.state.next_iteration == record.iteration:
             known = {m.label for m in ctx.state.pool}
-            ctx.state.pool += [PoolMember(label=c.label, commit=c.commit, parent=record.parent_label, iteration=record.iteration)
-                               for c in record.candidates if c.status == "accepted" and c.commit and c.label not in known]
+            ctx.state.pool += [
+                PoolMember(label=c.label, commit=c.commit, parent=record.parent_label, iteration=record.iteration)
+                for c in record.candidates
+                if c.status == "accepted" and c.commit and c.label not in known
+            ]
             self.move_best()
         self.outcome.finish_iteration(record)
 
@@ -198,5 +231,8 @@ class PopulationSearch:
         state.incumbent, state.incumbent_commit, state.best_label = member.iteration, member.commit, "" if label == BASE else label
         state.generation += 1
         ctx.lineage.set_branch(ctx.lineage.best_branch, member.commit)
-        state.best_history.append(best_change(member.iteration, member.commit, f"the pool's best mean gate score: {label}, {score:.3f}",
-                                              "" if label == BASE else label))
+        state.best_history.append(
+            best_change(
+                member.iteration, member.commit, f"the pool's best mean gate score: {label}, {score:.3f}", "" if label == BASE else label
+            )
+        )

@@ -16,8 +16,8 @@ from evolver.evolution.noop import agent_digest, agent_files
 from evolver.evolution.plan import proposer_budget
 from evolver.evolution.proposers import Request
 from evolver.evolution.triage import triage
-from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, slug
 from evolver.store.rundir import measured
+from evolver.store.runstate import FINAL_STATUSES, CandidateRecord, IterationRecord, slug
 
 
 class Proposing:
@@ -45,13 +45,33 @@ class Proposing:
             return ctx.measure(name_, root, tasks, 1, ctx.seed(record.generation), record=record), ctx.run.evaluation(name_).path
 
         request = Request(
-            label=cand.label, focus=(record.candidates.index(cand), len(record.candidates)), parent=parent_tree,
-            evidence=Evidence(analysis, ctx.run.evaluation(analysis_name).path, self.earlier_candidates(record),
-                              triage({name: records for name, records in measured(ctx.run.repo, ctx.run.run_id).items()
-                                      if name.startswith("evals/analysis-")}), parent=parent_tree),
-            learnings=self.learnings(), guide=ctx.guide, identifiers=ctx.identifiers, meta=ctx.cfg.role("meta", ctx.local_api_base),
-            llm_retries=ctx.cfg.llm_retries, context_tokens=ctx.cfg.meta_context_tokens, budget=proposer_budget(ctx.cfg),
-            workdir=workdir, prompts_dir=ctx.prompts_dir, digest_chars=ctx.cfg.digest_chars, try_agent=try_agent,
+            label=cand.label,
+            focus=(record.candidates.index(cand), len(record.candidates)),
+            parent=parent_tree,
+            evidence=Evidence(
+                analysis,
+                ctx.run.evaluation(analysis_name).path,
+                self.earlier_candidates(record),
+                triage(
+                    {
+                        name: records
+                        for name, records in measured(ctx.run.repo, ctx.run.run_id).items()
+                        if name.startswith("evals/analysis-")
+                    }
+                ),
+                parent=parent_tree,
+            ),
+            learnings=self.learnings(),
+            guide=ctx.guide,
+            identifiers=ctx.identifiers,
+            meta=ctx.cfg.role("meta", ctx.local_api_base),
+            llm_retries=ctx.cfg.llm_retries,
+            context_tokens=ctx.cfg.meta_context_tokens,
+            budget=proposer_budget(ctx.cfg),
+            workdir=workdir,
+            prompts_dir=ctx.prompts_dir,
+            digest_chars=ctx.cfg.digest_chars,
+            try_agent=try_agent,
             progress=lambda turn, turns, doing: ctx.events.emit(ev.Proposing(cand.label, turn, turns, doing)),
         )
         with ratelimit.tracking() as limits:  # the meta-LLM's calls, made in this thread
@@ -59,7 +79,9 @@ class Proposing:
         cand.responses, cand.errors, cand.findings = outcome.responses, outcome.errors, outcome.findings
         cand.investigation = outcome.stats
         if outcome.proposal is None:
-            answers = f" after {len(outcome.responses)} answer(s)" if outcome.responses else ""  # the one-shot proposer's; a session's are its turns
+            answers = (
+                f" after {len(outcome.responses)} answer(s)" if outcome.responses else ""
+            )  # the one-shot proposer's; a session's are its turns
             cand.status, cand.reason = "no_patch", f"no valid patch{answers}: {outcome.errors[-1] if outcome.errors else 'empty'}"
         else:
             p = outcome.proposal
@@ -95,16 +117,25 @@ class Proposing:
             if r.iteration >= record.iteration:
                 break
             # What each candidate was judged against: its pool parent's trials, or the incumbent beside it, else its reference.
-            incumbent = (member_trials(ctx.latest_rewards, r.parent_label) if r.parent_label else
-                         ctx.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or ctx.latest_rewards(f"reference-g{r.generation}") or {})
+            incumbent = (
+                member_trials(ctx.latest_rewards, r.parent_label)
+                if r.parent_label
+                else ctx.latest_rewards(f"iter-{r.iteration:03d}-incumbent") or ctx.latest_rewards(f"reference-g{r.generation}") or {}
+            )
             for c in r.candidates:
                 table = member_trials(ctx.latest_rewards, c.label)
-                out.append(EarlierCandidate(
-                    label=c.label, title=c.title, status=c.status, reason=c.reason,
-                    diff=ctx.lineage.diff(r.parent_commit, c.commit) if c.commit else "",
-                    flips=tuple(f"{labels.get(task, '?')}: {was:.2f} -> {now:.2f}" for task, was, now in flipped(table, incumbent)),
-                    gate_delta=None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent,
-                    agent=agent_digest(ctx.lineage.agent_files_at(c.commit)) if c.commit else ""))
+                out.append(
+                    EarlierCandidate(
+                        label=c.label,
+                        title=c.title,
+                        status=c.status,
+                        reason=c.reason,
+                        diff=ctx.lineage.diff(r.parent_commit, c.commit) if c.commit else "",
+                        flips=tuple(f"{labels.get(task, '?')}: {was:.2f} -> {now:.2f}" for task, was, now in flipped(table, incumbent)),
+                        gate_delta=None if c.gate_candidate is None or r.gate_incumbent is None else c.gate_candidate - r.gate_incumbent,
+                        agent=agent_digest(ctx.lineage.agent_files_at(c.commit)) if c.commit else "",
+                    )
+                )
         return out
 
     def learnings(self) -> list[str]:
@@ -114,8 +145,12 @@ class Proposing:
             if r.status not in FINAL_STATUSES:
                 continue
             for c in r.candidates:
-                delta = "" if c.gate_candidate is None or r.gate_incumbent is None else f", gate {r.gate_incumbent:.3f} -> {c.gate_candidate:.3f}"
-                lines.append(f"- Iteration {c.label}: \"{c.title or '(no patch)'}\" -> {c.status}{delta}. {c.reason}")
+                delta = (
+                    ""
+                    if c.gate_candidate is None or r.gate_incumbent is None
+                    else f", gate {r.gate_incumbent:.3f} -> {c.gate_candidate:.3f}"
+                )
+                lines.append(f'- Iteration {c.label}: "{c.title or "(no patch)"}" -> {c.status}{delta}. {c.reason}')
         return lines
 
 

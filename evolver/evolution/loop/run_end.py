@@ -30,20 +30,39 @@ class RunEnd:
             return
         label = ctx.run.best_label(ctx.state) or str(ctx.state.incumbent)
         ctx.step(f"audit: {named(label)}, the run's best, against the base")
-        arms = [(f"audit-{slug(label)}-{side}", ctx.checkout(f"audit-{side}", commit))
-                for side, commit in (("base", ctx.manifest.base_commit), ("best", best))]
+        arms = [
+            (f"audit-{slug(label)}-{side}", ctx.checkout(f"audit-{side}", commit))
+            for side, commit in (("base", ctx.manifest.base_commit), ("best", best))
+        ]
 
         def run(look: search.AuditLook) -> Optional[tuple[dict, dict]]:
-            results = ctx.concurrently(lambda arm: ctx.measure(arm[0], arm[1], ctx.manifest.gate_tasks, look.trials,
-                                                               ctx.seed(ctx.state.generation) + 11), arms)
-            return None if any(map(mostly_infra, results)) else (rewards_by_task(results[0].simulations), rewards_by_task(results[1].simulations))
+            results = ctx.concurrently(
+                lambda arm: ctx.measure(arm[0], arm[1], ctx.manifest.gate_tasks, look.trials, ctx.seed(ctx.state.generation) + 11), arms
+            )
+            return (
+                None
+                if any(map(mostly_infra, results))
+                else (rewards_by_task(results[0].simulations), rewards_by_task(results[1].simulations))
+            )
 
         looks = search.evaluate_audit(ctx.policy, run)
         holds = search.audit_holds(looks)
         decided = looks and looks[-1].decision != "continue"
-        reason = looks[-1].reason if decided else "Undecided: most of the audit's simulations hit infrastructure errors, and nothing unshown is kept."
-        ctx.state.audits.append(Audit(best=ctx.state.incumbent, label=label, best_commit=best, holds=holds, reason=reason,
-                                      looks=[dataclasses.asdict(c) for c in looks]))
+        reason = (
+            looks[-1].reason
+            if decided
+            else "Undecided: most of the audit's simulations hit infrastructure errors, and nothing unshown is kept."
+        )
+        ctx.state.audits.append(
+            Audit(
+                best=ctx.state.incumbent,
+                label=label,
+                best_commit=best,
+                holds=holds,
+                reason=reason,
+                looks=[dataclasses.asdict(c) for c in looks],
+            )
+        )
         if not holds:
             base = ctx.manifest.base_commit
             ctx.state.best_history.append(best_change(0, base, f"audit: {named(label)} not shown better than the base: {reason}"))

@@ -36,8 +36,15 @@ class Validation:
         if cand.status == "evaluating" and smoke:
             ctx.step(f"iteration {record.iteration}: smoke test")
             # The smoke test's limit is the worker timeout's too, when that is shorter.
-            result = ctx.measure(f"iter-{slug(cand.label)}-smoke", wt, ctx.manifest.analysis_tasks[:1], 1, ctx.seed(record.generation),
-                                 timeout=smoke_timeout(ctx), record=record)
+            result = ctx.measure(
+                f"iter-{slug(cand.label)}-smoke",
+                wt,
+                ctx.manifest.analysis_tasks[:1],
+                1,
+                ctx.seed(record.generation),
+                timeout=smoke_timeout(ctx),
+                record=record,
+            )
             why = broken(result)
             if why:
                 cand.status, cand.reason = "invalid", f"smoke test failed: {why}"
@@ -50,7 +57,7 @@ class Validation:
         tree = ctx.lineage.agent_tree_of(cand.commit)
         if tree == ctx.lineage.agent_tree_of(record.parent_commit):
             return f"the patch {UNCHANGED}: nothing to measure"
-        siblings = record.candidates[:record.candidates.index(cand)]
+        siblings = record.candidates[: record.candidates.index(cand)]
         for earlier in [c for r in ctx.run.iterations() if r.iteration < record.iteration for c in r.candidates] + siblings:
             if earlier.commit and ctx.lineage.agent_tree_of(earlier.commit) == tree:
                 which = f"iteration {earlier.label}" if earlier.label.isdigit() else f"candidate {earlier.label}"
@@ -76,10 +83,16 @@ class Validation:
         except PatchRejected as exc:
             cand.status, cand.reason = "invalid", str(exc)
             return wt
-        message = commit_message(cand.title, cand.rationale, {
-            "Evolver-Run": ctx.run.run_id, "Evolver-Iteration": str(record.iteration), "Evolver-Candidate": cand.label,
-            "Evolver-Parent": record.parent_label or ("base" if record.parent == 0 else str(record.parent)),
-        })
+        message = commit_message(
+            cand.title,
+            cand.rationale,
+            {
+                "Evolver-Run": ctx.run.run_id,
+                "Evolver-Iteration": str(record.iteration),
+                "Evolver-Candidate": cand.label,
+                "Evolver-Parent": record.parent_label or ("base" if record.parent == 0 else str(record.parent)),
+            },
+        )
         cand.branch, cand.commit = branch, ctx.lineage.commit_candidate(wt, branch, message)
         ctx.save(record)
         return wt

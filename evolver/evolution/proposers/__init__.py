@@ -115,7 +115,11 @@ def meta_request(role: RoleModel, messages: list, answer_tokens: Optional[int] =
     configured = {k: v for k, v in role.llm_args.items() if k not in ("temperature", "seed")}
     if answer_tokens and not {"max_tokens", "max_completion_tokens"} & configured.keys():
         extra["max_tokens"] = answer_limit(role.model, role.api_base, role.llm_args, answer_tokens)
-    return {"model": role.model, "messages": cache_marked(messages, role.model, role.api_base), **{**role.litellm_args(), **extra, **configured}}
+    return {
+        "model": role.model,
+        "messages": cache_marked(messages, role.model, role.api_base),
+        **{**role.litellm_args(), **extra, **configured},
+    }
 
 
 def meta_call(role: RoleModel, messages: list, retries: int, answer_tokens: Optional[int] = None, **extra) -> tuple[object, RoleUsage]:

@@ -111,15 +111,27 @@ class Session:
             left = self.budget.turns - self.turns
             if left == 0:  # the last turn: only submit is useful now
                 messages.append({"role": "user", "content": self.prompts.short("last_turn")})
-            response, usage = meta_call(self.request.meta, messages, self.request.llm_retries, tools=schemas, answer_tokens=ANSWER_TOKENS,
-                                        timeout=max(60.0, self.budget.seconds - self.elapsed()), **self.sampling(), **self.choice)
+            response, usage = meta_call(
+                self.request.meta,
+                messages,
+                self.request.llm_retries,
+                tools=schemas,
+                answer_tokens=ANSWER_TOKENS,
+                timeout=max(60.0, self.budget.seconds - self.elapsed()),
+                **self.sampling(),
+                **self.choice,
+            )
             self.usage = self.usage.add(usage)
             message = response.choices[0].message
             calls = list(message.tool_calls or [])[:1]  # one at a time: the next depends on this one's answer
             if not calls and (written := written_call(message.content or "")):
                 calls = [written]  # a small model writes `read_file(path="agent/agent.py")` as text
-            self.log("assistant", message.content or "", calls=[{"name": c.function.name, "arguments": c.function.arguments} for c in calls],
-                     usage=usage.model_dump())
+            self.log(
+                "assistant",
+                message.content or "",
+                calls=[{"name": c.function.name, "arguments": c.function.arguments} for c in calls],
+                usage=usage.model_dump(),
+            )
             if not calls:
                 answer = self.tools.patch_in_text(message.content or "")
                 if self.submitted is None:
@@ -184,11 +196,16 @@ class Session:
         return self.prompts.text(
             "opening",
             proposal=sentences(short("proposal", number=i + 1, count=k), short("focus", number=i + 1) if k > 1 else ""),
-            failures=r.evidence.failures(), candidates=r.evidence.candidates(),
+            failures=r.evidence.failures(),
+            candidates=r.evidence.candidates(),
             learnings=short("learnings", learnings="\n".join(r.learnings[-8:])) if r.learnings else "",
-            turns=self.budget.turns, tries=self.budget.tries, minutes=f"{self.budget.seconds / 60:.0f}",
-            start=(short("start_at", first=first) if first else short("start_reading")) + _removal(place, self.scratch, self.prompts)
-            + (f" {off[0].upper()}{off[1:]}." if off else ""))
+            turns=self.budget.turns,
+            tries=self.budget.tries,
+            minutes=f"{self.budget.seconds / 60:.0f}",
+            start=(short("start_at", first=first) if first else short("start_reading"))
+            + _removal(place, self.scratch, self.prompts)
+            + (f" {off[0].upper()}{off[1:]}." if off else ""),
+        )
 
     def out_of_budget(self) -> str | None:
         if self.turns >= self.budget.turns:
@@ -223,9 +240,18 @@ class Session:
 
     # -- the result -------------------------------------------------------------------------
     def outcome(self, stop: str | None) -> ProposalResult:
-        stats = {"turns": self.turns, "tools": dict(self.tally.used), "edits": self.scratch.edits_made, "rejected_edits": self.tally.rejected_edits,
-                 "tries": self.tally.tried, "try_simulations": self.tally.tries, "seconds": round(self.elapsed(), 1), "tokens": self.usage.tokens,
-                 "stopped": stop or "submitted", "transcript": str(self.transcript_file)}
+        stats = {
+            "turns": self.turns,
+            "tools": dict(self.tally.used),
+            "edits": self.scratch.edits_made,
+            "rejected_edits": self.tally.rejected_edits,
+            "tries": self.tally.tried,
+            "try_simulations": self.tally.tries,
+            "seconds": round(self.elapsed(), 1),
+            "tokens": self.usage.tokens,
+            "stopped": stop or "submitted",
+            "transcript": str(self.transcript_file),
+        }
         if self.submitted is None:
             return ProposalResult(proposal=None, errors=[f"no candidate submitted: {stop}"], usage=self.usage, stats=stats)
         return ProposalResult(proposal=self.submitted, usage=self.usage, stats=stats)
@@ -239,8 +265,10 @@ class Session:
         self.save()
 
     def save(self) -> None:
-        write_json_atomic(self.transcript_file, {"label": self.request.label, "usage": self.usage.model_dump(), "turns": self.turns,
-                                                 "messages": self.transcript})
+        write_json_atomic(
+            self.transcript_file,
+            {"label": self.request.label, "usage": self.usage.model_dump(), "turns": self.turns, "messages": self.transcript},
+        )
 
 
 def _removal(place, scratch: Scratch, prompts: Prompts = Prompts("agent")) -> str:
@@ -260,8 +288,13 @@ def _assistant(message, calls):
     that call as plain data, with the turn's thinking blocks."""
     if not calls or any(calls[0] is own for own in message.tool_calls or []):
         return message
-    out = {"role": "assistant", "content": message.content or "",
-           "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments or "{}"}}
-                          for c in calls]}
+    out = {
+        "role": "assistant",
+        "content": message.content or "",
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments or "{}"}}
+            for c in calls
+        ],
+    }
     blocks = getattr(message, "thinking_blocks", None)
     return {**out, "thinking_blocks": blocks} if blocks else out

@@ -41,7 +41,7 @@ def versions(files: dict[str, str], keep: set[tuple[str, int]]) -> list[str]:
     for path, text in files.items():
         lines = text.splitlines()
         for name, start, body, end in _functions(text) if path.endswith(".py") else []:
-            saved = sum(len(line) + 1 for line in lines[body - 1:end]) - len(_marker(lines, body, end)) - 1
+            saved = sum(len(line) + 1 for line in lines[body - 1 : end]) - len(_marker(lines, body, end)) - 1
             if name != TURN_METHOD and saved > 0 and not any((path, n) in keep for n in range(start, end + 1)):
                 shortenable.append((saved, path, body, end))
     out, short = [_fenced(files)], {path: [] for path in files}
@@ -72,7 +72,7 @@ def _shortened(text: str, short: list[tuple[int, int]]) -> str:
     """The text with the lines from ``body`` to ``end`` of each shortened function replaced by one line that names them."""
     lines = text.splitlines()
     for body, end in sorted(short, reverse=True):
-        lines[body - 1:end] = [_marker(lines, body, end)]
+        lines[body - 1 : end] = [_marker(lines, body, end)]
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 

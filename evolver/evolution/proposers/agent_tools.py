@@ -39,11 +39,22 @@ def tool_schemas() -> list[dict]:
         params = tool.get("arguments", {})
         properties = {}
         for pname, arg in params.items():
-            properties[pname] = {"type": arg["type"], "description": arg["description"],
-                                 **({"items": {"type": "string"}} if arg["type"] == "array" else {})}
+            properties[pname] = {
+                "type": arg["type"],
+                "description": arg["description"],
+                **({"items": {"type": "string"}} if arg["type"] == "array" else {}),
+            }
         required = [p for p, arg in params.items() if arg["required"]]
-        out.append({"type": "function", "function": {"name": name, "description": tool["description"],
-                                                     "parameters": {"type": "object", "properties": properties, "required": required}}})
+        out.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": tool["description"],
+                    "parameters": {"type": "object", "properties": properties, "required": required},
+                },
+            }
+        )
     return out
 
 
@@ -179,7 +190,9 @@ class Toolbox:
             before = parent.get(sim.task_id)
             was = "n/a" if before is None or before.reward is None else f"{before.reward:.2f}"
             now = "not measured" if sim.outcome == "infra_error" else f"{sim.reward or 0.0:.2f}"
-            lines.append(f"{e.labels[sim.task_id]}: parent {was} -> yours {now}, ended by {sim.termination_reason} after {sim.steps} messages")
+            lines.append(
+                f"{e.labels[sim.task_id]}: parent {was} -> yours {now}, ended by {sim.termination_reason} after {sim.steps} messages"
+            )
             if sim.outcome != "infra_error" and (sim.reward or 0.0) < 1.0:  # the short form of what went wrong
                 failure = describe(e.labels[sim.task_id], sim, load_messages(result_dir, sim))
                 lines.append(f"  failed: {failure.signature}")
@@ -213,8 +226,10 @@ class Toolbox:
         if problem:
             return problem, False
         if self.broken and self.broken[0] == self.scratch.edits_made:
-            return (f"your edited agent broke every task try_agent ran ({self.broken[1]}), and the candidate's smoke test would fail it "
-                    "the same way; change the edit, then try_agent again"), False
+            return (
+                f"your edited agent broke every task try_agent ran ({self.broken[1]}), and the candidate's smoke test would fail it "
+                "the same way; change the edit, then try_agent again"
+            ), False
         same = same_as_earlier(self.request.evidence.earlier, agent_files(self.scratch.root))
         if same is not None:  # the loop would refuse it unmeasured, and the proposal would be spent
             return f"your edited agent/ is the same as {same.verdict()}. Make a different change", True
@@ -257,7 +272,9 @@ def written_call(text: str):
         except ValueError:
             args = None
         if isinstance(args, dict):
-            return SimpleNamespace(id=f"written_{tagged.start()}", function=SimpleNamespace(name=tagged.group(1), arguments=json.dumps(args)))
+            return SimpleNamespace(
+                id=f"written_{tagged.start()}", function=SimpleNamespace(name=tagged.group(1), arguments=json.dumps(args))
+            )
     for match in re.finditer(r"\{", text):
         try:
             found, _ = decoder.raw_decode(text, match.start())
@@ -267,7 +284,7 @@ def written_call(text: str):
             function = SimpleNamespace(name=found["name"], arguments=json.dumps(found.get("arguments", {})))
             return SimpleNamespace(id=f"written_{match.start()}", function=function)
     for match in re.finditer(r"\b(" + "|".join(names) + r")\(", text):
-        line = text[match.start():].split("\n", 1)[0]
+        line = text[match.start() :].split("\n", 1)[0]
         for end in range(len(line), len(match.group(0)), -1):  # the longest piece of the line that parses as one call
             try:
                 node = parse_python(line[:end].strip(), mode="eval").body
@@ -283,4 +300,3 @@ def written_call(text: str):
             function = SimpleNamespace(name=node.func.id, arguments=json.dumps(args))
             return SimpleNamespace(id=f"written_{abs(hash(line)) % 10**8}", function=function)
     return None
-

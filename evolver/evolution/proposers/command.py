@@ -12,7 +12,7 @@ The workspace (the proposal's folder in the run directory, `workspace/`):
     learnings.md     what earlier iterations found
     PROPOSAL.md      written by the command, optional: "TITLE: ..." and "RATIONALE: ..." lines
 
-The command runs there confined (evolver.evaluation.sandbox.confine_command): it reads the system's
+The command runs there confined (evolver.evaluation.command_sandbox.confine_command): it reads the system's
 programs and libraries, the /etc entries programs need, the folders its program is installed in
 (evolver.evaluation.program_folders: found by name as you would find it) and the folders you name,
 reads and writes the workspace only, with no capability even as root, with an environment that holds
@@ -79,8 +79,13 @@ class CommandProposer:
         program = program_folders(self.command, search_path(self.readable), keep_out=(workspace,))
         code, log = self.run(workspace, request.budget.seconds, program)
         (request.workdir / "command.log").write_text(log)
-        stats = {"command": self.command, "program": str(program.program or "not found"), "exit_code": code,
-                 "seconds": round(time.monotonic() - started, 1), "log": str(request.workdir / "command.log")}
+        stats = {
+            "command": self.command,
+            "program": str(program.program or "not found"),
+            "exit_code": code,
+            "seconds": round(time.monotonic() - started, 1),
+            "log": str(request.workdir / "command.log"),
+        }
         if program.kept_out:
             stats["kept_out"] = [f"{folder}: {why}" for folder, why in program.kept_out]
         if code is None:
@@ -92,7 +97,7 @@ class CommandProposer:
     def run(self, workspace: Path, seconds: float, program: ProgramFolders) -> tuple[int | None, str]:
         """The command, confined, in the workspace, with its program's folders; its exit code (None when it ran out
         of time) and the end of its output."""
-        from evolver.evaluation.sandbox import command_grants, confine_command
+        from evolver.evaluation.command_sandbox import command_grants, confine_command
 
         named = tuple(r for r in self.readable if not exposed(Path(r), (workspace,)))  # refused at start; a backstop here
         readable, listable = command_grants((*program.readable, *named))
@@ -101,9 +106,16 @@ class CommandProposer:
         tmp.mkdir(exist_ok=True)
         env = command_environment(self.env_names, home, tmp, [*program.search, *installed_bins(named)])
         cpu = max(1, int(seconds * 2))
-        proc = subprocess.Popen(["/bin/sh", "-c", self.command], cwd=workspace, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=lambda: confine_command(readable, listable, workspace, cpu))
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", self.command],
+            cwd=workspace,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: confine_command(readable, listable, workspace, cpu),
+        )
         code, out = None, b""
         try:
             out, _ = proc.communicate(timeout=seconds)
@@ -160,7 +172,9 @@ def write_evidence(evidence: Evidence, workspace: Path) -> None:
     earlier.mkdir()
     failures = [evidence.summary_line(r) for r in evidence.analysis.simulations if r.outcome != "infra_error" and (r.reward or 0.0) < 1.0]
     overview = evidence.harness_overview(tools=False)  # where to look first, as the other proposers are told, as places in the files
-    (analysis / "failures.md").write_text("\n".join(([overview, ""] if overview and failures else []) + failures) or "No failures on the analysis set.\n")
+    (analysis / "failures.md").write_text(
+        "\n".join(([overview, ""] if overview and failures else []) + failures) or "No failures on the analysis set.\n"
+    )
     for record in evidence.analysis.simulations:
         if record.outcome == "infra_error":
             continue
@@ -168,8 +182,10 @@ def write_evidence(evidence: Evidence, workspace: Path) -> None:
         text = "\n".join([evidence.summary_line(record), "", *evidence.described(record).transcript])
         (analysis / f"{label}-trial{record.trial}.md").write_text(text + "\n")
     for c in evidence.earlier:
-        (earlier / f"{c.label}.md").write_text(f"# {c.label}: {c.title}\n\nverdict: {c.status}: {c.reason}\n"
-                                               f"gate tasks that flipped: {', '.join(c.flips) or 'none'}\n\n```diff\n{c.diff}\n```\n")
+        (earlier / f"{c.label}.md").write_text(
+            f"# {c.label}: {c.title}\n\nverdict: {c.status}: {c.reason}\n"
+            f"gate tasks that flipped: {', '.join(c.flips) or 'none'}\n\n```diff\n{c.diff}\n```\n"
+        )
 
 
 def write_turn_views(evidence: Evidence, analysis: Path) -> None:
@@ -205,8 +221,9 @@ def take_patch(request: Request, workspace: Path) -> ProposalResult:
     title, rationale = _proposal_text(workspace / "PROPOSAL.md")
     stats = {"changed": scratch.changed(), "problems": problems}
     if problems:
-        return ProposalResult(proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), refused=problems[0],
-                       errors=problems, stats=stats)
+        return ProposalResult(
+            proposal=Proposal(title=title, rationale=rationale, edits=scratch.edits()), refused=problems[0], errors=problems, stats=stats
+        )
     why = scratch.problem()
     if why:
         return ProposalResult(proposal=None, errors=[f"no usable change: {why}"], stats=stats)

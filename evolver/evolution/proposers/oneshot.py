@@ -54,21 +54,49 @@ class OneShot:
     def propose(self, request: Request) -> ProposalResult:
         focus = request.focus
         evidence = request.evidence
-        digest = build_digest(evidence.analysis, evidence.analysis_dir, max_chars=request.digest_chars, focus=focus,
-                              notes=tuple(evidence.triage_notes()), harness=evidence.harness_line,
-                              overview=evidence.harness_overview(tools=False), turn=evidence.changed_turn)
+        digest = build_digest(
+            evidence.analysis,
+            evidence.analysis_dir,
+            max_chars=request.digest_chars,
+            focus=focus,
+            notes=tuple(evidence.triage_notes()),
+            harness=evidence.harness_line,
+            overview=evidence.harness_overview(tools=False),
+            turn=evidence.changed_turn,
+        )
         start = starting_patch(evidence)
         request.workdir.mkdir(parents=True, exist_ok=True)
-        (request.workdir / "digest.md").write_text(digest + (f"\n\n# Where to start\n\n{start}\n" if start else ""))  # what the meta-LLM saw
+        (request.workdir / "digest.md").write_text(
+            digest + (f"\n\n# Where to start\n\n{start}\n" if start else "")
+        )  # what the meta-LLM saw
         files = agent_texts(request.parent)
-        messages = build_messages(request.prompts_dir, request.guide, versions(files, named_lines([digest, start])), digest,
-                                  request.learnings, request.context_tokens, start)
+        messages = build_messages(
+            request.prompts_dir,
+            request.guide,
+            versions(files, named_lines([digest, start])),
+            digest,
+            request.learnings,
+            request.context_tokens,
+            start,
+        )
         request.progress(1, 3, "answering with a patch")
         started = time.monotonic()
-        outcome = propose(request.meta, messages, request.parent, prompts_dir=request.prompts_dir, llm_retries=request.llm_retries,
-                          identifiers=request.identifiers, earlier=evidence.earlier, guide=request.guide)
-        outcome.stats = {"answers": len(outcome.responses), "tokens": outcome.usage.tokens, "seconds": round(time.monotonic() - started, 1),
-                         "digest": str(request.workdir / "digest.md")}
+        outcome = propose(
+            request.meta,
+            messages,
+            request.parent,
+            prompts_dir=request.prompts_dir,
+            llm_retries=request.llm_retries,
+            identifiers=request.identifiers,
+            earlier=evidence.earlier,
+            guide=request.guide,
+        )
+        outcome.stats = {
+            "answers": len(outcome.responses),
+            "tokens": outcome.usage.tokens,
+            "seconds": round(time.monotonic() - started, 1),
+            "digest": str(request.workdir / "digest.md"),
+        }
         return outcome
 
 
@@ -86,21 +114,27 @@ def starting_patch(evidence: Evidence) -> str:
     if cut or quoted:
         one = len(where.writes) == 1
         them = "it" if one else "them"
-        head = (f"If {line_numbers(where.writes)} of {where.path} ({where.function}{', ' + where.part if where.part else ''}) "
-                f"{'is' if one else 'are'} the fault, ")
+        head = (
+            f"If {line_numbers(where.writes)} of {where.path} ({where.function}{', ' + where.part if where.part else ''}) "
+            f"{'is' if one else 'are'} the fault, "
+        )
         if cut:
             does = f"removes the test on line {where.writes[0]}, keeping the lines it guards" if cut[2] else f"removes {them}"
-            parts.append(f"{head}this patch {does}:\nFILE: {where.path}\n{SEARCH}\n{cut[0]}\n{DIVIDER}\n"
-                         f"{cut[1] + chr(10) if cut[1] else ''}{REPLACE}\n"
-                         f"To correct {them} instead, keep that SEARCH and write after {DIVIDER} the lines as they should be.")
+            parts.append(
+                f"{head}this patch {does}:\nFILE: {where.path}\n{SEARCH}\n{cut[0]}\n{DIVIDER}\n"
+                f"{cut[1] + chr(10) if cut[1] else ''}{REPLACE}\n"
+                f"To correct {them} instead, keep that SEARCH and write after {DIVIDER} the lines as they should be."
+            )
         else:
             parts.append(f"{head}a patch that corrects or removes {them} begins:\nFILE: {where.path}\n{SEARCH}\n{quoted}\n{DIVIDER}")
     switch = evidence.layer_to_switch_off()
     line = f"{switch} = true"
     toml = _text(evidence.parent / SWITCHES) if switch and evidence.parent else ""
     if toml and toml.count(line) == 1:
-        parts.append(f"To try the agent without the {switch[:2].upper()} layer, which makes every change the harness made in these failures, "
-                     f"the patch is:\nFILE: {SWITCHES}\n{SEARCH}\n{line}\n{DIVIDER}\n{switch} = false\n{REPLACE}")
+        parts.append(
+            f"To try the agent without the {switch[:2].upper()} layer, which makes every change the harness made in these failures, "
+            f"the patch is:\nFILE: {SWITCHES}\n{SEARCH}\n{line}\n{DIVIDER}\n{switch} = false\n{REPLACE}"
+        )
     return "\n\n".join(parts)
 
 
@@ -146,7 +180,7 @@ def _quote(path: Path, where) -> str:
     if last - first >= MAX_QUOTED:
         last = next((a for a, b in zip(where.writes, where.writes[1:]) if b != a + 1), where.writes[-1])
     while last <= min(where.end, len(lines)):
-        quoted = "\n".join(lines[first - 1:last])
+        quoted = "\n".join(lines[first - 1 : last])
         if quoted.strip() and text.count(quoted) == 1:
             return quoted
         last += 1
@@ -160,8 +194,9 @@ def _text(path: Path) -> str:
         return ""
 
 
-def build_messages(prompts_dir: Path, guide: str, agent_files: Sequence[str], digest: str, history: list[str], context_tokens: int,
-                   start: str = "") -> list[dict]:
+def build_messages(
+    prompts_dir: Path, guide: str, agent_files: Sequence[str], digest: str, history: list[str], context_tokens: int, start: str = ""
+) -> list[dict]:
     """The meta prompt, shrunk to fit: older history entries go first, then the agent's files are shown shorter
     (``agent_files``: agent_source.versions, whole first), then the digest is cut; ``start`` (starting_patch) is never
     cut: a small model shown it cut goes on copying the prompt from where its quoted lines end."""
@@ -263,10 +298,12 @@ def copied_example(proposal: Proposal, guide: str) -> str:
     if not guide or not code or not all(e.search.strip() in guide and e.replace.strip() in guide for e in edits):
         return ""
     title = guide.rfind("TITLE:", 0, guide.find(code[0].replace.strip()))
-    return guide[title + len("TITLE:"):guide.find("\n", title)].strip() if title >= 0 else "an example"
+    return guide[title + len("TITLE:") : guide.find("\n", title)].strip() if title >= 0 else "an example"
 
 
-def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset, earlier: Sequence[EarlierCandidate]) -> tuple[list, Optional[str], str]:
+def _dry_run(
+    checkout: Path, proposal: Proposal, identifiers: frozenset, earlier: Sequence[EarlierCandidate]
+) -> tuple[list, Optional[str], str]:
     """Apply the edits to a throwaway copy of agent/ to catch SEARCH mismatches early, and scan the result
     (evolver.evaluation.scan): its findings (empty when it is clean), why the loop would refuse it unmeasured
     (None when it would not), and why its code does not parse ("" when it does)."""
@@ -283,6 +320,15 @@ def _dry_run(checkout: Path, proposal: Proposal, identifiers: frozenset, earlier
             return findings, f"it makes agent/ the same as {same.verdict()}", broken
         if files == agent_files(checkout):
             copied = all(e.search.strip() == e.replace.strip() for e in proposal.edits)  # a small model, given the lines to start from
-            return findings, f"it {UNCHANGED}" + (f": its lines after {DIVIDER} are its SEARCH lines unchanged; write them as they "
-                                                   "should be, corrected or without what does harm" if copied else ""), broken
+            return (
+                findings,
+                f"it {UNCHANGED}"
+                + (
+                    f": its lines after {DIVIDER} are its SEARCH lines unchanged; write them as they "
+                    "should be, corrected or without what does harm"
+                    if copied
+                    else ""
+                ),
+                broken,
+            )
         return findings, inert_edit_reason(checkout, Path(tmp)), broken
