@@ -4,19 +4,14 @@ a kind needs. It proposes the loop tests' fix (the exact-title rule) every time,
 from __future__ import annotations
 
 from evolver.evolution.patch import parse_proposal
-from evolver.evolution.proposers import ProposalResult, Request
+from evolver.evolution.proposers import ProposalResult, Proposer, Request
 from tests.scripts.loop_cases import PROPOSALS
 
 FIX = PROPOSALS[3]
 
 
-class Toy:
+class Toy(Proposer):
     name = "toy"
-    reuses_prompt = False
-
-    @classmethod
-    def from_config(cls, cfg) -> Toy:
-        return cls()
 
     @classmethod
     def meta_shape(cls, meta) -> None:
@@ -25,10 +20,6 @@ class Toy:
     @classmethod
     def meta_tokens(cls, cfg, one_request: int) -> tuple[int, int]:
         return 0, 0
-
-    @classmethod
-    def problem(cls, cfg, repo) -> None:
-        return None
 
     def propose(self, request: Request) -> ProposalResult:
         return ProposalResult(proposal=parse_proposal(FIX))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional
 
 from evolver.data import EvalResult, RoleModel, RoleUsage
 from evolver.evolution.evidence import Evidence
@@ -73,36 +73,42 @@ class ProposalResult:
     stats: dict = field(default_factory=dict)  # what the investigation did: turns, tools, edits, tries
 
 
-class Proposer(Protocol):
-    """A kind of proposer (evolver.kinds.PROPOSERS names its class). The class answers for the kind before any
-    proposal is made: how it is built from the settings, what the preflight sends its meta-LLM, what the dry
-    run charges a proposal, what a run refuses to start without."""
+class Proposer:
+    """A kind of proposer (evolver.kinds.PROPOSERS names its class, a subclass of this). The class answers for the
+    kind before any proposal is made: how it is built from the settings, what the preflight sends its meta-LLM, what
+    the dry run charges a proposal, what a run refuses to start without. The defaults are a kind's with no settings
+    of its own and nothing to check; meta_shape and meta_tokens each kind states."""
 
     name: str
-    reuses_prompt: bool  # a conversation that sends its prefix again, so a provider's prompt cache prices it
+    reuses_prompt = False  # a conversation that sends its prefix again, so a provider's prompt cache prices it
 
     @classmethod
     def from_config(cls, cfg) -> "Proposer":
         """The proposer the settings (evolver.config.Config) ask for."""
+        return cls()
 
     @classmethod
     def meta_shape(cls, meta: RoleModel) -> Optional[dict]:
         """What its meta-LLM requests carry besides the conversation (meta_call's extra arguments), for a request
         shaped like them before a run; None when it calls no meta-LLM of evolver's."""
+        raise NotImplementedError
 
     @classmethod
     def meta_tokens(cls, cfg, one_request: int) -> tuple[int, int]:
         """The meta-LLM tokens of one proposal, expected and at most, before any is measured; ``one_request``: the
         tokens of one prompt and its answer as evolver would build it (evolver.evolution.plan)."""
+        raise NotImplementedError
 
     @classmethod
     def problem(cls, cfg, repo: Path) -> Optional[str]:
         """Why a run with these settings cannot start (one line), or None."""
+        return None
 
     def propose(self, request: Request) -> ProposalResult:
         """One candidate from the request's parent, or ProposalResult(proposal=None) with errors saying why not.
         Raises evolver.llm.ProviderError when the meta-LLM stays down (the run pauses), ConfigurationError when
         it refuses its configuration (the run stops: no retry can fix it)."""
+        raise NotImplementedError
 
 
 def meta_request(role: RoleModel, messages: list, answer_tokens: Optional[int] = None, **extra) -> dict:

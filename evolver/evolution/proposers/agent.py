@@ -21,7 +21,7 @@ from pathlib import Path
 
 from evolver.data import RoleModel, RoleUsage, write_json_atomic
 from evolver.evolution.patch import Proposal
-from evolver.evolution.proposers import ProposalResult, Request, meta_call
+from evolver.evolution.proposers import ProposalResult, Proposer, Request, meta_call
 from evolver.evolution.proposers.agent_tools import Tally, Toolbox, tool_schemas, written_call
 from evolver.evolution.proposers.prompts import Prompts, sentences
 from evolver.evolution.scratch import Scratch
@@ -44,13 +44,9 @@ def request_shape(meta: RoleModel) -> dict:
     return {"tools": tool_schemas(), "answer_tokens": ANSWER_TOKENS, "temperature": TEMPERATURE, "seed": 1, **tool_choice(meta)}
 
 
-class Investigator:
+class Investigator(Proposer):
     name = "agent"
     reuses_prompt = True
-
-    @classmethod
-    def from_config(cls, cfg) -> "Investigator":
-        return cls()
 
     @classmethod
     def meta_shape(cls, meta: RoleModel) -> dict:
@@ -59,10 +55,6 @@ class Investigator:
     @classmethod
     def meta_tokens(cls, cfg, one_request: int) -> tuple[int, int]:
         return round(cfg.proposer_tokens * TOKEN_SHARE), cfg.proposer_tokens
-
-    @classmethod
-    def problem(cls, cfg, repo: Path) -> None:
-        return None
 
     def propose(self, request: Request) -> ProposalResult:
         session = Session(request)

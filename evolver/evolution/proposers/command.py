@@ -37,7 +37,7 @@ from evolver.evaluation.scan import in_baseline
 from evolver.evolution.evidence import Evidence
 from evolver.evolution.noop import agent_files
 from evolver.evolution.patch import Proposal
-from evolver.evolution.proposers import ProposalResult, Request
+from evolver.evolution.proposers import ProposalResult, Proposer, Request
 from evolver.evolution.proposers.prompts import Prompts
 from evolver.evolution.scratch import Scratch
 
@@ -46,9 +46,8 @@ BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 LOG_TAIL = 2000
 
 
-class CommandProposer:
+class CommandProposer(Proposer):
     name = "command"
-    reuses_prompt = False
 
     def __init__(self, command: str, env_names: tuple[str, ...] = (), readable: tuple[str, ...] = ()):
         self.command, self.env_names, self.readable = command, tuple(env_names), tuple(readable)

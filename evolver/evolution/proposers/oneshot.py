@@ -19,7 +19,7 @@ from evolver.evolution.evidence import EarlierCandidate, Evidence, same_as_earli
 from evolver.evolution.harness_code import line_numbers
 from evolver.evolution.noop import UNCHANGED, agent_files, inert_edit_reason
 from evolver.evolution.patch import DIVIDER, REPLACE, SEARCH, ParseError, PatchRejected, Proposal, apply_edits, parse_proposal, syntax_error
-from evolver.evolution.proposers import ProposalResult, Request, meta_call
+from evolver.evolution.proposers import ProposalResult, Proposer, Request, meta_call
 from evolver.evolution.proposers.agent_source import agent_texts, named_lines, versions
 from evolver.evolution.proposers.prompts import Prompts
 from evolver.evolution.scratch import removal, unguarded
@@ -31,13 +31,8 @@ MIN_DIGEST = 600  # characters of digest below which a proposal is not worth ask
 MAX_QUOTED = 12  # lines of the parent quoted where the prompt starts a patch
 
 
-class OneShot:
+class OneShot(Proposer):
     name = "oneshot"
-    reuses_prompt = False
-
-    @classmethod
-    def from_config(cls, cfg) -> "OneShot":
-        return cls()
 
     @classmethod
     def meta_shape(cls, meta) -> dict:
@@ -46,10 +41,6 @@ class OneShot:
     @classmethod
     def meta_tokens(cls, cfg, one_request: int) -> tuple[int, int]:
         return one_request, 3 * one_request  # a prompt and its answer, asked again at most twice
-
-    @classmethod
-    def problem(cls, cfg, repo) -> None:
-        return None
 
     def propose(self, request: Request) -> ProposalResult:
         focus = request.focus
