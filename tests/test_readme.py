@@ -1,6 +1,7 @@
-"""The README's main command, as the README writes it, through the command line.
+"""The README's commands, as the README writes them, through the command line: its main command, and the block
+that sets up and evolves a repository of one's own.
 
-Its install part is the test environment's own; the evolver command after it runs in a repository set up by
+The main command's install part is the test environment's own; the evolver command after it runs in a repository set up by
 `evolver init` whose evolver.toml names the tiny test domain (on tau2's mock domain the scripted agent passes
 every task, and a run stops at its baseline), with the models scripted through EVOLVER_* variables (the README's
 command names none: on a user's machine they are the embedded model's, which tests/test_local_model.py runs
@@ -12,10 +13,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, git, run_cli
 from tests.test_loop import tiny_target
 
 SCRIPTED = {
@@ -49,3 +51,51 @@ def test_the_readmes_main_command_runs_to_its_end(tmp_path):
     [run] = (repo / "runs").glob("run-*")
     state = json.loads((run / "state.json").read_text())
     assert state["status"] == "finished" and state["next_iteration"] == 3, state["stop_reason"]  # the two iterations it asks for
+
+
+def own_agent_block() -> list[str]:
+    """The commands of the README's "Using it on your own agent" block, in order, without their comments."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("## Using it on your own agent") :].split("```")[1]
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_the_readmes_own_agent_block_runs_in_order(tmp_path):
+    """Each line of the block through the command line, one after another in one repository, as a user types them.
+    Two things differ from a user's machine: the domain is the tiny test domain, registered as a user registers
+    theirs (the `plugins` setting, here from EVOLVER_PLUGINS), where the block names retail; and the models are
+    scripted (a meta-agent that finds the tiny domain's fault). `<run-id>` is the id the run printed."""
+    lines = own_agent_block()
+    assert lines[0].startswith("cd ") and lines[-1].startswith("git merge evolver/<run-id>/best"), lines
+    repo = tmp_path / "my-agent-repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "test@example.invalid")
+    git(repo, "config", "user.name", "test")
+    env = {**SCRIPTED, "EVOLVER_SCRIPT": "tests.scripts.loop_cases:investigator_script", "EVOLVER_PLUGINS": "tests.scripts.tiny_domain"}
+    run_id = None
+    for line in lines[1:]:
+        line = line.replace("<run-id>", run_id or "<run-id>")
+        words = shlex.split(line)
+        if words[0] == "evolver":
+            args = ["evolver_tiny" if w == "retail" else w for w in words[1:]]
+            proc = run_cli(args, cwd=repo, env=env, timeout=900)
+            assert proc.returncode == 0, (line, proc.stderr[-3000:])
+            if args[0] == "init":
+                assert (repo / "agent" / "agent.py").is_file() and (repo / "evolver.toml").is_file()
+            elif args[0] == "eval":
+                assert "evolver_tiny" in proc.stdout + proc.stderr
+            elif args[0] == "run":
+                [run] = (repo / "runs").glob("run-*")
+                run_id = run.name
+                assert f"adopt it with `git merge evolver/{run_id}/best`" in proc.stdout, proc.stdout[-2000:]
+            elif args[0] == "history":
+                assert run_id in proc.stdout and "best" in proc.stdout
+        else:  # git, as the block writes it
+            for part in line.split(" && "):
+                subprocess.run(shlex.split(part), cwd=repo, check=True, capture_output=True, text=True)
+    assert run_id is not None
+    # The merge brought the run's best, a changed agent/, into the user's branch.
+    assert git(repo, "rev-parse", "HEAD:agent") == git(repo, "rev-parse", f"evolver/{run_id}/best:agent")
+    assert git(repo, "rev-parse", "HEAD:agent") != git(repo, "rev-parse", "ORIG_HEAD:agent")
