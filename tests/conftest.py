@@ -99,6 +99,28 @@ def run_cli(
     return proc
 
 
+def failed_evaluation(simulations: list, **fields):
+    """An evaluation of one trial per task in which every simulation failed (reward 0), for tests that read its
+    records without simulating; ``fields`` set EvalResult's own (checkout, seed, max_steps...)."""
+    from evolver.data import EvalResult, EvalSummary
+
+    n, task_ids = len(simulations), list(dict.fromkeys(s.task_id for s in simulations))
+    summary = EvalSummary(
+        num_tasks=len(task_ids),
+        num_trials=1,
+        num_simulations=n,
+        scored=n,
+        failed=0,
+        infra_errors=0,
+        avg_reward=0.0,
+        pass_hat_k={},
+        usage={},
+        duration=1.0,
+    )
+    defaults = dict(run_id="r", checkout="c", domain="mock", split=None, task_ids=task_ids, trials=1, seed=1, max_steps=5, models={})
+    return EvalResult(**{**defaults, **fields, "summary": summary, "simulations": list(simulations)})
+
+
 def eval_json(repo: Path, *extra: str, env: dict | None = None) -> dict:
     proc = run_cli(["eval", str(repo), "--json", *SCRIPTED_MODELS, *extra], env=env)
     assert proc.returncode == 0, proc.stderr

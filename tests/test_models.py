@@ -369,41 +369,17 @@ def test_a_model_that_takes_no_temperature_is_told_something_different_each_time
 @pytest.fixture
 def analysis_session(tmp_path):
     """A proposal session over a hand-made analysis evaluation (no simulation: the tools read its records)."""
-    from evolver.data import EvalResult, EvalSummary, SimRecord
+    from evolver.data import SimRecord
     from evolver.evolution.evidence import Evidence
     from evolver.evolution.proposers import Budget, Request
     from evolver.evolution.proposers.agent import Session
-    from tests.conftest import ROOT, init_repo
+    from tests.conftest import ROOT, failed_evaluation, init_repo
 
     repo = init_repo(tmp_path / "target")
     folder = tmp_path / "analysis"
     folder.mkdir()
     sim = SimRecord(task_id="create_task_1", trial=0, outcome="ok", reward=0.0, termination_reason="user_stop")
-    summary = EvalSummary(
-        num_tasks=1,
-        num_trials=1,
-        num_simulations=1,
-        scored=1,
-        failed=0,
-        infra_errors=0,
-        avg_reward=0.0,
-        pass_hat_k={},
-        usage={},
-        duration=1.0,
-    )
-    result = EvalResult(
-        run_id="a",
-        checkout=str(repo),
-        domain="mock",
-        split=None,
-        task_ids=["create_task_1"],
-        trials=1,
-        seed=300,
-        max_steps=30,
-        models={},
-        summary=summary,
-        simulations=[sim],
-    )
+    result = failed_evaluation([sim], run_id="a", checkout=str(repo), seed=300, max_steps=30)
 
     def make(turns: int, meta: RoleModel = RoleModel(model="scripted/meta")) -> Session:
         request = Request(

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from evolver.cli.start import PROMPTS_DIR
-from evolver.data import EvalResult, EvalSummary, RoleModel, SimRecord
+from evolver.data import RoleModel, SimRecord
 from evolver.errors import UsageError
 from evolver.evolution.digest import build_digest
 from evolver.evolution.patch import Edit, ParseError, PatchRejected, apply_edits, check_path, parse_proposal
 from evolver.evolution.proposers.agent_source import agent_texts, named_lines, versions
 from evolver.evolution.proposers.oneshot import build_messages, propose
-from tests.conftest import ROOT
+from tests.conftest import ROOT, failed_evaluation
 
 AGENT = 'AGENT_INSTRUCTION = """\nBe nice.\n"""\n\n\ndef f():\n    return 1\n'
 
@@ -294,31 +294,7 @@ def test_digest_masks_data_and_keeps_procedure(tmp_path):
         steps=4,
         trajectory_file="trajectories/t.json",
     )
-    summary = EvalSummary(
-        num_tasks=1,
-        num_trials=1,
-        num_simulations=1,
-        scored=1,
-        failed=0,
-        infra_errors=0,
-        avg_reward=0.0,
-        pass_hat_k={},
-        usage={},
-        duration=1.0,
-    )
-    result = EvalResult(
-        run_id="r",
-        checkout="c",
-        domain="mock",
-        split=None,
-        task_ids=["secret_task_id"],
-        trials=1,
-        seed=1,
-        max_steps=5,
-        models={},
-        summary=summary,
-        simulations=[rec],
-    )
+    result = failed_evaluation([rec])
     digest = build_digest(result, tmp_path)
     for secret in ("Secret Launch", "secret launch", "user_7", "task_9", "1234", "secret_task_id"):
         assert secret not in digest
@@ -332,31 +308,7 @@ def test_the_digest_tells_a_repeated_call_once_with_its_count(tmp_path):
     other = {"role": "assistant", "content": None, "tool_calls": [{"name": "list_tasks", "arguments": {}}]}
     (tmp_path / "t.json").write_text(json.dumps({"messages": [call, call, call, other, call]}))
     rec = SimRecord(task_id="t", trial=0, outcome="ok", reward=0.0, termination_reason="max_steps", steps=5, trajectory_file="t.json")
-    summary = EvalSummary(
-        num_tasks=1,
-        num_trials=1,
-        num_simulations=1,
-        scored=1,
-        failed=0,
-        infra_errors=0,
-        avg_reward=0.0,
-        pass_hat_k={},
-        usage={},
-        duration=1.0,
-    )
-    result = EvalResult(
-        run_id="r",
-        checkout="c",
-        domain="mock",
-        split=None,
-        task_ids=["t"],
-        trials=1,
-        seed=1,
-        max_steps=5,
-        models={},
-        summary=summary,
-        simulations=[rec],
-    )
+    result = failed_evaluation([rec])
     assert "agent did: create_task(title=<V1>), 3 times in a row; list_tasks(); create_task(title=<V1>); ended by" in build_digest(
         result, tmp_path
     )

@@ -23,7 +23,7 @@ from evolver.evolution.proposers import Budget, Request
 from evolver.evolution.proposers.agent import Session
 from evolver.llm import prepare_environment
 from evolver.store.evaldir import EvalDir
-from tests.conftest import ROOT, eval_json, git, init_repo
+from tests.conftest import ROOT, eval_json, failed_evaluation, git, init_repo
 from tests.scripts.meddling import meddle
 
 TASKS = "create_task_1,update_task_1,update_task_with_message_history"
@@ -334,37 +334,13 @@ def test_an_evaluation_can_leave_the_view_unrecorded(tmp_path):
 def test_the_digest_says_a_repeated_change_once_per_pattern(tmp_path):
     """Eight failures with the same change would otherwise crowd the full trajectories out of the digest; simulations
     alike in every line are told once, by their labels."""
-    from evolver.data import EvalSummary, SimRecord
+    from evolver.data import SimRecord
     from evolver.evolution.digest import build_digest
 
     sims = [
         SimRecord(task_id=f"t{n}", trial=0, outcome="ok", reward=0.0, termination_reason="max_steps", steps=30 + n // 2) for n in range(3)
     ]
-    summary = EvalSummary(
-        num_tasks=3,
-        num_trials=1,
-        num_simulations=3,
-        scored=3,
-        failed=0,
-        infra_errors=0,
-        avg_reward=0.0,
-        pass_hat_k={},
-        usage={},
-        duration=1.0,
-    )
-    result = EvalResult(
-        run_id="r",
-        checkout=".",
-        domain="mock",
-        split=None,
-        task_ids=["t0", "t1", "t2"],
-        trials=1,
-        seed=1,
-        max_steps=30,
-        models={},
-        summary=summary,
-        simulations=sims,
-    )
+    result = failed_evaluation(sims, checkout=".", max_steps=30)
     digest = build_digest(result, tmp_path, harness=lambda record: "14 tool results never reached the model (turns 2-15)")
     assert digest.count("the harness changed: 14 tool results") == 1 and digest.count("the harness changed: the same") == 1
     assert "- T1 (trial 0), T2 (trial 0) (2 simulations alike): " in digest and "- T3 (trial 0): " in digest
