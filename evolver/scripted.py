@@ -10,7 +10,8 @@ EVOLVER_SCRIPTED_PRICE gives every scripted model a price (dollars per 1,000
 tokens, in and out), so costs and budgets can be tested; EVOLVER_SCRIPTED_CONTEXT (characters)
 refuses a longer conversation as a provider refuses one that overflows its context window;
 EVOLVER_SCRIPTED_HOLD (a folder) holds every call while the folder has a file `held`, leaving one
-file per waiting call there, so a test can see how many calls are in flight at once, whatever the load.
+file per waiting call there, so a test can see how many calls are in flight at once, whatever the load;
+a `held` that reads "simulations" lets evolver's preflight pass and holds the simulations' calls.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 from evolver.models import is_preflight
@@ -68,7 +70,7 @@ def register() -> None:
                 raise litellm.ContextWindowExceededError(
                     message=f"scripted/{name}: {used} characters, the context holds {limit}", model=model, llm_provider=PROVIDER
                 )
-            _wait_while_held(os.environ.get("EVOLVER_SCRIPTED_HOLD"))
+            _wait_while_held(os.environ.get("EVOLVER_SCRIPTED_HOLD"), is_preflight(messages))
             reply = load_script()(name, messages, tools)  # read per call: tests switch scripts
             _price(litellm, name)
             latency = float(os.environ.get("EVOLVER_SCRIPTED_LATENCY", "0") or 0)
@@ -82,8 +84,14 @@ def register() -> None:
 HOLD_LIMIT = 120.0  # seconds: a test that died holding does not leave its workers waiting for ever
 
 
-def _wait_while_held(folder: Optional[str]) -> None:
-    if not folder or not os.path.exists(os.path.join(folder, "held")):
+def _wait_while_held(folder: Optional[str], preflight: bool) -> None:
+    if not folder:
+        return
+    try:
+        holds = Path(folder, "held").read_text().strip()
+    except FileNotFoundError:
+        return
+    if preflight and holds == "simulations":
         return
     mark = os.path.join(folder, f"call-{os.getpid()}-{threading.get_ident()}")
     open(mark, "w").close()

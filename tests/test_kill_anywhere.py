@@ -63,13 +63,14 @@ def _chose(repo: Path) -> bool:
     return any(json.loads((f / "run.json").read_text()).get("gate_tasks") for f in _run_folders(repo) if (f / "run.json").is_file())
 
 
-# Each moment is a step the run had not reached at the last kill, so every kill lands in a new place. Two are held
+# Each moment is a step the run had not reached at the last kill, so every kill lands in a new place. Three are held
 # there, being a few milliseconds long: the new run's preflight, before its folder (EVOLVER_SCRIPTED_HOLD: its first
-# model call waits), and its first ref update, after its folder and before its split (a git hook that waits).
+# model call waits), its first ref update, after its folder and before its split (a git hook that waits), and its
+# split, before the baseline's first simulation ends (its simulations' model calls wait, the resumed preflight passes).
 MOMENTS = [  # (moment, what holds the run there, whether it reached it)
     ("it checks its models, before its folder", "model", lambda repo, hold: any((hold / "model").glob("call-*"))),
     ("its folder appeared, before its split", "ref", lambda repo, hold: (hold / "ref" / "waiting").exists()),
-    ("it chose its tasks", None, lambda repo, hold: _chose(repo)),
+    ("it chose its tasks", "simulation", lambda repo, hold: _chose(repo) and any((hold / "simulation").glob("call-*"))),
     ("it measures the baseline", None, lambda repo, hold: _evaluation("analysis-g0", 1)(repo)),
     ("its parent runs a minibatch", None, lambda repo, hold: _evaluation("analysis-001-d0", 1)(repo)),  # git adds its worktree
     ("it proposes", None, lambda repo, hold: _exists("run-*/proposals/001b")(repo)),
@@ -86,8 +87,8 @@ while [ -e '{folder}/held' ]; do touch '{folder}/waiting'; sleep 0.05; done
 def _hold(kind: str, repo: Path, hold: Path) -> dict:
     """Hold the run at a moment too short to catch (MOMENTS): the environment its controller needs for it."""
     (hold / kind).mkdir()
-    (hold / kind / "held").touch()
-    if kind == "model":
+    (hold / kind / "held").write_text("simulations" if kind == "simulation" else "")
+    if kind in ("model", "simulation"):
         return {"EVOLVER_SCRIPTED_HOLD": str(hold / kind)}
     hook = repo / ".git" / "hooks" / "reference-transaction"
     hook.write_text(HOOK.format(folder=hold / kind))
