@@ -11,7 +11,8 @@ tokens, in and out), so costs and budgets can be tested; EVOLVER_SCRIPTED_CONTEX
 refuses a longer conversation as a provider refuses one that overflows its context window;
 EVOLVER_SCRIPTED_HOLD (a folder) holds every call while the folder has a file `held`, leaving one
 file per waiting call there, so a test can see how many calls are in flight at once, whatever the load;
-a `held` that reads "simulations" lets evolver's preflight pass and holds the simulations' calls.
+a `held` that reads "simulations" lets evolver's preflight pass and holds every other call, one that reads
+"meta" holds only the meta model's (scripted/meta), its preflight let pass too.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def register() -> None:
                 raise litellm.ContextWindowExceededError(
                     message=f"scripted/{name}: {used} characters, the context holds {limit}", model=model, llm_provider=PROVIDER
                 )
-            _wait_while_held(os.environ.get("EVOLVER_SCRIPTED_HOLD"), is_preflight(messages))
+            _wait_while_held(os.environ.get("EVOLVER_SCRIPTED_HOLD"), name, is_preflight(messages))
             reply = load_script()(name, messages, tools)  # read per call: tests switch scripts
             _price(litellm, name)
             latency = float(os.environ.get("EVOLVER_SCRIPTED_LATENCY", "0") or 0)
@@ -84,14 +85,14 @@ def register() -> None:
 HOLD_LIMIT = 120.0  # seconds: a test that died holding does not leave its workers waiting for ever
 
 
-def _wait_while_held(folder: Optional[str], preflight: bool) -> None:
+def _wait_while_held(folder: Optional[str], name: str, preflight: bool) -> None:
     if not folder:
         return
     try:
         holds = Path(folder, "held").read_text().strip()
     except FileNotFoundError:
         return
-    if preflight and holds == "simulations":
+    if holds and (preflight or (holds == "meta" and name != "meta")):
         return
     mark = os.path.join(folder, f"call-{os.getpid()}-{threading.get_ident()}")
     open(mark, "w").close()

@@ -54,8 +54,10 @@ def _evaluation(name: str, lines: int):
     return reached
 
 
-def _exists(pattern: str):
-    return lambda repo: bool(list((repo / "runs").glob(pattern))) if (repo / "runs").is_dir() else False
+def _committed(repo: Path) -> int:
+    """How many of the run's candidates were answered and committed (their iteration records' commits)."""
+    records = [json.loads(p.read_text()) for f in _run_folders(repo) for p in f.glob("iterations/*.json")]
+    return sum(bool(c.get("commit")) for record in records for c in record["candidates"])
 
 
 def _chose(repo: Path) -> bool:
@@ -63,17 +65,22 @@ def _chose(repo: Path) -> bool:
     return any(json.loads((f / "run.json").read_text()).get("gate_tasks") for f in _run_folders(repo) if (f / "run.json").is_file())
 
 
-# Each moment is a step the run had not reached at the last kill, so every kill lands in a new place. Three are held
+# Each moment is a step the run had not reached at the last kill, so every kill lands in a new place. Four are held
 # there, being a few milliseconds long: the new run's preflight, before its folder (EVOLVER_SCRIPTED_HOLD: its first
-# model call waits), its first ref update, after its folder and before its split (a git hook that waits), and its
-# split, before the baseline's first simulation ends (its simulations' model calls wait, the resumed preflight passes).
+# model call waits), its first ref update, after its folder and before its split (a git hook that waits), its split,
+# before the baseline's first simulation ends (its simulations' model calls wait, the resumed preflight passes), and
+# its parent's minibatch, before a proposal is answered (the meta model's calls wait).
 MOMENTS = [  # (moment, what holds the run there, whether it reached it)
     ("it checks its models, before its folder", "model", lambda repo, hold: any((hold / "model").glob("call-*"))),
     ("its folder appeared, before its split", "ref", lambda repo, hold: (hold / "ref" / "waiting").exists()),
     ("it chose its tasks", "simulation", lambda repo, hold: _chose(repo) and any((hold / "simulation").glob("call-*"))),
     ("it measures the baseline", None, lambda repo, hold: _evaluation("analysis-g0", 1)(repo)),
-    ("its parent runs a minibatch", None, lambda repo, hold: _evaluation("analysis-001-d0", 1)(repo)),  # git adds its worktree
-    ("it proposes", None, lambda repo, hold: _exists("run-*/proposals/001b")(repo)),
+    (
+        "its parent runs a minibatch",
+        "meta",
+        lambda repo, hold: _evaluation("analysis-001-d0", 1)(repo) and any((hold / "meta").glob("call-*")),
+    ),  # git adds its worktree
+    ("it proposes", None, lambda repo, hold: _committed(repo) > 0),
     ("it screens the candidates", None, lambda repo, hold: _evaluation("iter-001b-screen", 1)(repo)),
     ("it gates the fix", None, lambda repo, hold: _evaluation("iter-001b-gate2", 1)(repo)),
     ("it audits the pool's best", None, lambda repo, hold: _evaluation("audit-001b-best", 1)(repo)),
@@ -87,8 +94,8 @@ while [ -e '{folder}/held' ]; do touch '{folder}/waiting'; sleep 0.05; done
 def _hold(kind: str, repo: Path, hold: Path) -> dict:
     """Hold the run at a moment too short to catch (MOMENTS): the environment its controller needs for it."""
     (hold / kind).mkdir()
-    (hold / kind / "held").write_text("simulations" if kind == "simulation" else "")
-    if kind in ("model", "simulation"):
+    (hold / kind / "held").write_text({"simulation": "simulations", "meta": "meta"}.get(kind, ""))
+    if kind in ("model", "simulation", "meta"):
         return {"EVOLVER_SCRIPTED_HOLD": str(hold / kind)}
     hook = repo / ".git" / "hooks" / "reference-transaction"
     hook.write_text(HOOK.format(folder=hold / kind))
@@ -111,8 +118,8 @@ def _lines(repo: Path) -> dict[str, list[str]]:
 
 
 def _progress(repo: Path) -> tuple:
-    """How far a killed run had got, by what it recorded: its folder, its split, its iteration records, its proposals,
-    its finished simulations. A kill that lands in a new step leaves more of it than the kill before."""
+    """How far a killed run had got, by what it recorded: its folder, its split, its iteration records, its committed
+    candidates, its finished simulations. A kill that lands in a new step leaves more of it than the kill before."""
     folders = _run_folders(repo)
     if not folders:
         return (0,)
@@ -120,7 +127,7 @@ def _progress(repo: Path) -> tuple:
         1,
         _chose(repo),
         len(list(folders[0].glob("iterations/*.json"))),
-        len(list(folders[0].glob("proposals/*"))),
+        _committed(repo),
         sum(len(lines) for lines in _lines(repo).values()),
     )
 
